@@ -1,0 +1,24 @@
+# The README's two commands: `make demo` and `make test`.
+.PHONY: setup demo test test-all lint bench down
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	.venv/bin/kappa demo
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+test-all: setup
+	.venv/bin/python -m pytest -q -m ''
+
+lint: setup
+	.venv/bin/ruff check kappaplus tests bench
+	.venv/bin/mypy kappaplus
+
+bench: setup
+	.venv/bin/python bench/run_all.py
+
+down: setup
+	.venv/bin/kappa down

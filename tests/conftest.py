@@ -1,0 +1,37 @@
+"""Session-wide fixtures: one real SparkSession (Hive support, embedded metastore)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="kappa-test-"))
+os.environ["KAPPA_HOME"] = str(_HOME)
+
+
+@pytest.fixture(scope="session")
+def kappa_home() -> Iterator[Path]:
+    """The state directory of this test session (warehouse, metastore, checkpoints)."""
+    yield _HOME
+
+
+@pytest.fixture(scope="session")
+def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
+    """The one SparkSession of the test session."""
+    from kappaplus.session import create_session
+
+    session = create_session("kappaplus-tests", home=kappa_home)
+    yield session
+    session.stop()
+    shutil.rmtree(kappa_home, ignore_errors=True)
+
+
+@pytest.fixture()
+def scratch(tmp_path: Path) -> Path:
+    """A per-test directory for checkpoints and side outputs."""
+    return tmp_path
