@@ -1,0 +1,63 @@
+"""The ``kappa`` command line. Every command has ``--help``.
+
+Command groups live next to what they drive (``kappaplus/local/broker_cli.py`` for the
+broker, ``kappaplus/runtime/cli.py`` for jobs) and are mounted here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import typer
+
+app = typer.Typer(
+    name="kappa",
+    help="Kappa+ on PySpark: run a job from Kafka, backfill it from Hive, with one codebase.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+# (module, attribute, name): typer sub-apps mounted as `kappa NAME ...`.
+_GROUPS = [
+    ("kappaplus.local.broker_cli", "app", "broker"),
+]
+# (module, attribute): modules whose `register(app)` adds top-level commands.
+_COMMANDS = [
+    "kappaplus.runtime.cli",
+    "kappaplus.local.stack_cli",
+]
+
+
+def _mount() -> None:
+    for module_name, attribute, name in _GROUPS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        app.add_typer(getattr(module, attribute), name=name)
+    for module_name in _COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue
+            raise
+        module.register(app)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail.")) -> None:
+    """Kappa+ on PySpark."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+_mount()
+
+if __name__ == "__main__":
+    app()
