@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["kafka_fixtures"]
+
 _HOME = Path(tempfile.mkdtemp(prefix="kappa-test-"))
 os.environ["KAPPA_HOME"] = str(_HOME)
 

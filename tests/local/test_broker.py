@@ -1,0 +1,84 @@
+"""The embedded broker: start, reuse, status, stop, and the protocol facts the source relies on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kappaplus.errors import BrokerError
+from kappaplus.local.broker import EmbeddedBroker, _pid_alive, free_port, list_topics
+
+
+def test_start_reuse_status_stop(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path, port=free_port())
+    assert broker.status().running is False
+    bootstrap = broker.start()
+    try:
+        status = broker.status()
+        assert status.running and status.bootstrap == bootstrap
+        assert status.pid is not None and _pid_alive(status.pid)
+        assert broker.pid_file.exists() and broker.log_file.exists()
+        # A second start (another process would do the same) reuses the running broker.
+        again = EmbeddedBroker(tmp_path).start()
+        assert again == bootstrap
+        assert EmbeddedBroker(tmp_path).status().pid == status.pid
+    finally:
+        assert broker.stop() is True
+    assert not _pid_alive(status.pid)
+    assert not broker.pid_file.exists()
+    assert broker.status().running is False
+    assert broker.stop() is False
+
+
+def test_context_manager_and_stale_pid_file(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path, port=free_port())
+    broker.dir.mkdir(parents=True, exist_ok=True)
+    # A pid file left by a crashed broker must not be mistaken for a running one.
+    broker.pid_file.write_text('{"pid": 999999, "port": 1, "bootstrap": "127.0.0.1:1"}')
+    with broker as bootstrap:
+        assert bootstrap != "127.0.0.1:1"
+        pid = broker.status().pid
+        assert pid is not None and pid != 999999
+    assert not _pid_alive(pid)
+
+
+def test_port_in_use_is_an_error(tmp_path: Path, kafka_bootstrap: str) -> None:
+    port = int(kafka_bootstrap.rsplit(":", 1)[1])
+    with pytest.raises(BrokerError, match=str(port)):
+        EmbeddedBroker(tmp_path, port=port).start()
+
+
+def test_session_broker_serves_topics(kafka_bootstrap: str, new_topic) -> None:  # type: ignore[no-untyped-def]
+    topic = new_topic(partitions=3)
+    assert list_topics(kafka_bootstrap)[topic] == 3
+    assert os.environ.get("KAPPA_HOME")  # fixtures did not disturb the session home
+
+
+def test_high_watermark_quirk_and_full_fetch(kafka_bootstrap: str, new_topic) -> None:  # type: ignore[no-untyped-def]
+    """tansu reports base offset of the last batch + 1 as high watermark; fetch returns all."""
+    topic = new_topic()
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 200, "batch.num.messages": 1000}
+    )
+    for i in range(1000):
+        producer.produce(topic, value=str(i).encode(), partition=0)
+    assert producer.flush(10) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": "t", "enable.auto.commit": False}
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert low == 0
+        assert 1 <= high <= 1000  # exact Kafka would say 1000; tansu says (last batch base)+1
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        offsets: list[int] = []
+        while len(offsets) < 1000:
+            messages = consumer.consume(1000, 5.0)
+            assert messages, f"fetch stalled after {len(offsets)} records"
+            offsets.extend(m.offset() for m in messages if m.error() is None)
+        assert offsets == list(range(1000))
+    finally:
+        consumer.close()
