@@ -95,6 +95,8 @@ def create_session(
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Parquet INT96 timestamps carry no statistics; micros let readers prune row groups.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
     }
     if hive:

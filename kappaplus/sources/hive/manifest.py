@@ -1,0 +1,100 @@
+"""Slice manifests: the exact files and row groups a slice reads, stored before it runs.
+
+A slice's offset names its manifest by content hash. Replaying the slice after a crash
+reads the manifest, not a new listing, so files added or removed since cannot change
+what the slice delivers. Manifests chain to their predecessor so a restarted query can
+recover every file it has already delivered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import pyarrow.fs as pafs
+
+from kappaplus.errors import ReplayError
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One file of a slice.
+
+    ``row_groups`` are delivered (rows with event time in the slice and in the admissible
+    range); ``route_row_groups`` are scanned by the slice that *owns* the file for rows
+    that no slice can deliver (null event time, event time outside the admissible range).
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+    partition_values: dict[str, str]
+    admissible_lo: int
+    admissible_hi: int
+    row_groups: list[int]
+    route_row_groups: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SliceManifest:
+    """The files of one event-time slice ``[lo, hi)`` and the manifest before it."""
+
+    table: str
+    lo: int
+    hi: int
+    entries: list[ManifestEntry]
+    previous: str | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
+
+    @classmethod
+    def from_json(cls, text: str) -> SliceManifest:
+        raw = json.loads(text)
+        entries = [ManifestEntry(**e) for e in raw.pop("entries")]
+        return cls(entries=entries, **raw)
+
+
+class ManifestStore:
+    """Content-addressed manifests in a directory (local path or any pyarrow filesystem URI)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/")
+        if "://" in root:
+            self.fs, self.base = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
+
+    def _path(self, digest: str) -> str:
+        return f"{self.base}/{digest[:2]}/{digest}.json"
+
+    def put(self, manifest: SliceManifest) -> str:
+        """Store ``manifest`` (idempotent: same content, same name) and return its digest."""
+        digest = manifest.digest
+        path = self._path(digest)
+        if self.fs.get_file_info(path).type == pafs.FileType.File:
+            return digest
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(manifest.to_json().encode())
+        self.fs.move(tmp, path)
+        return digest
+
+    def get(self, digest: str) -> SliceManifest:
+        """Load a manifest; a missing one means the slice cannot be replayed exactly."""
+        path = self._path(digest)
+        try:
+            with self.fs.open_input_stream(path) as handle:
+                return SliceManifest.from_json(handle.read().decode())
+        except (FileNotFoundError, OSError) as exc:
+            raise ReplayError(
+                f"slice manifest {digest} is missing from {self.root!r} ({exc}); the batch "
+                "cannot be replayed exactly. Keep manifestDir with the checkpoint."
+            ) from exc

@@ -1,0 +1,193 @@
+"""Typed, validated options of the Hive streaming source.
+
+Spark hands a Python data source its options as strings. They are parsed once, here, into
+:class:`HiveSourceOptions`; every error names the option and the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+
+from kappaplus.errors import ConfigError
+from kappaplus.timeutil import parse_duration, parse_timestamp
+
+SUPPORTED_FORMATS = ("parquet", "orc")
+MARKER_COLUMN = "_kappa_marker"
+
+
+class PartitionTimeKind(StrEnum):
+    """What the table's time partitions mean."""
+
+    EVENT = "event"  # a partition holds the events whose event time falls in its range
+    ARRIVAL = "arrival"  # a partition holds the events that arrived (were ingested) in its range
+
+
+class NullEventTimePolicy(StrEnum):
+    """What to do with rows whose event time is null (they belong to no slice)."""
+
+    FAIL = "fail"
+    DEAD_LETTER = "deadLetter"
+
+
+@dataclass(frozen=True)
+class HiveSourceOptions:
+    """Everything the source needs, resolved in the caller's process and validated here.
+
+    Times are integer microseconds since the epoch (UTC); durations are microseconds.
+    """
+
+    table: str
+    location: str
+    format: str
+    schema: StructType
+    partition_columns: tuple[str, ...]
+    event_time_column: str
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    max_event_time_per_trigger: int
+    max_rows_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    partition_time_format: str | None
+    partition_time_kind: PartitionTimeKind
+    max_lateness: int
+    completeness_delay: int
+    null_event_time_policy: NullEventTimePolicy
+    dead_letter_path: str | None
+    manifest_dir: str
+    watermark_delay: int | None
+    rows_per_partition: int
+
+    @property
+    def emits_end_marker(self) -> bool:
+        """A bounded run ends with marker rows that move the watermark to the end bound."""
+        return self.watermark_delay is not None
+
+    @property
+    def data_columns(self) -> list[str]:
+        """Columns stored in the files (partition columns come from directory names)."""
+        return [f.name for f in self.schema.fields if f.name not in self.partition_columns]
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> HiveSourceOptions:
+        """Validate Spark's string options; raise :class:`ConfigError` naming the culprit."""
+        opts = {k.lower(): v for k, v in options.items()}
+
+        def get(name: str, default: str | None = None) -> str | None:
+            value = opts.get(name.lower(), default)
+            return None if value is None or str(value).strip() == "" else str(value).strip()
+
+        def required(name: str) -> str:
+            value = get(name)
+            if value is None:
+                raise ConfigError(name, None, "is required")
+            return value
+
+        table = get("table") or required("location")
+        location = required("location")
+        fmt = required("format").lower()
+        if fmt not in SUPPORTED_FORMATS:
+            raise ConfigError(
+                "format",
+                fmt,
+                f"table {table!r} is stored as {fmt!r}; the Hive streaming source reads "
+                f"{', '.join(SUPPORTED_FORMATS)}",
+            )
+        schema_text = required("schema")
+        try:
+            schema = StructType.fromJson(json.loads(schema_text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError("schema", schema_text[:80], f"not a Spark schema JSON: {exc}") from exc
+        partition_columns = tuple(
+            c.strip() for c in (get("partitionColumns") or "").split(",") if c.strip()
+        )
+        for column in partition_columns:
+            if column not in schema.fieldNames():
+                raise ConfigError("partitionColumns", column, f"not a column of table {table!r}")
+        event_time = required("eventTimeColumn")
+        if event_time not in schema.fieldNames():
+            raise ConfigError(
+                "eventTimeColumn",
+                event_time,
+                f"table {table!r} has no such column (columns: {', '.join(schema.fieldNames())})",
+            )
+        event_type = schema[event_time].dataType
+        if not isinstance(event_type, TimestampType | TimestampNTZType):
+            raise ConfigError(
+                "eventTimeColumn",
+                event_time,
+                f"column of table {table!r} is {event_type.simpleString()}, not a timestamp",
+            )
+        if event_time in partition_columns:
+            raise ConfigError("eventTimeColumn", event_time, "must be a data column, not a partition column")
+
+        start = _timestamp(get("startingTimestamp"), "startingTimestamp")
+        end = _timestamp(get("endingTimestamp"), "endingTimestamp")
+        if start is not None and end is not None and start >= end:
+            raise ConfigError(
+                "startingTimestamp",
+                get("startingTimestamp"),
+                f"must be before endingTimestamp {get('endingTimestamp')!r}",
+            )
+        max_span = parse_duration(get("maxEventTimePerTrigger", "1 hour") or "1 hour", "maxEventTimePerTrigger")
+        if max_span <= 0:
+            raise ConfigError("maxEventTimePerTrigger", get("maxEventTimePerTrigger"), "must be positive")
+        kind_text = get("partitionTimeKind", "event") or "event"
+        try:
+            kind = PartitionTimeKind(kind_text.lower())
+        except ValueError as exc:
+            raise ConfigError("partitionTimeKind", kind_text, "expected 'event' or 'arrival'") from exc
+        policy_text = get("nullEventTimePolicy", "fail") or "fail"
+        policies = {p.value.lower(): p for p in NullEventTimePolicy}
+        if policy_text.lower() not in policies:
+            raise ConfigError("nullEventTimePolicy", policy_text, "expected 'fail' or 'deadLetter'")
+        policy = policies[policy_text.lower()]
+        dead_letter_path = get("deadLetterPath")
+        if policy is NullEventTimePolicy.DEAD_LETTER and dead_letter_path is None:
+            raise ConfigError("deadLetterPath", None, "is required when nullEventTimePolicy=deadLetter")
+        watermark = get("watermarkDelay")
+        return cls(
+            table=table,
+            location=location,
+            format=fmt,
+            schema=schema,
+            partition_columns=partition_columns,
+            event_time_column=event_time,
+            starting_timestamp=start,
+            ending_timestamp=end,
+            max_event_time_per_trigger=max_span,
+            max_rows_per_trigger=_positive_int(get("maxRowsPerTrigger"), "maxRowsPerTrigger"),
+            max_bytes_per_trigger=_positive_int(get("maxBytesPerTrigger"), "maxBytesPerTrigger"),
+            partition_time_format=get("partitionTimeFormat"),
+            partition_time_kind=kind,
+            max_lateness=parse_duration(get("maxLateness", "0") or "0", "maxLateness"),
+            completeness_delay=parse_duration(
+                get("completenessDelay", "0") or "0", "completenessDelay"
+            ),
+            null_event_time_policy=policy,
+            dead_letter_path=dead_letter_path,
+            manifest_dir=required("manifestDir"),
+            watermark_delay=None if watermark is None else parse_duration(watermark, "watermarkDelay"),
+            rows_per_partition=_positive_int(get("rowsPerPartition", "1000000"), "rowsPerPartition")
+            or 1_000_000,
+        )
+
+
+def _timestamp(value: str | None, option: str) -> int | None:
+    return None if value is None else parse_timestamp(value, option)
+
+
+def _positive_int(value: str | None, option: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise ConfigError(option, value, "expected a whole number") from exc
+    if number <= 0:
+        raise ConfigError(option, value, "must be positive")
+    return number
