@@ -1,0 +1,345 @@
+"""Job configuration: key paths in errors, allowed vs forbidden per-mode overrides, resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kappaplus.config import (
+    AVAILABLE_NOW,
+    check_job,
+    load_config,
+    parse_config,
+    resolve,
+)
+from kappaplus.errors import ConfigError
+from kappaplus.jobs import InputSpec, Job, OutputSpec
+
+BASE = """
+job = "myjobs.rides:JOB"
+watermark_delay = "10 seconds"
+trigger_interval = "5 seconds"
+
+[params]
+window = "10 seconds"
+
+[inputs.rides.kafka]
+topic = "rides"
+bootstrap_servers = "localhost:9092,broker-2:9093"
+format = "json"
+maxOffsetsPerTrigger = 5000
+dlq = { topic = "rides_dlq" }
+
+[inputs.rides.kafka.options]
+"kafka.security.protocol" = "SASL_SSL"
+"kafka.sasl.jaas.config" = "PlainLoginModule required password='hunter2';"
+
+[inputs.rides.hive]
+table = "raw.rides"
+event_time_column = "event_time"
+partition_format = "dt=%Y-%m-%d/hr=%H"
+partition_time = "arrival"
+max_lateness = "2 hours"
+max_event_time_per_trigger = "1 hour"
+
+[outputs.counts.hive]
+table = "agg.ride_counts"
+
+[outputs.counts.kafka]
+topic = "ride_counts"
+bootstrap_servers = "localhost:9092"
+"""
+
+
+def _error(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    return err.value
+
+
+def _job() -> Job:
+    return Job(
+        name="ride-counts",
+        inputs=[InputSpec("rides", "ride_id string, event_time timestamp", "event_time")],
+        outputs=[OutputSpec("counts", event_time_column="start")],
+        transform=lambda inputs, params: {"counts": inputs["rides"]},
+        watermark_delay="30 seconds",
+        params={"window": "10 seconds", "min_fare": 2.5},
+        window_params=["window"],
+    )
+
+
+def test_valid_config_loads_with_types() -> None:
+    cfg = parse_config(BASE)
+    rides = cfg.inputs["rides"]
+    assert rides.kafka is not None and rides.hive is not None
+    assert rides.kafka.max_offsets_per_trigger == 5000
+    assert rides.kafka.dlq is not None and rides.kafka.dlq.topic == "rides_dlq"
+    assert rides.hive.partition_time == "arrival"
+    assert cfg.outputs["counts"].hive is not None
+
+
+def test_secrets_never_appear_in_repr_or_errors() -> None:
+    cfg = parse_config(BASE)
+    assert "hunter2" not in repr(cfg)
+    assert "hunter2" not in str(cfg.inputs["rides"].kafka)
+    err = _error(BASE.replace('"kafka.security.protocol"', '"security.protocol"'))
+    assert err.option == "inputs.rides.kafka.options"
+    assert "security.protocol" in str(err)
+    assert "hunter2" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "value"),
+    [
+        ('table = "raw.rides"', 'table = "raw rides"', "inputs.rides.hive.table", "raw rides"),
+        (
+            '"localhost:9092,broker-2:9093"',
+            '"localhost"',
+            "inputs.rides.kafka.bootstrap_servers",
+            "localhost",
+        ),
+        ('format = "json"', 'format = "xml"', "inputs.rides.kafka.format", "xml"),
+        (
+            "maxOffsetsPerTrigger = 5000",
+            "maxOffsetsPerTrigger = -1",
+            "inputs.rides.kafka.maxOffsetsPerTrigger",
+            -1,
+        ),
+        (
+            'max_lateness = "2 hours"',
+            'max_lateness = "late"',
+            "inputs.rides.hive.max_lateness",
+            "late",
+        ),
+        (
+            'partition_format = "dt=%Y-%m-%d/hr=%H"',
+            'partition_format = "dt/%Y"',
+            "inputs.rides.hive.partition_format",
+            "dt/%Y",
+        ),
+        (
+            'partition_time = "arrival"',
+            'partition_time = "ingest"',
+            "inputs.rides.hive.partition_time",
+            "ingest",
+        ),
+        ('watermark_delay = "10 seconds"', 'watermark_delay = "soon"', "watermark_delay", "soon"),
+        ('format = "json"', 'format = "json"\nformt = "avro"', "inputs.rides.kafka.formt", "avro"),
+        (
+            'dlq = { topic = "rides_dlq" }',
+            'dlq = { topic = "a", table = "b" }',
+            "inputs.rides.kafka.dlq",
+            {"topic": "a", "table": "b"},
+        ),
+    ],
+)
+def test_errors_name_key_path_and_value(old: str, new: str, path: str, value: object) -> None:
+    assert old in BASE
+    err = _error(BASE.replace(old, new))
+    assert err.option == path
+    assert err.value == value
+    assert path in str(err)
+
+
+def test_missing_keys_are_named() -> None:
+    err = _error(BASE.replace('table = "agg.ride_counts"', 'tabel = "agg.ride_counts"'))
+    assert err.option == "outputs.counts.hive.table" and "missing" in str(err)
+    assert "'outputs.counts.hive.tabel' = 'agg.ride_counts': unknown key" in str(err)
+    err = _error(BASE.replace('event_time_column = "event_time"\n', ""))
+    assert err.option == "inputs.rides.hive.event_time_column"
+    assert "missing" in str(err)
+    err = _error(BASE.replace('max_lateness = "2 hours"\n', ""))
+    assert err.option == "inputs.rides.hive"
+    assert "max_lateness" in str(err)
+
+
+def test_arrival_partitions_need_max_lateness_and_avro_needs_schema() -> None:
+    err = _error(BASE.replace('format = "json"', 'format = "avro"'))
+    assert err.option == "inputs.rides.kafka" and "schema_file" in str(err)
+
+
+def test_schema_file_resolves_relative_to_config_file(tmp_path: Path) -> None:
+    text = BASE.replace('format = "json"', 'format = "avro"\nschema_file = "rides.avsc"')
+    (tmp_path / "job.toml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "job.toml")
+    assert err.value.option == "inputs.rides.kafka.schema_file"
+    assert err.value.value == str(tmp_path / "rides.avsc")
+    (tmp_path / "rides.avsc").write_text("{}")
+    cfg = load_config(tmp_path / "job.toml")
+    assert cfg.inputs["rides"].kafka is not None
+    assert cfg.inputs["rides"].kafka.schema_file == tmp_path / "rides.avsc"
+
+
+def test_load_config_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "none.toml")
+    assert err.value.option == "config" and "not found" in str(err.value)
+    (tmp_path / "bad.toml").write_text("job = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+ALLOWED = """
+[mode.backfill]
+watermark_delay = "2 hours"
+trigger_interval = "available-now"
+params = { window = "2 hours" }
+[mode.backfill.inputs.rides.hive]
+maxEventTimePerTrigger = "6 hours"
+max_rows_per_trigger = 1000000
+maxBytesPerTrigger = 1000000000
+[mode.backfill.outputs.counts.hive]
+table = "agg.ride_counts_rebuild"
+[mode.stream]
+trigger_interval = "1 second"
+[mode.stream.inputs.rides.kafka]
+max_offsets_per_trigger = 100
+[mode.bootstrap.outputs.counts.kafka]
+topic = "ride_counts_v2"
+"""
+
+
+def test_allowed_overrides_apply_per_mode() -> None:
+    cfg = parse_config(BASE + ALLOWED)
+    job = _job()
+    backfill = resolve(cfg, "backfill", job)
+    assert backfill.watermark_delay == "2 hours"
+    assert backfill.trigger_available_now and backfill.trigger_interval == AVAILABLE_NOW
+    assert backfill.params == {"window": "2 hours", "min_fare": 2.5}
+    hive = backfill.inputs["rides"].hive
+    assert hive is not None and backfill.inputs["rides"].kafka is None
+    assert hive.max_event_time_per_trigger == "6 hours"
+    assert (hive.max_rows_per_trigger, hive.max_bytes_per_trigger) == (1_000_000, 1_000_000_000)
+    assert hive.table == "raw.rides"  # the input table is not a per-mode thing
+    assert backfill.outputs["counts"].hive.table == "agg.ride_counts_rebuild"  # type: ignore[union-attr]
+    assert backfill.outputs["counts"].kafka.topic == "ride_counts_backfill"  # type: ignore[union-attr]
+    assert "mode.backfill.params.window" in backfill.overridden
+
+    stream = resolve(cfg, "stream", job)
+    assert stream.watermark_delay == "10 seconds" and stream.trigger_interval == "1 second"
+    assert stream.params["window"] == "10 seconds"
+    assert stream.inputs["rides"].hive is None
+    assert stream.inputs["rides"].kafka.max_offsets_per_trigger == 100  # type: ignore[union-attr]
+    assert stream.outputs["counts"].hive.table == "agg.ride_counts"  # type: ignore[union-attr]
+
+    boot = resolve(cfg, "bootstrap", job)
+    assert boot.inputs["rides"].kafka is not None and boot.inputs["rides"].hive is not None
+    assert boot.outputs["counts"].kafka.topic == "ride_counts_v2"  # type: ignore[union-attr]
+    assert boot.outputs["counts"].hive.table == "agg.ride_counts"  # type: ignore[union-attr]
+    # the config object itself is untouched by resolution
+    assert cfg.inputs["rides"].hive.max_event_time_per_trigger == "1 hour"  # type: ignore[union-attr]
+
+
+def test_backfill_targets_default_and_explicit() -> None:
+    cfg = parse_config(
+        BASE.replace(
+            'table = "agg.ride_counts"', 'table = "agg.ride_counts"\nbackfill_table = "agg.rebuild"'
+        )
+    )
+    assert resolve(cfg, "backfill").outputs["counts"].hive.table == "agg.rebuild"  # type: ignore[union-attr]
+
+
+def test_watermark_defaults_to_the_job() -> None:
+    cfg = parse_config(BASE.replace('watermark_delay = "10 seconds"\n', ""))
+    assert resolve(cfg, "stream", _job()).watermark_delay == "30 seconds"
+
+
+@pytest.mark.parametrize(
+    ("override", "path", "value"),
+    [
+        ('[mode.backfill]\ntransform = "other:job"', "mode.backfill.transform", "other:job"),
+        ('[mode.backfill]\njob = "other:JOB"', "mode.backfill.job", "other:JOB"),
+        (
+            '[mode.stream.inputs.rides.kafka]\ntopic = "rides_v2"',
+            "mode.stream.inputs.rides.kafka.topic",
+            "rides_v2",
+        ),
+        (
+            '[mode.backfill.inputs.rides.hive]\nevent_time_column = "ts"',
+            "mode.backfill.inputs.rides.hive.event_time_column",
+            "ts",
+        ),
+        (
+            '[mode.backfill.inputs.rides.hive]\npartition_format = "d=%Y"',
+            "mode.backfill.inputs.rides.hive.partition_format",
+            "d=%Y",
+        ),
+        (
+            '[mode.backfill.outputs.counts.hive]\npartition_column = "day"',
+            "mode.backfill.outputs.counts.hive.partition_column",
+            "day",
+        ),
+        (
+            '[mode.bootstrap.inputs.rides.kafka.options]\n"kafka.x" = "1"',
+            "mode.bootstrap.inputs.rides.kafka.options",
+            {"kafka.x": "1"},
+        ),
+    ],
+)
+def test_forbidden_overrides_name_path_and_principle(
+    override: str, path: str, value: object
+) -> None:
+    err = _error(BASE + override)
+    assert err.option == path
+    assert err.value == value
+    key = path.rsplit(".", 1)[1]
+    assert f"overriding {key!r} per mode is not allowed (principle 2" in str(err)
+
+
+def test_unknown_mode_and_dangling_references() -> None:
+    err = _error(BASE + '[mode.replay]\nwatermark_delay = "1 hour"')
+    assert err.option == "mode.replay" and "unknown mode" in str(err)
+    err = _error(BASE + "[mode.backfill.inputs.trips.hive]\nmax_rows_per_trigger = 5")
+    assert err.option == "mode.backfill.inputs.trips" and "no input 'trips'" in str(err)
+    err = _error(BASE + '[mode.backfill]\nwatermark_delay = "2 fortnights"')
+    assert err.option == "mode.backfill.watermark_delay" and err.value == "2 fortnights"
+    err = _error(BASE + '[mode.backfill]\nparams = { window = "wide" }')
+    assert err.option == "mode.backfill.params.window" and err.value == "wide"
+
+
+def test_param_overrides_must_be_window_params_of_the_job() -> None:
+    cfg = parse_config(BASE + '[mode.backfill]\nparams = { min_fare = "5 seconds" }')
+    with pytest.raises(ConfigError) as err:
+        resolve(cfg, "backfill", _job())
+    assert err.value.option == "mode.backfill.params.min_fare"
+    assert "not a window/slice size" in str(err.value)
+    # without the job the static checks still pass (the value is a duration)
+    assert resolve(cfg, "backfill").params["min_fare"] == "5 seconds"
+
+
+def test_check_job_matches_inputs_outputs_and_params() -> None:
+    job = _job()
+    check_job(parse_config(BASE), job)
+    err_cfg = parse_config(
+        BASE.replace("[outputs.counts.hive]", "[outputs.totals.hive]").replace(
+            "[outputs.counts.kafka]", "[outputs.totals.kafka]"
+        )
+    )
+    with pytest.raises(ConfigError) as err:
+        check_job(err_cfg, job)
+    assert err.value.option == "outputs.counts"
+    with pytest.raises(ConfigError) as err:
+        check_job(parse_config(BASE.replace("[params]", "[params]\nfudge = 3")), job)
+    assert err.value.option == "params.fudge" and err.value.value == 3
+    with pytest.raises(ConfigError) as err:
+        check_job(
+            parse_config(
+                BASE.replace('event_time_column = "event_time"', 'event_time_column = "ts"')
+            ),
+            job,
+        )
+    assert err.value.option == "inputs.rides.hive.event_time_column"
+
+
+def test_mode_needs_the_bindings_it_reads() -> None:
+    no_hive = BASE.split("[inputs.rides.hive]")[0] + '\n[outputs.counts.hive]\ntable = "a.b"\n'
+    cfg = parse_config(no_hive)
+    assert resolve(cfg, "stream").inputs["rides"].kafka is not None
+    with pytest.raises(ConfigError) as err:
+        resolve(cfg, "backfill")
+    assert err.value.option == "inputs.rides.hive" and "backfill mode" in str(err.value)
+    with pytest.raises(ConfigError, match="mode"):
+        resolve(cfg, "batch")
