@@ -43,3 +43,7 @@ class KafkaError(KappaError):
 
 class BrokerError(KappaError):
     """The embedded broker cannot be started, reached or stopped."""
+
+
+class MetastoreError(KappaError):
+    """The local Hive metastore server cannot be started, reached or stopped."""
