@@ -683,7 +683,8 @@ class _Decoder:
         if spec.format == "json":
             # Decimal fields keep their digits exactly; other numbers parse as float.
             decimals = "decimal(" in spec.event_schema.simpleString()
-            self.parse_float: Any = Decimal if decimals else float
+            # one decoder for all records (json.loads with options builds one per call)
+            self.json = json.JSONDecoder(parse_float=Decimal if decimals else float)
             self.converters = {
                 f.name: _json_converter(f.dataType) for f in spec.event_schema.fields
             }
@@ -706,7 +707,7 @@ class _Decoder:
         except UnicodeDecodeError as exc:
             raise _FieldError(f"value is not UTF-8: invalid byte at {exc.start}") from None
         try:
-            obj = json.loads(text, parse_float=self.parse_float)
+            obj = self.json.decode(text)
         except json.JSONDecodeError as exc:
             raise _FieldError(f"invalid JSON at char {exc.pos}: {exc.msg}") from None
         except RecursionError:

@@ -52,6 +52,7 @@ _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
 _SINK_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _DLQ_COLUMNS = [f.name for f in DLQ_ARROW_SCHEMA]
+_ENSURED: set[tuple[str, str]] = set()
 _LOOSE_SCHEMA = pa.schema([f.with_nullable(True) for f in DLQ_ARROW_SCHEMA])
 
 
@@ -294,7 +295,10 @@ def _write_hive(spark: SparkSession, dead: DataFrame, table: str, batch_key: str
     """Replace the rows of ``batch_key`` in ``table`` with ``dead``; return the row count."""
     from pyspark.sql import functions as F
 
-    ensure_dlq_table(spark, table)
+    ensured = (spark.sparkContext.applicationId, table)
+    if ensured not in _ENSURED:  # once per session: a micro-batch should not re-check
+        ensure_dlq_table(spark, table)
+        _ENSURED.add(ensured)
     for spec in _batch_partitions(spark, table, batch_key):
         parts = dict(p.split("=", 1) for p in spec.split("/"))
         spark.sql(
