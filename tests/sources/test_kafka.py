@@ -274,17 +274,17 @@ def test_stop_and_restart_mid_stream_loses_and_duplicates_nothing(  # type: igno
     sent: list[str] = []
 
     def producer() -> None:
-        for chunk in range(12):
+        for chunk in range(6):
             sent.extend(
                 produce(
                     kafka_bootstrap,
                     topic,
-                    (f"v{chunk}-{i}" for i in range(total // 12)),
+                    (f"v{chunk}-{i}" for i in range(total // 6)),
                     partitions=2,
                     linger_ms=50,
                 )
             )
-            time.sleep(0.25)
+            time.sleep(0.5)
 
     out, checkpoint = scratch / "out", scratch / "ckpt"
 
@@ -301,7 +301,7 @@ def test_stop_and_restart_mid_stream_loses_and_duplicates_nothing(  # type: igno
             .writeStream.format("parquet")
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
-            .trigger(processingTime="500 milliseconds")
+            .trigger(processingTime="1 second")
             .start()
         )
 
@@ -313,13 +313,20 @@ def test_stop_and_restart_mid_stream_loses_and_duplicates_nothing(  # type: igno
         time.sleep(0.2)
     query.stop()  # mid-stream: the producer is still writing
     assert thread.is_alive() or len(sent) == total
-    first_run = spark.read.parquet(str(out)).count()
-    assert first_run > 0
+    assert query.exception() is None
+    first_run = sum(p["numInputRows"] for p in query.recentProgress)
+    assert 0 < first_run < total
     query = start()
     thread.join()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and spark.read.parquet(str(out)).count() < total:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and query.exception() is None:
+        if first_run + sum(p["numInputRows"] for p in query.recentProgress) >= total:
+            break
         time.sleep(0.5)
+    for _ in range(10):  # the last batch's files are committed right after its progress
+        if spark.read.parquet(str(out)).count() >= total:
+            break
+        time.sleep(1)
     query.stop()
     assert query.exception() is None
     rows = spark.read.parquet(str(out)).collect()
