@@ -47,6 +47,11 @@ catalog partition, so a batch cannot hide in a directory renamed as a whole. Wit
 ``files_per_partition > 1`` (large backfill batches) visibility is per file. Readers that
 need whole batches can compare with :meth:`HiveTableSink.committed_batches`.
 
+``MSCK REPAIR TABLE`` is harmless at any time: the only ``dt=`` directories it can find
+are ones step 3 registered, and staging lives under ``_``-prefixed directories it skips.
+Two queries may write one table (their names keep commit logs and files apart), but the
+stream and the backfill of a job normally write different tables (``<table>_backfill``).
+
 ``update`` output mode writes each batch's changed rows as they are: the table is then a
 changelog (the latest row per key wins), not an upserted table.
 
