@@ -349,6 +349,10 @@ def _avro_to_spark(
         return T.DecimalType(int(avro["precision"]), int(avro.get("scale", 0))), False
     if logical == "uuid":
         return T.StringType(), False
+    if logical in ("time-millis", "time-micros"):
+        raise ConfigError(
+            "avro_schema", path, f"field {where!r}: logical type {logical!r} is not supported"
+        )
     if kind_name == "record":
         if "name" in avro:
             named[avro["name"]] = avro
@@ -902,9 +906,10 @@ def decode_kafka(
     within the query) the counts ``records``, ``good``, ``dead`` are observed; for a
     streaming query they appear in ``query.lastProgress["observedMetrics"][metrics]``.
 
-    Use the result once per query, or ``persist()`` it inside ``foreachBatch`` before
-    taking both :func:`good_events` and :func:`dead_letters` from it; each execution of
-    the plan adds to the observed counts.
+    Inside ``foreachBatch``, ``persist()`` the batch before taking both
+    :func:`good_events` and :func:`dead_letters` from it, or every record is decoded once
+    per action (:func:`kappaplus.dlq.decoded_batch_writer` does this). The observed counts
+    are reported once per micro-batch either way.
 
     >>> decoded = decode_kafka(spark.readStream.format("kappa_kafka")
     ...                        .option("subscribe", "trips").load(), spec)  # doctest: +SKIP

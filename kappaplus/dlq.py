@@ -192,7 +192,7 @@ def _produce(
     """Produce ``rows`` to ``topic``; wait for every acknowledgement or raise KafkaError."""
     from confluent_kafka import Producer
 
-    producer = Producer(dict(config))
+    producer: Any = None
     failures: list[str] = []
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -201,6 +201,8 @@ def _produce(
 
     sent = 0
     for row in rows:
+        if producer is None:  # no connection for an empty partition
+            producer = Producer(dict(config))
         key = dlq_key(row.get("topic"), row.get("partition"), row.get("offset"))
         value = dlq_message(row)
         while True:
@@ -211,6 +213,8 @@ def _produce(
                 producer.poll(0.5)
         sent += 1
         producer.poll(0)
+    if producer is None:
+        return 0
     remaining = producer.flush(timeout)
     if remaining:
         raise KafkaError(
@@ -430,10 +434,17 @@ def dead_letter_writer(
         raise ConfigError("sink_id", sink_id, "expected 1-100 of [A-Za-z0-9_.-]")
 
     def write(dead: DataFrame, batch_id: int) -> DeadLetterCounts:
-        kafka = _produce_frame(dead, target) if target.kafka_topic else 0
-        hive = 0
-        if target.hive_table:
-            hive = write_hive_dead_letters(dead.sparkSession, dead, target, f"{sink_id}-{batch_id}")
+        # Counting, producing and inserting are separate Spark jobs: compute the input once.
+        dead.persist()
+        try:
+            count = dead.count()
+            kafka = _produce_frame(dead, target) if target.kafka_topic and count else 0
+            hive = 0
+            if target.hive_table:  # also when empty: clears rows of an earlier attempt
+                key = f"{sink_id}-{batch_id}"
+                hive = write_hive_dead_letters(dead.sparkSession, dead, target, key)
+        finally:
+            dead.unpersist()
         if kafka or hive:
             log.warning(
                 "batch %d: %d dead letters (kafka %s: %d, hive %s: %d)",
