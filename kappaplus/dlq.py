@@ -66,8 +66,7 @@ class DeadLetterTarget:
     - ``hive_table``: ``[db.]table``, created if missing.
     - ``flush_timeout``: seconds to wait for the broker to acknowledge a batch.
 
-    >>> DeadLetterTarget(hive_table="ops.trips_dlq")
-    ... # doctest: +ELLIPSIS
+    >>> DeadLetterTarget(hive_table="ops.trips_dlq")  # doctest: +ELLIPSIS
     DeadLetterTarget(kafka_topic=None, ..., hive_table='ops.trips_dlq')
     """
 
