@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from kappaplus.config import HiveOutput
+
 log = logging.getLogger(__name__)
 
 FaultHook = Callable[[str, int], None]
@@ -133,6 +135,19 @@ class HiveSinkOptions:
             )
         if self.event_time_column is not None and not self.event_time_column:
             raise ConfigError("event_time_column", self.event_time_column, "empty")
+
+    @classmethod
+    def from_config(
+        cls, output: HiveOutput, *, query_name: str, event_time_column: str | None = None
+    ) -> HiveSinkOptions:
+        """Options for a resolved ``[outputs.<name>.hive]`` binding of a job config."""
+        return cls(
+            table=output.table,
+            query_name=query_name,
+            partition_column=output.partition_column,
+            partition_expr=output.partition_expr,
+            event_time_column=event_time_column,
+        )
 
     def partition_expression(self) -> str | None:
         if self.partition_expr:

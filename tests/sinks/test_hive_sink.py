@@ -230,3 +230,25 @@ def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ig
         HiveTableSink(no_rule).write_batch(df, 1)
     with pytest.raises(ConfigError, match="table"):
         HiveSinkOptions(table="not a table", query_name="q")
+
+
+def test_options_from_a_resolved_config() -> None:
+    from kappaplus.config import parse_config, resolve
+
+    cfg = parse_config(
+        """
+        [inputs.rides.hive]
+        table = "raw.rides"
+        event_time_column = "event_time"
+        [outputs.counts.hive]
+        table = "agg.counts"
+        partition_column = "day"
+        """
+    )
+    out = resolve(cfg, "backfill").outputs["counts"].hive
+    assert out is not None
+    opts = HiveSinkOptions.from_config(out, query_name="counts", event_time_column="start")
+    assert (opts.table, opts.partition_column) == ("agg.counts_backfill", "day")
+    assert opts.partition_expression() == "to_date(`start`)"
+    with pytest.raises(ConfigError, match="files_per_partition"):
+        HiveSinkOptions(table="a.b", query_name="q", files_per_partition=0)
