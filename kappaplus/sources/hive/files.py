@@ -244,5 +244,5 @@ def event_times(
         return np.empty(0, dtype=np.int64)
     table = pa.Table.from_batches(batches)
     values = to_micros_array(table.column(event_time))
-    values.sort()
+    values = np.sort(values)
     return values

@@ -29,8 +29,11 @@ from kappaplus.timeutil import iso
 log = logging.getLogger(__name__)
 
 PHASE_DATA = "data"
-PHASE_END = "end"  # first end-of-input marker batch: moves the watermark to the end bound
-PHASE_FLUSH = "flush"  # second marker batch: runs with that watermark, emitting the last windows
+PHASE_END = "end"
+# End-of-input marker batches. The first moves the watermark to the end bound; operators
+# evict with the watermark of the batch before (session windows use the one before that
+# for late rows), so two more batches run with the final watermark and emit the last windows.
+MARKER_BATCHES = 3
 OFFSET_VERSION = 1
 
 
@@ -43,6 +46,7 @@ class Position:
     hi: int | None
     manifest: str | None
     phase: str
+    markers: int = 0
     late_files: int = 0
     late_rows: int = 0
 
@@ -54,6 +58,7 @@ class Position:
             hi=offset.get("hi"),
             manifest=offset.get("manifest"),
             phase=offset.get("phase", PHASE_DATA),
+            markers=int(offset.get("markers", 0)),
             late_files=int(offset.get("lateFiles", 0)),
             late_rows=int(offset.get("lateRows", 0)),
         )
@@ -180,7 +185,7 @@ class SlicePlanner:
     def next(self, start: dict, row_budget: int | None) -> dict:
         """The offset of the next micro-batch after ``start``, or ``start`` when there is none."""
         pos = Position.parse(start)
-        if pos.phase == PHASE_FLUSH:
+        if pos.phase == PHASE_END and pos.markers >= MARKER_BATCHES:
             return start
         files = self.listing()
         self._seed(pos)
@@ -195,11 +200,12 @@ class SlicePlanner:
         late_files += pos.late_files
         late_rows += pos.late_rows
         if limit is None or pos.hi >= limit:
-            if ends_input and self.options.emits_end_marker and pos.phase != PHASE_FLUSH:
-                phase = PHASE_END if pos.phase == PHASE_DATA else PHASE_FLUSH
-                return self._offset(
-                    pos.origin, pos.hi, pos.hi, None, phase, 0, late_files, late_rows, 1.0
+            if ends_input and self.options.emits_end_marker:
+                offset = self._offset(
+                    pos.origin, pos.hi, pos.hi, None, PHASE_END, 0, late_files, late_rows, 1.0
                 )
+                offset["markers"] = pos.markers + 1 if pos.phase == PHASE_END else 1
+                return offset
             return start
         return self._plan(files, pos, limit, row_budget, late_files, late_rows)
 

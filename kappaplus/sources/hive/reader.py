@@ -190,5 +190,6 @@ def _route(options: HiveSourceOptions, entry: ManifestEntry, bad: pa.Table) -> N
     fs.create_dir(root, recursive=True)
     target = f"{root}/{key}.parquet"
     tmp = f"{root}/.{key}.{os.getpid()}.tmp"
-    pq.write_table(bad, tmp, filesystem=fs)
+    # The source file's Spark schema footer would hide the added columns from Spark readers.
+    pq.write_table(bad.replace_schema_metadata(None), tmp, filesystem=fs)
     fs.move(tmp, target)

@@ -26,7 +26,6 @@ from kappaplus.sources.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.sources.hive.planner import (
     PHASE_DATA,
     PHASE_END,
-    PHASE_FLUSH,
     Position,
     SlicePlanner,
 )
@@ -100,7 +99,7 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = Position.parse(start), Position.parse(end)
-        if last.phase in (PHASE_END, PHASE_FLUSH) and first.phase != last.phase:
+        if last.phase == PHASE_END and (first.phase, first.markers) != (last.phase, last.markers):
             assert last.hi is not None and self.options.watermark_delay is not None
             marker = last.hi + self.options.watermark_delay
             return [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
