@@ -9,12 +9,15 @@ The same range always yields the same rows, so a replayed micro-batch is identic
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kappaplus.errors import KafkaError
@@ -108,21 +111,18 @@ class _Columns:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.types: list[int] = []
+        self.stamps: list[np.ndarray] = []
         self.headers: list[list[dict[str, Any]]] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, messages: list[Any]) -> None:
+    def add(self, messages: list[Any], offsets: list[int]) -> None:
         self.keys.extend([m.key() for m in messages])
         self.values.extend([m.value() for m in messages])
-        self.offsets.extend([m.offset() for m in messages])
+        self.offsets.extend(offsets)
         stamps = [m.timestamp() for m in messages]
-        # confluent: 0 none, 1 create time, 2 log append time; Spark/Java: -1, 0, 1.
-        self.types.extend([kind - 1 for kind, _ in stamps])
-        self.timestamps.extend([ms * 1000 for _, ms in stamps])
+        self.stamps.append(np.fromiter(chain.from_iterable(stamps), np.int64, 2 * len(stamps)))
         if self.include_headers:
             self.headers.extend(
                 [[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages]
@@ -130,14 +130,18 @@ class _Columns:
 
     def batch(self, topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
         n = len(self.offsets)
+        stamps = np.concatenate(self.stamps).reshape(n, 2)
+        # confluent: 0 none, 1 create time, 2 log append time; Spark/Java: -1, 0, 1.
+        kinds = (stamps[:, 0] - 1).astype(np.int32)
+        micros = stamps[:, 1] * 1000
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
+            pa.array(np.full(n, partition, dtype=np.int32)),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.int64()).view(TIMESTAMP_TYPE),
-            pa.array(self.types, pa.int32()),
+            pa.array(micros).view(TIMESTAMP_TYPE),
+            pa.array(kinds),
         ]
         if self.include_headers:
             arrays.append(pa.array(self.headers, HEADER_TYPE))
@@ -164,7 +168,21 @@ def read_range(
         while expected < rng.until_offset:
             messages = consumer.consume(min(10_000, max(1, rng.until_offset - expected)), 0.5)
             accepted: list[Any] = []
+            accepted_offsets: list[int] = []
             stop = False
+            if messages and not [m for m in messages if m.error() is not None]:
+                # Fast path: records only, in offset order (one partition per consumer).
+                offsets = [m.offset() for m in messages]
+                first = bisect.bisect_left(offsets, expected)
+                last = bisect.bisect_left(offsets, rng.until_offset)
+                if first < last:
+                    if offsets[first] > expected == rng.from_offset:
+                        _check_gap(consumer, options, rng, expected, offsets[first])
+                    accepted = messages[first:last]
+                    accepted_offsets = offsets[first:last]
+                    expected = accepted_offsets[-1] + 1
+                stop = last < len(offsets)
+                messages = []
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -211,9 +229,10 @@ def read_range(
                 if offset > expected == rng.from_offset:
                     _check_gap(consumer, options, rng, expected, offset)
                 accepted.append(message)
+                accepted_offsets.append(offset)
                 expected = offset + 1
             if accepted:
-                columns.add(accepted)
+                columns.add(accepted, accepted_offsets)
                 last_progress = time.monotonic()
                 if len(columns) >= batch_rows:
                     yield columns.batch(rng.topic, rng.partition, schema)

@@ -82,3 +82,26 @@ def test_high_watermark_quirk_and_full_fetch(kafka_bootstrap: str, new_topic) ->
         assert offsets == list(range(1000))
     finally:
         consumer.close()
+
+
+def test_cli_start_status_stop(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kappaplus.cli import app
+
+    runner = CliRunner()
+    home = str(tmp_path)
+    port = str(free_port())
+    started = runner.invoke(app, ["broker", "start", "--home", home, "--port", port])
+    try:
+        assert started.exit_code == 0, started.output
+        assert f"127.0.0.1:{port}" in started.output
+        again = runner.invoke(app, ["broker", "start", "--home", home])
+        assert again.exit_code == 0 and "already running" in again.output
+        status = runner.invoke(app, ["broker", "status", "--home", home])
+        assert status.exit_code == 0 and f"port {port}" in status.output
+    finally:
+        stopped = runner.invoke(app, ["broker", "stop", "--home", home])
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
+    status = runner.invoke(app, ["broker", "status", "--home", home])
+    assert status.exit_code == 1 and "no broker running" in status.output

@@ -408,3 +408,32 @@ def test_fail_on_data_loss_on_a_recreated_topic(  # type: ignore[no-untyped-def]
     # failOnDataLoss=false: a warning, and the query continues with what exists.
     run_available_now(spark, "kafka_loss_3", scratch / "ckpt", **options, failOnDataLoss=False)
     assert sorted(values_of(spark, "kafka_loss_3")) == sorted(new)
+
+
+def test_read_never_hangs_on_missing_offsets(kafka_bootstrap: str, new_topic) -> None:  # type: ignore[no-untyped-def]
+    """A task asked for offsets that do not exist stops within the bounded wait."""
+    from kappaplus.sources.kafka_reader import DataLoss, read_range
+
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, (str(i) for i in range(300)))
+
+    def options(fail: bool) -> KafkaSourceOptions:
+        return KafkaSourceOptions.parse(
+            {
+                "kafka.bootstrap.servers": kafka_bootstrap,
+                "subscribe": topic,
+                "kafkaConsumer.pollTimeoutMs": "1500",
+                "failOnDataLoss": str(fail).lower(),
+            }
+        )
+
+    exact = [b for b in read_range(options(True), OffsetRange(topic, 0, 10, 300))]
+    assert [o for b in exact for o in b.column("offset").to_pylist()] == list(range(10, 300))
+    for rng in (OffsetRange(topic, 0, 250, 400), OffsetRange(topic, 0, 500, 600)):
+        started = time.monotonic()
+        with pytest.raises(DataLoss) as info:
+            list(read_range(options(True), rng))
+        assert time.monotonic() - started < 20
+        assert f"{topic}-0" in str(info.value) and str(rng.until_offset) in str(info.value)
+        rows = [o for b in read_range(options(False), rng) for o in b.column("offset").to_pylist()]
+        assert rows == list(range(rng.from_offset, 300))
