@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -261,9 +262,14 @@ def test_max_offsets_per_trigger_is_respected(  # type: ignore[no-untyped-def]
         startingOffsets="earliest",
         maxOffsetsPerTrigger=300,
     )
-    counts = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert counts == [300, 300, 300, 100]
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in progress] == [300, 300, 300, 100]
     assert sorted(values_of(spark, "kafka_maxoffsets")) == sorted(sent)
+    # Shared fairly: both partitions advance by 150 per batch.
+    ends = [json.loads(p["sources"][0]["endOffset"])[topic] for p in progress]
+    assert ends[0] == {"0": 150, "1": 150} and ends[-1] == {"0": 500, "1": 500}
+    # reportLatestOffset: the true end, not the broker's coarse watermark.
+    assert json.loads(progress[0]["sources"][0]["latestOffset"]) == {topic: {"0": 500, "1": 500}}
 
 
 def test_stop_and_restart_mid_stream_loses_and_duplicates_nothing(  # type: ignore[no-untyped-def]
@@ -367,6 +373,18 @@ def test_starting_timestamp_ending_offsets_and_min_partitions(  # type: ignore[n
     rows = bounded.select("partition", "offset").collect()
     assert len(rows) == 100 + 500
     assert max(r.offset for r in rows if r.partition == 0) == 99
+    # assign + per-partition startingOffsets.
+    assigned = read_kafka(
+        spark,
+        bootstrap=kafka_bootstrap,
+        assign={topic: [1]},
+        startingOffsets={topic: {"1": 490}},
+    )
+    got = sorted(
+        (r.partition, r.offset, int(r.v))
+        for r in assigned.selectExpr("partition", "offset", "CAST(value AS STRING) v").collect()
+    )
+    assert got == [(1, o, 2 * o + 1) for o in range(490, 500)]
 
 
 def test_subscribe_pattern_discovers_new_topics_from_earliest(  # type: ignore[no-untyped-def]
