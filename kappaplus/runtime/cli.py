@@ -1,0 +1,258 @@
+"""``kappa run`` and ``kappa status``.
+
+``kappa run JOB --mode stream|backfill`` runs a job; JOB is a dotted path
+(``kappaplus.examples.sessionization:JOB``) or the name of a reference job
+(``kappa run --list``). The configuration defaults to the TOML file next to the job's
+module (``<module>.toml``). ``kappa status`` lists the runs recorded under the state
+directory and where each stands, from its run record and its checkpoints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kappaplus.errors import ConfigError, KappaError
+from kappaplus.runtime.progress import format_seconds
+
+_console = Console()
+
+REFERENCE_JOBS: dict[str, str] = {
+    "sessionization": "kappaplus.examples.sessionization:JOB",
+    "supply_demand": "kappaplus.examples.supply_demand:JOB",
+    "enrichment": "kappaplus.examples.enrichment:JOB",
+    "rider_trips": "kappaplus.examples.rider_trips:JOB",
+}
+"""Reference jobs runnable by name."""
+
+_CONFIG = typer.Option(
+    None, "--config", "-c", help="Job config TOML (default: <module>.toml next to the job)."
+)
+_CHECKPOINT = typer.Option(
+    None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
+)
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def job_path(job: str) -> str:
+    """A reference job name (also with '-' for '_') or a dotted path, as a dotted path."""
+    key = job.replace("-", "_")
+    if key in REFERENCE_JOBS:
+        return REFERENCE_JOBS[key]
+    if ":" not in job:
+        raise ConfigError(
+            "JOB",
+            job,
+            f"expected a dotted path 'package.module:ATTR' or one of {', '.join(REFERENCE_JOBS)}",
+        )
+    return job
+
+
+def default_config(path: str) -> Path | None:
+    """``<module>.toml`` next to the job's module, if there is one."""
+    module_name = path.split(":", 1)[0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    candidate = Path(file).with_suffix(".toml")
+    return candidate if candidate.is_file() else None
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    _console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
+
+
+def run_command(
+    job: str = typer.Argument(
+        None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
+    ),
+    mode: str = typer.Option(..., "--mode", "-m", help="stream (Kafka) or backfill (Hive)."),
+    start: str = typer.Option(None, "--start", help="Backfill start (ISO-8601, inclusive)."),
+    end: str = typer.Option(None, "--end", help="Backfill end (ISO-8601, exclusive)."),
+    config: Path = _CONFIG,
+    trigger: str = typer.Option(
+        None,
+        "--trigger",
+        help="available-now, once, or an interval like '10 seconds' "
+        "(default: available-now for backfill, the config's trigger_interval for stream).",
+    ),
+    until_idle: float = typer.Option(
+        None, "--until-idle", help="Stop once no query has read a row for this many seconds."
+    ),
+    timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds."),
+    checkpoint: Path = _CHECKPOINT,
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Delete this mode's checkpoints first and start over."
+    ),
+    master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
+    metastore_uri: str = typer.Option(
+        None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
+    list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
+) -> None:
+    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end).
+
+    The same job code runs in both modes; a backfill writes to the backfill targets
+    (`<table>_backfill` by default) and resumes from its checkpoint when run again.
+    Ctrl-C stops cleanly. Progress: event time done, rows/s, ETA, state rows, late rows.
+    """
+    from kappaplus.config import load_config
+    from kappaplus.jobs import load_job
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+    from kappaplus.session import create_session
+
+    if list_jobs:
+        for name, path in REFERENCE_JOBS.items():
+            _console.print(f"{name:16} {path}")
+        return
+    if job is None:
+        raise _fail(ConfigError("JOB", None, "name the job to run (or --list)"))
+    try:
+        path = job_path(job)
+        loaded = load_job(path)
+        config_file = config or default_config(path)
+        if config_file is None:
+            raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
+        job_config = load_config(config_file)
+        options = RunOptions(
+            mode=mode,  # type: ignore[arg-type]
+            start=start,
+            end=end,
+            trigger=trigger,
+            until_idle=until_idle,
+            timeout=timeout,
+            checkpoint_root=checkpoint,
+            fresh=fresh,
+            progress=progress,
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    spark = create_session(
+        f"kappa-{loaded.name}-{mode}",
+        master=master,
+        metastore_uri=metastore_uri,
+        conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
+    )
+    try:
+        result = run_job(
+            spark,
+            loaded,
+            job_config,
+            options,
+            job_path=path,
+            config_file=str(Path(config_file).resolve()),
+            console=_console,
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    finally:
+        spark.stop()
+    print_summary(result.record)
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def print_summary(record: Any) -> None:
+    """The final summary of a run."""
+    elapsed = (record.ended_at or time.time()) - record.started_at
+    _console.print(
+        f"[bold]{record.run_id}[/bold]: {record.status} after {format_seconds(elapsed)}"
+        f" ({record.mode}, trigger {record.trigger})"
+    )
+    table = Table("output", "targets", "batches", "rows in", "late dropped", "state rows", "done")
+    for name, stats in record.outputs.items():
+        done = stats.get("done")
+        table.add_row(
+            name,
+            ", ".join(record.targets.get(name, [])),
+            str(stats.get("batches", 0)),
+            str(stats.get("input_rows", 0)),
+            str(stats.get("rows_dropped_late", 0)),
+            str(stats.get("state_rows", 0)),
+            "-" if done is None else f"{done:.1%}",
+        )
+    _console.print(table)
+    for name, counts in record.inputs.items():
+        _console.print(f"input {name}: {json.dumps(counts, sort_keys=True)}")
+    _console.print(f"rows dropped as late (watermark): {record.rows_dropped_late}")
+
+
+def status_command(
+    job: str = typer.Option(None, "--job", "-j", help="Only runs of this job (name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    limit: int = typer.Option(20, "--limit", "-n", help="Show the latest N runs."),
+) -> None:
+    """List recorded runs and where they stand (run records + checkpoint offset logs)."""
+    from kappaplus.runtime.records import list_runs, read_checkpoint
+
+    records = [r for r in list_runs() if job is None or r.job == job][-limit:]
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
+        done = [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+        rows.append(
+            {
+                "run_id": record.run_id,
+                "job": record.job,
+                "mode": record.mode,
+                "status": record.effective_status(),
+                "range": f"[{record.start or '-'}, {record.end or '-'})",
+                "done": min(done) if done else record.done,
+                "rows_dropped_late": record.rows_dropped_late,
+                "checkpoints": {
+                    name: {
+                        "path": state.path,
+                        "last_batch": state.last_offset_batch,
+                        "committed": state.last_commit_batch,
+                        "pending": state.pending,
+                        "position": state.position(),
+                    }
+                    for name, state in checkpoints.items()
+                },
+                "error": record.error,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        _console.print("no runs recorded")
+        return
+    table = Table("run", "job", "mode", "status", "range", "done", "late", "checkpoints")
+    for row in rows:
+        parts = []
+        for name, state in row["checkpoints"].items():
+            where = state["position"] or "-"
+            pending = " (batch pending)" if state["pending"] else ""
+            parts.append(f"{name}: batch {state['committed']}{pending} {where}")
+        table.add_row(
+            row["run_id"],
+            row["job"],
+            row["mode"],
+            row["status"],
+            row["range"],
+            "-" if row["done"] is None else f"{row['done']:.1%}",
+            str(row["rows_dropped_late"]),
+            "\n".join(parts),
+        )
+    _console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` and ``status`` to the ``kappa`` command line."""
+    app.command("run")(run_command)
+    app.command("status")(status_command)

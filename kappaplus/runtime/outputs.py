@@ -1,0 +1,149 @@
+"""Write a job's outputs: one streaming query per output, to its Kafka topic and/or Hive table.
+
+Every output query uses ``foreachBatch`` with :class:`OutputWriter`, which per micro-batch
+computes the rows once (``persist``) and writes them to
+
+- the Hive table through :class:`~kappaplus.sinks.hive.HiveTableSink` (exactly once:
+  a replayed batch publishes nothing twice), and/or
+- the Kafka topic through the ``kappa_kafka`` batch writer (at least once): each record's
+  value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
+  carries the same key and consumers (or a compacted topic) drop the second copy.
+
+The backfill mode writes the backfill targets that :func:`kappaplus.config.resolve`
+chose (``<table>_backfill`` / ``<topic>_backfill`` by default): production output is
+never touched by a backfill.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.errors import ConfigError
+from kappaplus.runtime.options import slug, trigger_args
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+    from kappaplus.config import HiveOutput, KafkaOutput, ResolvedOutput
+    from kappaplus.jobs import OutputSpec
+
+CHECKPOINT_ID_FILE = "_kappa_checkpoint.json"
+
+
+def checkpoint_id(checkpoint: Path) -> str:
+    """A stable id of a checkpoint directory, created with it.
+
+    The Hive sink keys its commit log by query name and batch id; a new checkpoint
+    restarts batch ids at 0, so the query name carries this id: a fresh checkpoint can
+    never be mistaken for one whose batches were already committed.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker = checkpoint / CHECKPOINT_ID_FILE
+    if marker.is_file():
+        return str(json.loads(marker.read_text())["id"])
+    ident = uuid.uuid4().hex[:10]
+    tmp = marker.with_name(f".{marker.name}.tmp")
+    tmp.write_text(json.dumps({"id": ident}))
+    tmp.replace(marker)
+    return ident
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """One output query: what it writes where, its checkpoint and its name."""
+
+    name: str
+    spec: OutputSpec
+    kafka: KafkaOutput | None
+    hive: HiveOutput | None
+    checkpoint: Path
+    query_name: str
+
+    def targets(self) -> list[str]:
+        found = []
+        if self.hive is not None:
+            found.append(f"hive {self.hive.table}")
+        if self.kafka is not None:
+            found.append(f"kafka {self.kafka.topic}")
+        return found
+
+
+def plan_output(
+    job_name: str, mode: str, spec: OutputSpec, binding: ResolvedOutput, root: Path
+) -> OutputPlan:
+    """Checkpoint ``<root>/<job>/<mode>/<output>`` and a query name unique to it."""
+    if binding.kafka is not None and binding.kafka.format != "json":
+        raise ConfigError(
+            f"outputs.{spec.name}.kafka.format",
+            binding.kafka.format,
+            "the runtime writes outputs to Kafka as JSON; use format = 'json'",
+        )
+    checkpoint = root / slug(job_name) / mode / spec.name
+    ident = checkpoint_id(checkpoint)
+    query_name = f"{slug(job_name)}-{mode}-{spec.name}-{ident}"
+    return OutputPlan(spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name)
+
+
+class OutputWriter:
+    """``foreachBatch`` function writing one output's batch to its Hive table and/or topic."""
+
+    def __init__(self, plan: OutputPlan) -> None:
+        from kappaplus.sinks.hive import HiveSinkOptions, HiveTableSink
+
+        self.plan = plan
+        self.hive_sink = None
+        if plan.hive is not None:
+            self.hive_sink = HiveTableSink(
+                HiveSinkOptions.from_config(
+                    plan.hive,
+                    query_name=plan.query_name,
+                    event_time_column=plan.spec.event_time_column,
+                )
+            )
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            if self.hive_sink is not None:
+                self.hive_sink.write_batch(batch, batch_id)
+            if self.plan.kafka is not None:
+                write_kafka(batch, self.plan.kafka)
+        finally:
+            batch.unpersist()
+
+
+def kafka_records(batch: DataFrame) -> DataFrame:
+    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row."""
+    from pyspark.sql import functions as F
+
+    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+    return batch.select(value.alias("value")).select(
+        F.sha2(F.col("value"), 256).alias("key"), F.col("value")
+    )
+
+
+def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
+    """Produce the batch to ``kafka.topic`` (``kappa_kafka`` batch writer, idempotent producer)."""
+    from kappaplus.sources.kafka import SHORT_NAME, KafkaDataSource
+
+    batch.sparkSession.dataSource.register(KafkaDataSource)
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}
+    options.update(kafka.options)
+    kafka_records(batch).write.format(SHORT_NAME).options(**options).mode("append").save()
+
+
+def start_output(df: DataFrame, plan: OutputPlan, trigger: str) -> StreamingQuery:
+    """Start the streaming query of one output."""
+    writer: Any = (
+        df.writeStream.queryName(plan.query_name)
+        .outputMode(plan.spec.output_mode)
+        .option("checkpointLocation", str(plan.checkpoint))
+        .foreachBatch(OutputWriter(plan))
+        .trigger(**trigger_args(trigger))
+    )
+    return writer.start()

@@ -1,0 +1,220 @@
+"""Progress of a run: totals accumulated from Spark's per-batch progress, and its display.
+
+Spark reports one progress entry per micro-batch (``query.recentProgress``). The
+tracker folds them into per-query totals: batches, input rows, rows per second, state
+rows, rows the watermark dropped as late (``stateOperators[].numRowsDroppedByWatermark``,
+summed over every stateful operator and batch), the observed decode counts of Kafka
+inputs, and the event-time fraction done from the Hive source offset's ``done`` field.
+An entry counts once (by batch id) and only if it ran a batch: the idle heartbeats Spark
+posts while waiting for data repeat the last batch id and are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.table import Table
+
+
+def _get(entry: Any, key: str, default: Any = None) -> Any:
+    try:
+        value = entry[key]
+    except (KeyError, TypeError, IndexError):
+        return default
+    return default if value is None else value
+
+
+def _offset(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if hasattr(value, "asDict"):
+        return dict(value.asDict())
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {}
+
+
+@dataclass
+class QueryStats:
+    """Totals of one streaming query over this run."""
+
+    name: str
+    batches: int = 0
+    input_rows: int = 0
+    rows_dropped_late: int = 0
+    state_rows: int = 0
+    rows_per_second: float = 0.0
+    done: float | None = None
+    done_at_start: float | None = None
+    watermark: str | None = None
+    last_input_at: float | None = None
+    observed: dict[str, dict[str, int]] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set, repr=False)
+
+    def add(self, entry: Any, now: float | None = None) -> bool:
+        """Fold one progress entry in; False if it was a heartbeat or already counted."""
+        batch_id = _get(entry, "batchId")
+        durations = _get(entry, "durationMs", {}) or {}
+        if batch_id is None or batch_id in self.seen or "addBatch" not in durations:
+            return False
+        self.seen.add(int(batch_id))
+        self.batches += 1
+        rows = int(_get(entry, "numInputRows", 0))
+        self.input_rows += rows
+        if rows:
+            self.last_input_at = now if now is not None else time.monotonic()
+        self.rows_per_second = float(_get(entry, "processedRowsPerSecond", 0.0) or 0.0)
+        operators = _get(entry, "stateOperators", []) or []
+        self.state_rows = sum(int(_get(op, "numRowsTotal", 0)) for op in operators)
+        self.rows_dropped_late += sum(
+            int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators
+        )
+        event_time = _get(entry, "eventTime", {}) or {}
+        self.watermark = _get(event_time, "watermark", self.watermark)
+        fractions = []
+        for source in _get(entry, "sources", []) or []:
+            end = _offset(_get(source, "endOffset"))
+            if isinstance(end, Mapping) and "done" in end:
+                fractions.append(float(end["done"]))
+        if fractions:
+            self.done = min(fractions)
+            if self.done_at_start is None:
+                start = [
+                    float(s["done"])
+                    for s in (_offset(_get(src, "startOffset")) for src in _get(entry, "sources"))
+                    if isinstance(s, Mapping) and "done" in s
+                ]
+                self.done_at_start = min(start) if start else 0.0
+        for name, row in (_get(entry, "observedMetrics", {}) or {}).items():
+            totals = self.observed.setdefault(name, {})
+            for key, value in _as_dict(row).items():
+                if isinstance(value, int):
+                    totals[key] = totals.get(key, 0) + value
+        return True
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "input_rows": self.input_rows,
+            "rows_dropped_late": self.rows_dropped_late,
+            "state_rows": self.state_rows,
+            "rows_per_second": round(self.rows_per_second, 1),
+            "done": self.done,
+            "watermark": self.watermark,
+            "observed": self.observed,
+        }
+
+
+class ProgressTracker:
+    """Per-query totals of a run, fed from ``query.recentProgress``."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.stats = {name: QueryStats(name) for name in names}
+        self.started = time.monotonic()
+
+    def update(self, name: str, entries: Iterable[Any]) -> bool:
+        stats = self.stats.setdefault(name, QueryStats(name))
+        now = time.monotonic()
+        changed = False
+        for entry in entries:
+            changed = stats.add(entry, now) or changed
+        return changed
+
+    @property
+    def done(self) -> float | None:
+        fractions = [s.done for s in self.stats.values() if s.done is not None]
+        return min(fractions) if fractions else None
+
+    @property
+    def rows_dropped_late(self) -> int:
+        return sum(s.rows_dropped_late for s in self.stats.values())
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left, extrapolated from the event time done since this run started."""
+        starts = [s.done_at_start for s in self.stats.values() if s.done_at_start is not None]
+        done = self.done
+        if done is None or not starts:
+            return None
+        gained = done - min(starts)
+        if gained <= 0:
+            return None
+        return (time.monotonic() - self.started) * (1.0 - done) / gained
+
+    def idle_for(self) -> float:
+        """Seconds since any query last read a row (since the start if none has)."""
+        moments = [s.last_input_at for s in self.stats.values() if s.last_input_at]
+        return time.monotonic() - (max(moments) if moments else self.started)
+
+    def table(self, title: str) -> Table:
+        """A ``rich`` table of the queries' progress."""
+        eta = self.eta_seconds()
+        caption = f"elapsed {format_seconds(time.monotonic() - self.started)}"
+        if self.done is not None:
+            caption += f" | event time done {self.done:.1%}"
+        if eta is not None:
+            caption += f" | ETA {format_seconds(eta)}"
+        table = Table(title=title, caption=caption)
+        for column in (
+            "query",
+            "batches",
+            "rows",
+            "rows/s",
+            "done",
+            "state rows",
+            "late dropped",
+            "watermark",
+        ):
+            table.add_column(column, justify="left" if column == "query" else "right")
+        for stats in self.stats.values():
+            table.add_row(
+                stats.name,
+                str(stats.batches),
+                str(stats.input_rows),
+                f"{stats.rows_per_second:.0f}",
+                "-" if stats.done is None else f"{stats.done:.1%}",
+                str(stats.state_rows),
+                str(stats.rows_dropped_late),
+                (stats.watermark or "-").replace("T", " ").removesuffix(".000Z"),
+            )
+        return table
+
+    def line(self) -> str:
+        """One log line summarizing the run's progress."""
+        parts = []
+        for stats in self.stats.values():
+            done = "" if stats.done is None else f" done={stats.done:.1%}"
+            parts.append(
+                f"{stats.name}: batches={stats.batches} rows={stats.input_rows}"
+                f"{done} state={stats.state_rows} late={stats.rows_dropped_late}"
+            )
+        eta = self.eta_seconds()
+        if eta is not None:
+            parts.append(f"ETA {format_seconds(eta)}")
+        return " | ".join(parts)
+
+
+def format_seconds(seconds: float) -> str:
+    """``1h02m03s`` style.
+
+    >>> format_seconds(3723.4), format_seconds(42)
+    ('1h02m03s', '42s')
+    """
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,400 @@
+"""Run one job in one mode: bind inputs, call the job once, start one query per output.
+
+>>> result = run_job(spark, load_job("kappaplus.examples.sessionization:JOB"),
+...                  load_config("kappaplus/examples/sessionization.toml"),
+...                  RunOptions(mode="backfill", start="2024-03-01", end="2024-03-02"))
+...                                                                      # doctest: +SKIP
+>>> result.status, result.rows_dropped_late                              # doctest: +SKIP
+('finished', 0)
+
+The same :class:`~kappaplus.jobs.Job` object -- the same transform -- runs in both modes;
+only the bindings differ (see :mod:`kappaplus.runtime.inputs` and
+:mod:`kappaplus.runtime.outputs`). In ``stream`` mode each Kafka input with a ``dlq``
+gets one more query that decodes the same topic and writes the dead letters
+(:func:`kappaplus.dlq.dead_letter_writer`); its dead count is reconciled with the dead
+count the output queries observed.
+
+The run ends when every query has terminated (``available-now`` / ``once``), when no
+query has read a row for ``until_idle`` seconds, after ``timeout`` seconds, or on
+Ctrl-C / SIGTERM: then every query is stopped (Spark finishes nothing half-way: the
+checkpoint and the exactly-once Hive sink make the next run resume where this one
+stopped). A JSON run record under ``state_dir()/runs`` follows the run throughout.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.live import Live
+
+from kappaplus.config import JobConfig, resolve
+from kappaplus.errors import ConfigError, KappaError
+from kappaplus.runtime.inputs import (
+    BoundInput,
+    bind_inputs,
+    dead_letter_target,
+    decode_metrics_name,
+    decoder_spec,
+    dlq_metrics_name,
+    read_kafka_records,
+)
+from kappaplus.runtime.options import RunOptions, slug, trigger_args
+from kappaplus.runtime.outputs import OutputPlan, checkpoint_id, plan_output, start_output
+from kappaplus.runtime.progress import ProgressTracker, format_seconds
+from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
+from kappaplus.settings import state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from kappaplus.jobs import Job
+
+log = logging.getLogger(__name__)
+RECORD_EVERY = 5.0
+
+
+class _Stop(Exception):
+    """Raised in the main thread by the SIGTERM handler: stop cleanly, like Ctrl-C."""
+
+
+@dataclass
+class RunResult:
+    """What a run did. ``outputs[name]`` / ``dlq[input]`` hold per-query totals."""
+
+    record: RunRecord
+    job: Job
+    status: str
+    plans: dict[str, OutputPlan]
+    tracker: ProgressTracker
+    queries: dict[str, StreamingQuery] = field(default_factory=dict)
+
+    @property
+    def rows_dropped_late(self) -> int:
+        """Rows the watermark dropped as late, over every output query of this run."""
+        return sum(self.dropped_late(name) for name in self.plans)
+
+    def dropped_late(self, output: str) -> int:
+        """Rows the watermark dropped as late in the query of ``output``."""
+        stats = self.tracker.stats.get(output)
+        return 0 if stats is None else stats.rows_dropped_late
+
+    def decode_counts(self, input_name: str) -> dict[str, int]:
+        """``records``/``good``/``dead`` of a Kafka input as the first output query saw them."""
+        first = next(iter(self.plans))
+        return dict(self.tracker.stats[first].observed.get(decode_metrics_name(input_name), {}))
+
+
+def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
+    """Where checkpoints of this run live (see :class:`RunOptions`)."""
+    if run.checkpoint_root is not None:
+        return Path(run.checkpoint_root)
+    if config.checkpoint_dir is not None:
+        return Path(config.checkpoint_dir)
+    return state_dir() / "checkpoints"
+
+
+def _check_resume(mode_dir: Path, run: RunOptions, trigger: str) -> None:
+    """A backfill checkpoint belongs to one range: refuse to resume it over another."""
+    import json
+
+    marker = mode_dir / "_kappa_range.json"
+    wanted = {"start": run.start, "end": run.end}
+    if marker.is_file():
+        had = json.loads(marker.read_text())
+        if had != wanted:
+            raise ConfigError(
+                "start/end",
+                f"[{run.start}, {run.end})",
+                f"checkpoints under {mode_dir} belong to the range [{had['start']}, "
+                f"{had['end']}); resume with that range, or pass --fresh to start over",
+            )
+        return
+    mode_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(wanted))
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_job(
+    spark: SparkSession,
+    job: Job,
+    config: JobConfig,
+    run: RunOptions,
+    *,
+    job_path: str | None = None,
+    config_file: str | None = None,
+    console: Console | None = None,
+) -> RunResult:
+    """Run ``job`` in ``run.mode`` until the run ends (see the module docstring)."""
+    resolved = resolve(config, run.mode, job)
+    params = job.make_params(dict(resolved.params))
+    delay = resolved.watermark_delay or job.watermark_delay
+    trigger = run.effective_trigger(resolved.trigger_interval)
+    root = checkpoint_root(config, run)
+    mode_dir = root / slug(job.name) / run.mode
+    if run.fresh and mode_dir.exists():
+        log.warning("--fresh: deleting checkpoints %s", mode_dir)
+        shutil.rmtree(mode_dir)
+    if run.mode == "backfill":
+        _check_resume(mode_dir, run, trigger)
+
+    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run)
+    frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+    plans = {
+        spec.name: plan_output(job.name, run.mode, spec, resolved.outputs[spec.name], root)
+        for spec in job.outputs
+    }
+    dlq_names: dict[str, str] = {}
+    record = RunRecord(
+        run_id=run.run_id or new_run_id(slug(job.name), run.mode),
+        job=job.name,
+        job_path=job_path,
+        mode=run.mode,
+        status=RUNNING,
+        trigger=trigger,
+        started_at=time.time(),
+        updated_at=time.time(),
+        pid=_pid(),
+        host_user=_user(),
+        config_file=config_file,
+        start=run.start,
+        end=run.end,
+        watermark_delay=delay,
+        params={key: str(value) for key, value in params.items()},
+        sources={name: bound.source for name, bound in inputs.items()},
+        targets={name: plan.targets() for name, plan in plans.items()},
+        checkpoints={name: str(plan.checkpoint) for name, plan in plans.items()},
+    )
+    queries: dict[str, StreamingQuery] = {}
+    tracker = ProgressTracker([*plans])
+    status = FAILED
+    try:
+        if run.mode == "stream":
+            for spec in job.inputs:
+                started = _start_dlq(spark, job, spec.name, resolved, mode_dir, trigger)
+                if started is not None:
+                    key = f"dlq:{spec.name}"
+                    queries[key] = started[0]
+                    dlq_names[key] = spec.name
+                    record.checkpoints[key] = started[1]
+        for name, plan in plans.items():
+            queries[name] = start_output(frames[name], plan, trigger)
+        tracker = ProgressTracker([*queries])
+        record.save()
+        log.info(
+            "run %s: %s mode, trigger %s, queries %s",
+            record.run_id,
+            run.mode,
+            trigger,
+            ", ".join(queries),
+        )
+        status = _wait(queries, tracker, record, run, console)
+    except (KeyboardInterrupt, _Stop):
+        status = STOPPED
+    except Exception as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+        status = FAILED
+        raise
+    finally:
+        for query in queries.values():
+            _stop_quietly(query)
+        for name, query in queries.items():
+            tracker.update(name, _progress(query))
+        _finish(record, tracker, plans, dlq_names, status)
+    return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
+
+
+def _start_dlq(
+    spark: SparkSession,
+    job: Job,
+    input_name: str,
+    resolved: Any,
+    mode_dir: Path,
+    trigger: str,
+) -> tuple[StreamingQuery, str] | None:
+    """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
+    from kappaplus.decode import dead_letters, decode_kafka
+    from kappaplus.dlq import dead_letter_writer
+
+    kafka = resolved.inputs[input_name].kafka
+    if kafka is None:
+        return None
+    target = dead_letter_target(input_name, kafka)
+    if target is None:
+        return None
+    checkpoint = mode_dir / f"_dlq_{input_name}"
+    ident = checkpoint_id(checkpoint)
+    decoded = decode_kafka(
+        read_kafka_records(spark, kafka),
+        decoder_spec(job.input(input_name), kafka),
+        metrics=dlq_metrics_name(input_name),
+    )
+    sink_id = f"{slug(job.name)}-{input_name}-{ident}"[:100]
+    writer = dead_letter_writer(target, sink_id=sink_id)
+    query = (
+        dead_letters(decoded, job.name)
+        .writeStream.queryName(f"{slug(job.name)}-stream-dlq-{input_name}-{ident}")
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(_discard_result(writer))
+        .trigger(**trigger_args(trigger))
+        .start()
+    )
+    return query, str(checkpoint)
+
+
+def _discard_result(write: Any) -> Any:
+    def call(df: Any, batch_id: int) -> None:
+        write(df, batch_id)
+
+    return call
+
+
+def _progress(query: StreamingQuery) -> list[Any]:
+    try:
+        return list(query.recentProgress)
+    except Exception:  # noqa: BLE001 - a stopped query may have no progress to give
+        return []
+
+
+def _stop_quietly(query: StreamingQuery) -> None:
+    try:
+        if query.isActive:
+            query.stop()
+    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
+        log.warning("stopping query %s: %s", query.name, exc)
+
+
+def _wait(
+    queries: dict[str, StreamingQuery],
+    tracker: ProgressTracker,
+    record: RunRecord,
+    run: RunOptions,
+    console: Console | None,
+) -> str:
+    """Poll the queries until the run ends; keep progress and the run record current."""
+    started = time.monotonic()
+    last_saved = 0.0
+    last_logged = 0.0
+    live = (
+        Live(tracker.table(record.run_id), console=console, refresh_per_second=2, transient=False)
+        if run.progress
+        else None
+    )
+    with _sigterm_stops():
+        if live is not None:
+            live.start()
+        try:
+            while True:
+                for name, query in queries.items():
+                    tracker.update(name, _progress(query))
+                    if not query.isActive and query.exception() is not None:
+                        raise KappaError(f"query {name} failed: {query.exception()}")
+                now = time.monotonic()
+                if live is not None:
+                    live.update(tracker.table(record.run_id))
+                elif now - last_logged >= 10:
+                    log.info("%s", tracker.line())
+                    last_logged = now
+                if now - last_saved >= RECORD_EVERY:
+                    _update_record(record, tracker)
+                    record.save()
+                    last_saved = now
+                if all(not q.isActive for q in queries.values()):
+                    return FINISHED
+                if (
+                    run.until_idle is not None
+                    and tracker.idle_for() >= run.until_idle
+                    and (all(s.batches > 0 for s in tracker.stats.values()))
+                ):
+                    log.info("no input for %.0f s: stopping", tracker.idle_for())
+                    return FINISHED
+                if run.timeout is not None and now - started >= run.timeout:
+                    log.warning("timeout after %s: stopping", format_seconds(now - started))
+                    return STOPPED
+                time.sleep(run.poll_seconds)
+        finally:
+            if live is not None:
+                live.update(tracker.table(record.run_id))
+                live.stop()
+
+
+def _update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:
+    names = set(plans) if plans is not None else {n for n in tracker.stats if ":" not in n}
+    record.outputs = {
+        name: stats.as_json() for name, stats in tracker.stats.items() if name in names
+    }
+    record.rows_dropped_late = sum(
+        tracker.stats[n].rows_dropped_late for n in names if n in tracker.stats
+    )
+    record.done = tracker.done
+
+
+def _finish(
+    record: RunRecord,
+    tracker: ProgressTracker,
+    plans: dict[str, OutputPlan],
+    dlq_names: dict[str, str],
+    status: str,
+) -> None:
+    """Final statistics, decode/DLQ reconciliation and the final run record."""
+    _update_record(record, tracker, plans)
+    inputs: dict[str, dict[str, Any]] = {}
+    first = next(iter(plans), None)
+    if first is not None:
+        for metric, counts in tracker.stats[first].observed.items():
+            if metric.startswith("kappa_decode_"):
+                inputs[metric.removeprefix("kappa_decode_")] = dict(counts)
+    for key, input_name in dlq_names.items():
+        stats = tracker.stats.get(key)
+        if stats is None:
+            continue
+        dlq = stats.observed.get(dlq_metrics_name(input_name), {})
+        entry = inputs.setdefault(input_name, {})
+        entry["dead_letters_written"] = dlq.get("dead", 0)
+        entry["dlq_records"] = dlq.get("records", 0)
+        entry["reconciled"] = entry.get("records") == dlq.get("records") and entry.get(
+            "dead"
+        ) == dlq.get("dead")
+    record.inputs = inputs
+    record.status = status
+    record.ended_at = time.time()
+    record.save()
