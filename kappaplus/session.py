@@ -5,8 +5,11 @@ production settings (master URL, metastore URI, any Spark conf) pass through unc
 
 >>> from kappaplus.session import create_session
 >>> spark = create_session("my-job")                      # doctest: +SKIP
->>> spark = create_session("my-job", master="spark://10.0.0.5:7077",
-...                        conf={"hive.metastore.uris": "thrift://metastore:9083"})  # doctest: +SKIP
+>>> spark = create_session(
+...     "my-job",
+...     master="spark://10.0.0.5:7077",
+...     metastore_uri="thrift://metastore:9083",
+... )  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -113,7 +116,9 @@ def create_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("KAPPA_SPARK_LOG_LEVEL", "WARN"))
     register_data_sources(spark)
-    log.info("SparkSession %s ready (master=%s, home=%s)", app_name, spark.sparkContext.master, root)
+    log.info(
+        "SparkSession %s ready (master=%s, home=%s)", app_name, spark.sparkContext.master, root
+    )
     return spark
 
 

@@ -20,8 +20,10 @@ def events(spark: SparkSession, n: int, days: float, seed: int, base: int = BASE
     return spark.range(0, n).select(
         F.col("id"),
         (F.col("id") * 7 % 13).cast("int").alias("key"),
-        F.element_at(F.array(*[F.lit(k) for k in ("open", "search", "request", "pay")]),
-                     (F.col("id") % 4 + 1).cast("int")).alias("kind"),
+        F.element_at(
+            F.array(*[F.lit(k) for k in ("open", "search", "request", "pay")]),
+            (F.col("id") % 4 + 1).cast("int"),
+        ).alias("kind"),
         (F.lit(base) + (F.rand(seed) * seconds).cast("long")).cast("timestamp").alias("ts"),
     )
 

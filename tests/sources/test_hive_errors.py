@@ -50,14 +50,20 @@ def test_event_time_column_not_a_timestamp(spark: SparkSession, small_table: str
 
 def test_start_not_before_end(spark: SparkSession, small_table: str):
     with pytest.raises(ConfigError, match="'startingTimestamp'.*before endingTimestamp"):
-        read_hive_stream(spark, small_table, event_time_column="ts",
-                         start="2024-03-02T00:00:00Z", end="2024-03-01T00:00:00Z")
+        read_hive_stream(
+            spark,
+            small_table,
+            event_time_column="ts",
+            start="2024-03-02T00:00:00Z",
+            end="2024-03-01T00:00:00Z",
+        )
 
 
 def test_bad_duration_option(spark: SparkSession, small_table: str):
     with pytest.raises(ConfigError, match="'maxEventTimePerTrigger' = 'soon'"):
-        read_hive_stream(spark, small_table, event_time_column="ts",
-                         max_event_time_per_trigger="soon")
+        read_hive_stream(
+            spark, small_table, event_time_column="ts", max_event_time_per_trigger="soon"
+        )
 
 
 def test_unsupported_format(spark: SparkSession):
@@ -96,8 +102,14 @@ def test_null_event_time_fails_by_default_naming_the_file(spark: SparkSession, s
     with pytest.raises(StreamingQueryException, match=r"10 rows of file .*part-.*null.*deadLetter"):
         run(spark, "hive_err_nulls", scratch, end=iso(BASE + 86400))
 
-    run(spark, "hive_err_nulls", scratch / "again", end=iso(BASE + 86400),
-        nullEventTimePolicy="deadLetter", deadLetterPath=str(scratch / "dead"))
+    run(
+        spark,
+        "hive_err_nulls",
+        scratch / "again",
+        end=iso(BASE + 86400),
+        nullEventTimePolicy="deadLetter",
+        deadLetterPath=str(scratch / "dead"),
+    )
     dead = spark.read.parquet(str(scratch / "dead"))
     assert sorted(r.id for r in dead.select("id").collect()) == list(range(3, 100, 10))
     assert {r._kappa_reason for r in dead.select("_kappa_reason").collect()} == {
@@ -107,5 +119,6 @@ def test_null_event_time_fails_by_default_naming_the_file(spark: SparkSession, s
 
 def test_dead_letter_policy_needs_a_path(spark: SparkSession, small_table: str):
     with pytest.raises(ConfigError, match="'deadLetterPath'"):
-        read_hive_stream(spark, small_table, event_time_column="ts",
-                         nullEventTimePolicy="deadLetter")
+        read_hive_stream(
+            spark, small_table, event_time_column="ts", nullEventTimePolicy="deadLetter"
+        )

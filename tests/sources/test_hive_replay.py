@@ -24,8 +24,13 @@ START, END = BASE, BASE + DAY
 
 def windowed(spark: SparkSession, table: str, manifests: Path) -> DataFrame:
     stream = read_hive_stream(
-        spark, table, event_time_column="ts", start=iso(START), end=iso(END),
-        max_event_time_per_trigger="2 hours", watermark_delay="15 minutes",
+        spark,
+        table,
+        event_time_column="ts",
+        start=iso(START),
+        end=iso(END),
+        max_event_time_per_trigger="2 hours",
+        watermark_delay="15 minutes",
         manifestDir=str(manifests),
     )
     return stream.groupBy(F.window("ts", "30 minutes"), "key").agg(
@@ -42,8 +47,9 @@ class BatchRecorder:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = sorted(
             (r.start, r.key, r.n, r.ids)
-            for r in batch.select(F.col("window.start").cast("long").alias("start"), "key", "n",
-                                  "ids").collect()
+            for r in batch.select(
+                F.col("window.start").cast("long").alias("start"), "key", "n", "ids"
+            ).collect()
         )
         self.deliveries.setdefault(batch_id, []).append(rows)
 
@@ -70,8 +76,14 @@ def remove_log_entry(entry: Path) -> None:
 def add_file(spark: SparkSession, table: str, partition: str, first_id: int, at: int) -> int:
     """Write one more parquet file into ``partition`` with 50 events at time ``at``."""
     location = resolve_table(spark, table).location.replace("file:", "")
-    schema = pa.schema([("id", pa.int64()), ("key", pa.int32()), ("kind", pa.string()),
-                        ("ts", pa.timestamp("us", tz="UTC"))])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("key", pa.int32()),
+            ("kind", pa.string()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+        ]
+    )
     rows = pa.table(
         {
             "id": list(range(first_id, first_id + 50)),
@@ -90,7 +102,9 @@ def test_restart_and_replay_match_an_uninterrupted_run(spark: SparkSession, scra
     write_event_time_table(spark, table, events(spark, 4_000, 1, seed=9), files_per_partition=2)
 
     reference = BatchRecorder()
-    start_query(windowed(spark, table, scratch / "m1"), reference, scratch / "ck1").awaitTermination()
+    start_query(
+        windowed(spark, table, scratch / "m1"), reference, scratch / "ck1"
+    ).awaitTermination()
     expected = reference.final_rows()
     assert len(expected) > 300
 
@@ -100,14 +114,18 @@ def test_restart_and_replay_match_an_uninterrupted_run(spark: SparkSession, scra
     while time.time() < deadline and (query.lastProgress or {}).get("batchId", -1) < 3:
         time.sleep(0.2)
     query.stop()
-    committed = max(int(p.name) for p in (scratch / "ck2" / "commits").iterdir() if p.name.isdigit())
+    committed = max(
+        int(p.name) for p in (scratch / "ck2" / "commits").iterdir() if p.name.isdigit()
+    )
     for planned_only in (scratch / "ck2" / "offsets").iterdir():
         if planned_only.name.isdigit() and int(planned_only.name) > committed:
             remove_log_entry(planned_only)
     # Crash after the sink wrote the last committed batch but before Spark committed it:
     # Spark must replay that batch from its offset.
     remove_log_entry(scratch / "ck2" / "commits" / str(committed))
-    planned = json.loads((scratch / "ck2" / "offsets" / str(committed)).read_text().splitlines()[-1])
+    planned = json.loads(
+        (scratch / "ck2" / "offsets" / str(committed)).read_text().splitlines()[-1]
+    )
     assert planned["phase"] == "data"
 
     # A file lands in the replayed slice's range after it was planned.

@@ -73,8 +73,13 @@ def event_table(spark: SparkSession) -> str:
 def test_tumbling_windows_equal_batch_query(spark: SparkSession, event_table: str, scratch: Path):
     start, end = BASE + 3 * HOUR + 1800, BASE + DAY + 17 * HOUR
     stream = read_hive_stream(
-        spark, event_table, event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger="4 hours", watermark_delay="20 minutes",
+        spark,
+        event_table,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="4 hours",
+        watermark_delay="20 minutes",
         manifestDir=str(scratch / "manifests"),
     )
     counts = stream.groupBy(F.window("ts", "1 hour"), "key").agg(
@@ -119,8 +124,13 @@ def sessions_by_hand(rows: list[tuple[int, int, int]], gap: int, end: int) -> li
 def test_session_windows_equal_ground_truth(spark: SparkSession, event_table: str, scratch: Path):
     start, end = BASE, BASE + DAY + 6 * HOUR
     stream = read_hive_stream(
-        spark, event_table, event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger="3 hours", watermark_delay="10 minutes",
+        spark,
+        event_table,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="3 hours",
+        watermark_delay="10 minutes",
         manifestDir=str(scratch / "manifests"),
     )
     sessions = stream.groupBy(F.session_window("ts", "4 minutes"), "key").agg(
@@ -130,15 +140,22 @@ def test_session_windows_equal_ground_truth(spark: SparkSession, event_table: st
     got = sorted(
         (r.key, int(r.s), int(r.e), r.n, r.first_id)
         for r in spark.table("session_out")
-        .select("key", F.col("session_window.start").cast("long").alias("s"),
-                F.col("session_window.end").cast("long").alias("e"), "n", "first_id")
+        .select(
+            "key",
+            F.col("session_window.start").cast("long").alias("s"),
+            F.col("session_window.end").cast("long").alias("e"),
+            "n",
+            "first_id",
+        )
         .collect()
     )
     rows = [
         (r.key, int(r.t), r.id)
         for r in spark.table(event_table)
-        .where((F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-               & (F.col("ts") < F.lit(iso(end)).cast("timestamp")))
+        .where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
         .select("key", F.col("ts").cast("long").alias("t"), "id")
         .collect()
     ]
@@ -152,8 +169,13 @@ def test_slices_never_overlap_and_respect_budgets(
 ):
     start, end = BASE, BASE + DAY
     stream = read_hive_stream(
-        spark, event_table, event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger="3 hours", maxRowsPerTrigger=700,
+        spark,
+        event_table,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="3 hours",
+        maxRowsPerTrigger=700,
         manifestDir=str(scratch / "manifests"),
     )
     batches, progress = collect_batches(stream, scratch / "ck")
@@ -175,9 +197,12 @@ def test_slices_never_overlap_and_respect_budgets(
     expected = {
         r.id
         for r in spark.table(event_table)
-        .where((F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-               & (F.col("ts") < F.lit(iso(end)).cast("timestamp")))
-        .select("id").collect()
+        .where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
+        .select("id")
+        .collect()
     }
     assert len(delivered) == len(set(delivered)), "no duplicates"
     assert set(delivered) == expected, "no loss"
@@ -203,10 +228,17 @@ def test_arrival_time_partitions_deliver_late_events_in_their_slice(
     )
     start, end = BASE + 2 * HOUR, BASE + DAY + 6 * HOUR
     stream = read_hive_stream(
-        spark, "hive_src_arrivals", event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger="2 hours", partitionTimeKind="arrival",
-        maxLateness="3 hours", nullEventTimePolicy="deadLetter",
-        deadLetterPath=str(scratch / "dead"), manifestDir=str(scratch / "manifests"),
+        spark,
+        "hive_src_arrivals",
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="2 hours",
+        partitionTimeKind="arrival",
+        maxLateness="3 hours",
+        nullEventTimePolicy="deadLetter",
+        deadLetterPath=str(scratch / "dead"),
+        manifestDir=str(scratch / "manifests"),
     )
     batches, progress = collect_batches(stream, scratch / "ck")
     by_batch = {p["batchId"]: json.loads(p["sources"][0]["endOffset"]) for p in progress}

@@ -2,7 +2,8 @@
 stream, one bounded slice of event time per micro-batch.
 
 >>> from kappaplus.sources.hive import read_hive_stream
->>> df = read_hive_stream(spark, "rides", event_time_column="ts", watermark_delay="5 min")  # doctest: +SKIP
+>>> df = read_hive_stream(spark, "rides", event_time_column="ts",
+...                       watermark_delay="5 min")  # doctest: +SKIP
 """
 
 from kappaplus.sources.hive.catalog import HiveTable, read_hive_stream, resolve_table

@@ -43,7 +43,9 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     """Look ``table`` up in the catalog; :class:`TableError` if it is missing or unreadable."""
     if not spark.catalog.tableExists(table):
         database = spark.catalog.currentDatabase()
-        raise TableError(f"table {table!r} not found in the catalog (current database {database!r})")
+        raise TableError(
+            f"table {table!r} not found in the catalog (current database {database!r})"
+        )
     details: dict[str, str] = {}
     in_details = False
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
@@ -143,8 +145,12 @@ def read_hive_stream(
         watermark_delay=watermark_delay,
         **options,
     )
-    log.info("streaming table %r by %s slices of %s", table, event_time_column,
-             max_event_time_per_trigger)
+    log.info(
+        "streaming table %r by %s slices of %s",
+        table,
+        event_time_column,
+        max_event_time_per_trigger,
+    )
     df = spark.readStream.format("kappa_hive").options(**resolved).load()
     if watermark_delay is None:
         return df

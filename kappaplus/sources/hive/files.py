@@ -39,7 +39,7 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and root path for a table location as Spark's catalog gives it."""
     uri = location
     if uri.startswith("file:") and not uri.startswith("file://"):
-        uri = "file://" + uri[len("file:"):]
+        uri = "file://" + uri[len("file:") :]
     if "://" not in uri:
         return pafs.LocalFileSystem(), uri.rstrip("/")
     fs, path = pafs.FileSystem.from_uri(uri)
@@ -91,7 +91,7 @@ def list_data_files(
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
-        relative = info.path[len(root):].lstrip("/")
+        relative = info.path[len(root) :].lstrip("/")
         parts = relative.split("/")
         if any(is_hidden(p) for p in parts) or info.size == 0:
             continue
@@ -100,7 +100,9 @@ def list_data_files(
         if partition_columns and list(values)[: len(partition_columns)] != list(partition_columns):
             log.warning(
                 "table %r: skipping %s, which is not under a partition directory %s",
-                table, info.path, "/".join(f"{c}=..." for c in partition_columns),
+                table,
+                info.path,
+                "/".join(f"{c}=..." for c in partition_columns),
             )
             continue
         lo, hi = UNBOUNDED_LO, UNBOUNDED_HI
@@ -157,7 +159,9 @@ def _stat_micros(value: object) -> int | None:
 
 
 @lru_cache(maxsize=4096)
-def file_stats(path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str) -> tuple[RowGroupStats, ...]:
+def file_stats(
+    path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str
+) -> tuple[RowGroupStats, ...]:
     """Row-group (Parquet) or stripe (ORC) statistics; cached by path, size and mtime."""
     fs, _ = filesystem_for(location)
     try:

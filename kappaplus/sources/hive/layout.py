@@ -19,8 +19,15 @@ from kappaplus.errors import DataError
 from kappaplus.timeutil import iso, to_micros  # noqa: F401  (iso is used by the doctest)
 
 # Finest directive first: the first found sets the partition length.
-_GRANULARITY = [("%S", "second"), ("%M", "minute"), ("%H", "hour"), ("%d", "day"),
-                ("%j", "day"), ("%m", "month"), ("%Y", "year")]
+_GRANULARITY = [
+    ("%S", "second"),
+    ("%M", "minute"),
+    ("%H", "hour"),
+    ("%d", "day"),
+    ("%j", "day"),
+    ("%m", "month"),
+    ("%Y", "year"),
+]
 _DATE_NAMES = ("dt", "date", "ds", "day", "event_date", "date_key", "datestr")
 _HOUR_NAMES = ("hr", "hour", "hh", "event_hour")
 

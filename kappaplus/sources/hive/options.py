@@ -101,7 +101,9 @@ class HiveSourceOptions:
         try:
             schema = StructType.fromJson(json.loads(schema_text))
         except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError("schema", schema_text[:80], f"not a Spark schema JSON: {exc}") from exc
+            raise ConfigError(
+                "schema", schema_text[:80], f"not a Spark schema JSON: {exc}"
+            ) from exc
         partition_columns = tuple(
             c.strip() for c in (get("partitionColumns") or "").split(",") if c.strip()
         )
@@ -123,7 +125,9 @@ class HiveSourceOptions:
                 f"column of table {table!r} is {event_type.simpleString()}, not a timestamp",
             )
         if event_time in partition_columns:
-            raise ConfigError("eventTimeColumn", event_time, "must be a data column, not a partition column")
+            raise ConfigError(
+                "eventTimeColumn", event_time, "must be a data column, not a partition column"
+            )
 
         start = _timestamp(get("startingTimestamp"), "startingTimestamp")
         end = _timestamp(get("endingTimestamp"), "endingTimestamp")
@@ -133,14 +137,20 @@ class HiveSourceOptions:
                 get("startingTimestamp"),
                 f"must be before endingTimestamp {get('endingTimestamp')!r}",
             )
-        max_span = parse_duration(get("maxEventTimePerTrigger", "1 hour") or "1 hour", "maxEventTimePerTrigger")
+        max_span = parse_duration(
+            get("maxEventTimePerTrigger", "1 hour") or "1 hour", "maxEventTimePerTrigger"
+        )
         if max_span <= 0:
-            raise ConfigError("maxEventTimePerTrigger", get("maxEventTimePerTrigger"), "must be positive")
+            raise ConfigError(
+                "maxEventTimePerTrigger", get("maxEventTimePerTrigger"), "must be positive"
+            )
         kind_text = get("partitionTimeKind", "event") or "event"
         try:
             kind = PartitionTimeKind(kind_text.lower())
         except ValueError as exc:
-            raise ConfigError("partitionTimeKind", kind_text, "expected 'event' or 'arrival'") from exc
+            raise ConfigError(
+                "partitionTimeKind", kind_text, "expected 'event' or 'arrival'"
+            ) from exc
         policy_text = get("nullEventTimePolicy", "fail") or "fail"
         policies = {p.value.lower(): p for p in NullEventTimePolicy}
         if policy_text.lower() not in policies:
@@ -148,7 +158,9 @@ class HiveSourceOptions:
         policy = policies[policy_text.lower()]
         dead_letter_path = get("deadLetterPath")
         if policy is NullEventTimePolicy.DEAD_LETTER and dead_letter_path is None:
-            raise ConfigError("deadLetterPath", None, "is required when nullEventTimePolicy=deadLetter")
+            raise ConfigError(
+                "deadLetterPath", None, "is required when nullEventTimePolicy=deadLetter"
+            )
         watermark = get("watermarkDelay")
         return cls(
             table=table,
@@ -171,7 +183,9 @@ class HiveSourceOptions:
             null_event_time_policy=policy,
             dead_letter_path=dead_letter_path,
             manifest_dir=required("manifestDir"),
-            watermark_delay=None if watermark is None else parse_duration(watermark, "watermarkDelay"),
+            watermark_delay=None
+            if watermark is None
+            else parse_duration(watermark, "watermarkDelay"),
             rows_per_partition=_positive_int(get("rowsPerPartition", "1000000"), "rowsPerPartition")
             or 1_000_000,
         )

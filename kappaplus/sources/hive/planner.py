@@ -225,7 +225,14 @@ class SlicePlanner:
         if first is None:  # nothing more until the limit: one empty batch jumps there
             log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
             return self._offset(
-                pos.origin, limit, limit, None, PHASE_DATA, 0, late_files, late_rows,
+                pos.origin,
+                limit,
+                limit,
+                None,
+                PHASE_DATA,
+                0,
+                late_files,
+                late_rows,
                 self._done(pos.origin, limit, limit),
             )
         lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
@@ -238,14 +245,28 @@ class SlicePlanner:
         digest = self.store.put(manifest)
         self._owned.update(f.path for f in files if f.admits(lo, hi))
         rows = sum(
-            g.num_rows for e in entries for g in self._groups(e.path, files) if g.index in e.row_groups
+            g.num_rows
+            for e in entries
+            for g in self._groups(e.path, files)
+            if g.index in e.row_groups
         )
         log.info(
             "table %r: slice [%s, %s) reads %d files (<= %d rows)",
-            o.table, iso(lo), iso(hi), len(entries), rows,
+            o.table,
+            iso(lo),
+            iso(hi),
+            len(entries),
+            rows,
         )
         return self._offset(
-            pos.origin, lo, hi, digest, PHASE_DATA, len(entries), late_files, late_rows,
+            pos.origin,
+            lo,
+            hi,
+            digest,
+            PHASE_DATA,
+            len(entries),
+            late_files,
+            late_rows,
             self._done(pos.origin, hi, limit),
         )
 
@@ -312,14 +333,15 @@ class SlicePlanner:
         if cut == int(values[0]):
             log.warning(
                 "table %r: %d rows share event time %s, more than the per-trigger budget %d",
-                self.options.table, int(np.sum(values == cut)), iso(cut), budget,
+                self.options.table,
+                int(np.sum(values == cut)),
+                iso(cut),
+                budget,
             )
             return cut + 1
         return cut
 
-    def _entries(
-        self, files: list[DataFile], lo: int, hi: int, origin: int
-    ) -> list[ManifestEntry]:
+    def _entries(self, files: list[DataFile], lo: int, hi: int, origin: int) -> list[ManifestEntry]:
         o = self.options
         end = o.ending_timestamp if o.ending_timestamp is not None else UNBOUNDED_HI
         entries = []
@@ -343,8 +365,14 @@ class SlicePlanner:
             if deliver or route:
                 entries.append(
                     ManifestEntry(
-                        f.path, f.size, f.mtime_ns, f.partition_values,
-                        f.admissible_lo, f.admissible_hi, deliver, route,
+                        f.path,
+                        f.size,
+                        f.mtime_ns,
+                        f.partition_values,
+                        f.admissible_lo,
+                        f.admissible_hi,
+                        deliver,
+                        route,
                     )
                 )
         return entries
@@ -377,8 +405,11 @@ class SlicePlanner:
                 found_rows += rows
                 log.warning(
                     "table %r: file %s appeared after its event-time range was delivered; "
-                    "%d rows before %s are not part of this run (re-run that range to include them)",
-                    self.options.table, f.path, rows, iso(pos.hi),
+                    "%d rows before %s are not part of this run (re-run that range to include them)",  # noqa: E501
+                    self.options.table,
+                    f.path,
+                    rows,
+                    iso(pos.hi),
                 )
         return found_files, found_rows
 

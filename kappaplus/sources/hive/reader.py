@@ -183,7 +183,7 @@ def _route(options: HiveSourceOptions, entry: ManifestEntry, bad: pa.Table) -> N
     bad = bad.append_column("_kappa_table", pa.array([options.table] * n, type=pa.string()))
     bad = bad.append_column("_kappa_source_file", pa.array([entry.path] * n, type=pa.string()))
     bad = bad.append_column("_kappa_dead_letter_time", pa.array([now] * n, type=TS_UTC))
-    # One file per source file and row groups: a replayed slice overwrites it instead of duplicating rows.
+    # One file per source file and row groups: a replayed slice overwrites it, no duplicates.
     identity = f"{entry.path}|{entry.size}|{entry.mtime_ns}|{sorted(entry.route_row_groups)}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:24]
     fs, root = filesystem_for(options.dead_letter_path)

@@ -106,8 +106,9 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if last.phase != PHASE_DATA or last.manifest is None or start == end:
             return []
         manifest = ManifestStore(self.options.manifest_dir).get(last.manifest)
-        return split_slice(manifest.entries, manifest.lo, manifest.hi, last.origin or 0,
-                           self.options, self.planner)
+        return split_slice(
+            manifest.entries, manifest.lo, manifest.hi, last.origin or 0, self.options, self.planner
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
@@ -126,9 +127,7 @@ def split_slice(
     planner: SlicePlanner,
 ) -> list[InputPartition]:
     """Input partitions of about ``rowsPerPartition`` rows: whole files or runs of row groups."""
-    sizes = {
-        e.path: {g.index: g.num_rows for g in planner.stats_of_entry(e)} for e in entries
-    }
+    sizes = {e.path: {g.index: g.num_rows for g in planner.stats_of_entry(e)} for e in entries}
     parts: list[InputPartition] = []
     current: list[ManifestEntry] = []
     rows = 0
