@@ -45,6 +45,19 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return {}
 
 
+@dataclass(frozen=True)
+class BatchInfo:
+    """One executed micro-batch: its rows, the watermark it ran under (ISO, as Spark
+    reports it), the rows it dropped as late and each source's offsets."""
+
+    batch_id: int
+    input_rows: int
+    watermark: str | None
+    rows_dropped_late: int
+    start_offsets: list[Any]
+    end_offsets: list[Any]
+
+
 @dataclass
 class QueryStats:
     """Totals of one streaming query over this run."""
@@ -60,6 +73,7 @@ class QueryStats:
     watermark: str | None = None
     last_input_at: float | None = None
     observed: dict[str, dict[str, int]] = field(default_factory=dict)
+    history: list[BatchInfo] = field(default_factory=list, repr=False)
     seen: set[int] = field(default_factory=set, repr=False)
 
     def add(self, entry: Any, now: float | None = None) -> bool:
@@ -77,11 +91,21 @@ class QueryStats:
         self.rows_per_second = float(_get(entry, "processedRowsPerSecond", 0.0) or 0.0)
         operators = _get(entry, "stateOperators", []) or []
         self.state_rows = sum(int(_get(op, "numRowsTotal", 0)) for op in operators)
-        self.rows_dropped_late += sum(
-            int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators
-        )
+        dropped = sum(int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators)
+        self.rows_dropped_late += dropped
         event_time = _get(entry, "eventTime", {}) or {}
         self.watermark = _get(event_time, "watermark", self.watermark)
+        sources = _get(entry, "sources", []) or []
+        self.history.append(
+            BatchInfo(
+                batch_id=int(batch_id),
+                input_rows=rows,
+                watermark=_get(event_time, "watermark"),
+                rows_dropped_late=dropped,
+                start_offsets=[_offset(_get(src, "startOffset")) for src in sources],
+                end_offsets=[_offset(_get(src, "endOffset")) for src in sources],
+            )
+        )
         fractions = []
         for source in _get(entry, "sources", []) or []:
             end = _offset(_get(source, "endOffset"))
