@@ -26,6 +26,7 @@ _GROUPS = [
 _COMMANDS = [
     "kappaplus.runtime.cli",
     "kappaplus.local.stack_cli",
+    "kappaplus.demo",
 ]
 
 
@@ -55,6 +56,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 _mount()

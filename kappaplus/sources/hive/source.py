@@ -32,6 +32,10 @@ from kappaplus.sources.hive.planner import (
 from kappaplus.sources.hive.reader import SlicePartition, read_partition
 
 
+TARGET_PARTITIONS = 8
+MIN_PARTITION_ROWS = 20_000
+
+
 class HiveStreamDataSource(DataSource):
     """``spark.readStream.format("kappa_hive")``; see :class:`HiveSourceOptions` for options."""
 
@@ -126,8 +130,16 @@ def split_slice(
     options: HiveSourceOptions,
     planner: SlicePlanner,
 ) -> list[InputPartition]:
-    """Input partitions of about ``rowsPerPartition`` rows: whole files or runs of row groups."""
+    """Input partitions of whole files or runs of row groups, read in parallel.
+
+    A slice is cut into about :data:`TARGET_PARTITIONS` pieces so every core reads, but no
+    piece is smaller than :data:`MIN_PARTITION_ROWS` or larger than ``rowsPerPartition``.
+    """
     sizes = {e.path: {g.index: g.num_rows for g in planner.stats_of_entry(e)} for e in entries}
+    total = sum(sum(s.values()) for s in sizes.values())
+    target = max(
+        MIN_PARTITION_ROWS, min(options.rows_per_partition, -(-total // TARGET_PARTITIONS))
+    )
     parts: list[InputPartition] = []
     current: list[ManifestEntry] = []
     rows = 0
@@ -137,7 +149,7 @@ def split_slice(
         for group in groups:
             run.append(group)
             rows += sizes[entry.path].get(group, 0)
-            if rows >= options.rows_per_partition:
+            if rows >= target:
                 current.append(_subset(entry, run))
                 parts.append(SlicePartition(lo, hi, origin, current))
                 current, run, rows = [], [], 0
