@@ -30,7 +30,11 @@ def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
     session = create_session("kappaplus-tests", home=kappa_home)
     yield session
     session.stop()
-    shutil.rmtree(kappa_home, ignore_errors=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove this test session's state directory, whichever fixtures ran."""
+    shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture()
