@@ -31,7 +31,6 @@ from kappaplus.sources.hive.planner import (
 )
 from kappaplus.sources.hive.reader import SlicePartition, read_partition
 
-
 TARGET_PARTITIONS = 8
 MIN_PARTITION_ROWS = 20_000
 
