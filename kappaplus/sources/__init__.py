@@ -9,6 +9,7 @@ from typing import Any
 _SOURCES = [
     ("kappaplus.sources.hive", "HiveStreamDataSource"),
     ("kappaplus.sources.kafka", "KafkaDataSource"),
+    ("kappaplus.sources.hybrid", "HybridDataSource"),
 ]
 
 
