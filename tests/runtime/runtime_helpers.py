@@ -1,0 +1,86 @@
+"""Shared helpers of the runtime tests: job configs from the example TOML files, hand-made
+ground truths, and reading job outputs back as plain Python values."""
+
+from __future__ import annotations
+
+import tomllib
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import kappaplus.examples as examples
+from kappaplus.config import JobConfig, config_from_dict
+
+EXAMPLES = Path(examples.__file__).parent
+US = 1_000_000
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def micros(moment: datetime) -> int:
+    return int(round(moment.timestamp() * US))
+
+
+def example_config(name: str, patch: Mapping[str, Any], scratch: Path) -> JobConfig:
+    """The example's TOML, with ``patch`` deep-merged in and checkpoints under ``scratch``."""
+    raw = tomllib.loads((EXAMPLES / f"{name}.toml").read_text())
+    merged = _merge(raw, patch)
+    merged["checkpoint_dir"] = str(scratch / "checkpoints")
+    return config_from_dict(merged)
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    if isinstance(base, dict) and isinstance(patch, Mapping):
+        out = dict(base)
+        for key, value in patch.items():
+            out[key] = _merge(base.get(key), value) if key in base else value
+        return out
+    return patch
+
+
+def table_rows(spark: SparkSession, table: str, columns: Iterable[str]) -> list[tuple[Any, ...]]:
+    """Rows of ``table`` as tuples; timestamp columns as epoch microseconds, arrays as tuples."""
+    df = spark.table(table)
+    selected = []
+    for name in columns:
+        kind = df.schema[name].dataType.simpleString()
+        column = F.col(name)
+        selected.append(F.unix_micros(column).alias(name) if kind == "timestamp" else column)
+    return [
+        tuple(tuple(v) if isinstance(v, list) else v for v in row)
+        for row in df.select(*selected).collect()
+    ]
+
+
+def sessions_by_hand(
+    events: Iterable[Mapping[str, Any]], gap_seconds: float
+) -> set[tuple[Any, ...]]:
+    """Sessions per rider: sorted by event time, a new session starts when an event is
+    MORE than ``gap`` after the previous one; end = last event + gap. Rows:
+    (rider_id, start_us, end_us, event_count, event_types, trip_requested)."""
+    gap = int(gap_seconds * US)
+    per_rider: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for event in events:
+        per_rider[event["rider_id"]].append((micros(event["event_time"]), event["event_type"]))
+    out: set[tuple[Any, ...]] = set()
+    for rider, items in per_rider.items():
+        items.sort()
+        groups: list[list[tuple[int, str]]] = []
+        for item in items:
+            if groups and item[0] - groups[-1][-1][0] <= gap:
+                groups[-1].append(item)
+            else:
+                groups.append([item])
+        for group in groups:
+            kinds = tuple(sorted({kind for _, kind in group}))
+            start, last = group[0][0], group[-1][0]
+            out.add((rider, start, last + gap, len(group), kinds, "request_trip" in kinds))
+    return out

@@ -1,0 +1,86 @@
+"""``kappa run`` / ``kappa status`` without Spark: help, validation errors, status listing."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kappaplus.cli import app
+from kappaplus.runtime.cli import job_path
+from kappaplus.runtime.options import RunOptions, trigger_args
+from kappaplus.runtime.records import RUNNING, RunRecord
+
+runner = CliRunner()
+
+
+def test_help_of_run_and_status() -> None:
+    result = runner.invoke(app, ["run", "--help"])
+    assert result.exit_code == 0
+    for option in ("--mode", "--start", "--end", "--config", "--trigger", "--until-idle"):
+        assert option in result.output
+    result = runner.invoke(app, ["status", "--help"])
+    assert result.exit_code == 0 and "--json" in result.output
+    listed = runner.invoke(app, ["run", "--list", "--mode", "stream"])
+    assert "kappaplus.examples.sessionization:JOB" in listed.output
+
+
+def test_options_are_validated_once_naming_the_option() -> None:
+    result = runner.invoke(app, ["run", "sessionization", "--mode", "replay"])
+    assert result.exit_code == 2 and "'mode'" in result.output and "replay" in result.output
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "sessionization",
+            "--mode",
+            "backfill",
+            "--start",
+            "2024-03-02",
+            "--end",
+            "2024-03-01",
+        ],
+    )
+    assert result.exit_code == 2 and "'start'" in result.output
+    result = runner.invoke(app, ["run", "nosuchjob", "--mode", "stream"])
+    assert result.exit_code == 2 and "'JOB'" in result.output
+    assert job_path("supply-demand") == "kappaplus.examples.supply_demand:JOB"
+    assert trigger_args("available-now") == {"availableNow": True}
+    assert RunOptions("stream", trigger="2 s").trigger == "2 s"
+
+
+def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "offsets" / "0").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
+        '{"v":1,"lo":0,"hi":7200000000,"range":"[1970-01-01T00:00:00Z, 1970-01-01T02:00:00Z)",'
+        '"done":0.25,"phase":"data"}\n'
+    )
+    record = RunRecord(
+        run_id=f"cli-test-{os.getpid()}-{int(time.time())}",
+        job="cli-test",
+        job_path=None,
+        mode="backfill",
+        status=RUNNING,
+        trigger="available-now",
+        started_at=time.time(),
+        updated_at=time.time(),
+        pid=2**22 + 12345,  # no such process
+        checkpoints={"out": str(checkpoint)},
+    )
+    record.save()
+    result = runner.invoke(app, ["status", "--job", "cli-test", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    row = next(r for r in rows if r["run_id"] == record.run_id)
+    assert row["status"] == "interrupted"
+    assert row["done"] == 0.25
+    assert row["checkpoints"]["out"]["pending"] is True
+    assert "slice" in row["checkpoints"]["out"]["position"]
+    table = runner.invoke(app, ["status", "--job", "cli-test"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "interrupted" in table.output
