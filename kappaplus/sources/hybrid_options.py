@@ -171,7 +171,10 @@ class HybridSourceOptions:
         cutoff = parse_timestamp(required("cutoff"), "cutoff")
         lateness = parse_duration(mine.get("lateness") or "0 seconds", "lateness")
         lake_raw["endingTimestamp"] = str(cutoff)
-        lake = HiveSourceOptions.parse(lake_raw)
+        try:
+            lake = HiveSourceOptions.parse(lake_raw)
+        except ConfigError as exc:  # name the option as the caller spelled it
+            raise ConfigError(f"{LAKE_PREFIX}{exc.option}", exc.value, exc.problem) from exc
         if lake.starting_timestamp is not None and lake.starting_timestamp >= cutoff:
             raise ConfigError(
                 "lake.startingTimestamp",

@@ -271,3 +271,72 @@ def test_bad_options_name_the_option(spark: SparkSession, lake_events: list[dict
     )
     with pytest.raises(ConfigError, match="'key'"):
         read_hybrid_stream(spark, cutoff=iso(CUTOFF), **{**common, "decoder": no_key})
+
+
+def test_dedup_rule_and_schema_unification_per_record() -> None:
+    """Without Spark: one decoded batch split into delivered, skipped and dead records."""
+    import pyarrow as pa
+
+    from kappaplus.decode import _decode_batches
+    from kappaplus.sources.hybrid_options import HybridSourceOptions, decoder_to_json
+    from kappaplus.sources.hybrid_reader import decoded_arrow_schema, split_decoded
+    from kappaplus.sources.kafka_reader import arrow_schema
+
+    lake_schema = StructType([*LAKE_SCHEMA.fields, StructField("dt", StringType())])
+    options = HybridSourceOptions.parse(
+        {
+            "lake.table": "events",
+            "lake.location": "/nowhere",
+            "lake.format": "parquet",
+            "lake.schema": lake_schema.json(),
+            "lake.partitionColumns": "dt",
+            "lake.partitionTimeFormat": "dt=%Y-%m-%d",
+            "lake.eventTimeColumn": "ts",
+            "lake.manifestDir": "/nowhere/manifests",
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "subscribe": "events",
+            "cutoff": iso(CUTOFF),
+            "lateness": "6 hours",
+            "decoder": decoder_to_json(DECODER),
+            "deadLetterPath": "/nowhere/dead",
+        }
+    )
+    assert options.derived == {"dt": "%Y-%m-%d"}
+    assert options.kafka_start_ms == (CUTOFF - 6 * HOUR) * 1000
+
+    def value(ident: int, ts: int, key: int = 1) -> bytes:
+        stamp = datetime.fromtimestamp(ts, tz=UTC).isoformat()
+        return json.dumps({"id": ident, "key": key, "kind": "pay", "ts": stamp}).encode()
+
+    values = [
+        value(1, CUTOFF - 1),  # the lake's: skipped
+        value(2, CUTOFF),  # Kafka's from the cutoff on
+        value(3, CUTOFF + DAY + 5),
+        value(4, CUTOFF + 60, key=2**40),  # decodes, but does not fit the lake's INT key
+        b"{broken",
+    ]
+    n = len(values)
+    records = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"k"] * n),
+            pa.array(values),
+            pa.array(["events"] * n),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(n), pa.int64()),
+            pa.array([CUTOFF * 1_000_000] * n, pa.timestamp("us", tz="UTC")),
+            pa.array([0] * n, pa.int32()),
+        ],
+        schema=arrow_schema(False),
+    )
+    (decoded,) = _decode_batches(DECODER, decoded_arrow_schema(options), [records])
+    from kappaplus.sources.hive.reader import output_arrow_schema
+
+    rows, dead, counts = split_decoded(options, decoded, output_arrow_schema(options.lake))
+    assert counts.as_dict() == {"records": 5, "delivered": 2, "skipped": 1, "dead": 2}
+    assert rows.schema == output_arrow_schema(options.lake)
+    assert rows.column("id").to_pylist() == [2, 3]
+    assert rows.column("dt").to_pylist() == [iso(CUTOFF)[:10], iso(CUTOFF + DAY)[:10]]
+    assert dead is not None
+    assert sorted(dead.column("offset").to_pylist()) == [3, 4]
+    reasons = " | ".join(dead.column("reason").to_pylist())
+    assert "'key'" in reasons and "invalid JSON" in reasons
