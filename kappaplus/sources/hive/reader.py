@@ -132,7 +132,7 @@ def _conform(
     arrays = []
     for f in schema:
         if f.name == MARKER_COLUMN:
-            arrays.append(pa.array([False] * table.num_rows, type=pa.bool_()))
+            arrays.append(pa.repeat(pa.scalar(False), table.num_rows))
         elif f.name in options.partition_columns:
             raw = entry.partition_values.get(f.name)
             value = None if raw is None or raw == HIVE_DEFAULT else raw
@@ -154,7 +154,7 @@ def _constant(value: str | None, kind: pa.DataType, n: int, path: str, column: s
         raise DataError(
             f"partition value {column}={value!r} of file {path!r} is not a valid {kind}"
         ) from exc
-    return pa.array([scalar.as_py()] * n, type=kind)
+    return pa.repeat(scalar, n)
 
 
 def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.Table:
