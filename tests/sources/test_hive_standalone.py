@@ -52,10 +52,12 @@ def daemon_env(home: Path) -> dict[str, str]:
             "SPARK_DAEMON_MEMORY": "256m",
             # The REST submission server would take the fixed port 6066.
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-            "PYSPARK_PYTHON": sys.executable,
         }
     )
-    env.pop("SPARK_CONF_DIR", None)
+    # The executors' interpreter must come from the job's session settings, not from the
+    # environment the daemons (or the job process) inherit from this one.
+    for name in ("SPARK_CONF_DIR", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        env.pop(name, None)
     return env
 
 
