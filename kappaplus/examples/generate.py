@@ -99,9 +99,13 @@ def rider_events(
                 )
                 t += rng.uniform(5, 240)
             if not late_sent and t > 600:
+                # one late event per such rider: it happened during this session (between
+                # its first and last event) but reaches Kafka hours later
                 late_sent = True
                 serial += 1
-                moment = origin + timedelta(seconds=t - rng.uniform(1, 4))
+                session = out[-len(types) :]
+                first, last = session[0]["event_time"], session[-1]["event_time"]
+                moment = first + (last - first) * rng.uniform(0.05, 0.95)
                 out.append(
                     {
                         "event_id": f"e{serial:07d}",

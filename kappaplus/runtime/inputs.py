@@ -41,6 +41,11 @@ def decode_metrics_name(input_name: str) -> str:
     return f"kappa_decode_{input_name}"
 
 
+def input_metrics_name(input_name: str) -> str:
+    """Name of the observed row count of an input as the job receives it."""
+    return f"kappa_input_{input_name}"
+
+
 def dlq_metrics_name(input_name: str) -> str:
     """Name of the observed decode counts in the DLQ query of an input."""
     return f"kappa_dlq_{input_name}"
@@ -189,7 +194,23 @@ def bind_input(
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
     watermarked = apply_watermark(conform(raw, spec), spec.event_time_column, watermark_delay)
-    return BoundInput(spec.name, watermarked, source)
+    return BoundInput(spec.name, observe_barrier(watermarked, spec.name), source)
+
+
+def observe_barrier(df: DataFrame, input_name: str) -> DataFrame:
+    """Count the rows the job receives (``kappa_input_<name>``), and keep job filters above
+    the watermark.
+
+    Spark's optimizer pushes a filter that does not reference the event-time column below
+    ``withWatermark``. A job filter such as ``event_type = 'request_trip'`` would then
+    drop the end-of-input marker rows of a bounded backfill (their other columns are
+    null) before the watermark sees them, and the last windows would never be emitted.
+    Filters are not pushed below ``observe`` (it would change what is observed), so this
+    observation is also the barrier that keeps every job filter above the watermark.
+    """
+    from pyspark.sql import functions as F
+
+    return df.observe(input_metrics_name(input_name), F.count(F.lit(1)).alias("rows"))
 
 
 def bind_inputs(
