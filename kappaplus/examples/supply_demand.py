@@ -4,12 +4,13 @@ demand/supply ratio.
 
 ``supply_demand`` -- union-then-aggregate: both streams are projected to
 ``(area, event_time, is_request, is_driver)``, unioned, and aggregated in one tumbling
-``window`` (10 s) per area. Why not a join of two windowed aggregates (the other way to
-draw figure 1): it chains three stateful operators (two aggregations feeding a full
-outer join), and in our runs the last windows of a bounded backfill that lacked one side
-never left the join's state in append mode. One aggregation over the union emits every
-window -- with demand only (ratio null: no supply), supply only (ratio 0) or both -- as
-soon as the watermark passes it, in both modes, with a single state to size.
+``window`` (10 s) per area. The other way to draw figure 1 -- a full outer join of two
+windowed aggregates -- chains three stateful operators (two aggregations feeding the
+join): three states to size, and a window missing on one side is emitted only when the
+join evicts it from its own state. One aggregation over the union
+has a single state, emits every window -- demand only (ratio null: no supply), supply
+only (ratio 0) or both -- as soon as the watermark passes it, in both modes, and its late
+rows are counted by one operator.
 
 ``matches`` -- a stream-stream **join** of the raw streams: every ride request with each
 driver who reported available in the same area within ``match_window`` (60 s) before
