@@ -169,6 +169,7 @@ def run_command(
 def print_summary(record: Any) -> None:
     """The final summary of a run."""
     elapsed = (record.ended_at or time.time()) - record.started_at
+    _console.print()
     _console.print(
         f"[bold]{record.run_id}[/bold]: {record.status} after {format_seconds(elapsed)}"
         f" ({record.mode}, trigger {record.trigger})"
@@ -176,11 +177,16 @@ def print_summary(record: Any) -> None:
     table = Table("output", "targets", "batches", "rows in", "late dropped", "state rows", "done")
     for name, stats in record.outputs.items():
         done = stats.get("done")
+        received = [
+            counts.get("rows", 0)
+            for metric, counts in stats.get("observed", {}).items()
+            if metric.startswith("kappa_input_")
+        ]
         table.add_row(
             name,
             ", ".join(record.targets.get(name, [])),
             str(stats.get("batches", 0)),
-            str(stats.get("input_rows", 0)),
+            str(sum(received) if received else stats.get("input_rows", 0)),
             str(stats.get("rows_dropped_late", 0)),
             str(stats.get("state_rows", 0)),
             "-" if done is None else f"{done:.1%}",
@@ -232,7 +238,9 @@ def status_command(
     if not rows:
         _console.print("no runs recorded")
         return
-    table = Table("run", "job", "mode", "status", "range", "done", "late", "checkpoints")
+    table = Table()
+    for column in ("run", "job", "mode", "status", "range", "done", "late", "checkpoints"):
+        table.add_column(column, overflow="fold")
     for row in rows:
         parts = []
         for name, state in row["checkpoints"].items():
