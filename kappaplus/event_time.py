@@ -10,23 +10,37 @@ here removes them *after* the watermark has seen them, before any job code runs.
 
 from __future__ import annotations
 
+import uuid
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappaplus.sources.hive.options import MARKER_COLUMN
 from kappaplus.timeutil import format_duration, parse_duration
 
+#: Hidden boolean column of sources that append end-of-input marker rows.
+MARKER_COLUMN = "_kappa_marker"
 
-def apply_watermark(df: DataFrame, event_time_column: str, delay: str | int) -> DataFrame:
-    """``withWatermark`` on ``event_time_column``, then drop end-of-input marker rows.
+
+def apply_watermark(
+    df: DataFrame, event_time_column: str, delay: str | int, observe_as: str | None = None
+) -> DataFrame:
+    """``withWatermark`` on ``event_time_column``, drop end-of-input marker rows, and count
+    the rows that pass (observed metric ``observe_as``, default ``kappa_rows_<column>_<id>``).
 
     ``delay`` is a duration string (``"10 minutes"``) or microseconds.
+
+    The observation is also a barrier. Spark's optimizer pushes a filter that does not
+    reference the event-time column below ``withWatermark``: a job filter such as
+    ``event_type = 'trip_request'`` would drop the marker rows (their other columns are
+    null) before the watermark sees them, and the last windows of a backfill would never
+    be emitted. Spark does not push filters below ``observe``, so job filters stay above.
     """
     micros = delay if isinstance(delay, int) else parse_duration(delay, "watermarkDelay")
     watermarked = df.withWatermark(event_time_column, format_duration(micros))
-    if MARKER_COLUMN not in df.columns:
-        return watermarked
-    return watermarked.where(not_a_marker(event_time_column)).drop(MARKER_COLUMN)
+    if MARKER_COLUMN in df.columns:
+        watermarked = watermarked.where(not_a_marker(event_time_column)).drop(MARKER_COLUMN)
+    name = observe_as or f"kappa_rows_{event_time_column}_{uuid.uuid4().hex[:8]}"
+    return watermarked.observe(name, F.count(F.lit(1)).alias("rows"))
 
 
 def not_a_marker(event_time_column: str) -> Column:

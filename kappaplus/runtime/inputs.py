@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.errors import ConfigError
+from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.sources.hive import read_hive_stream
-from kappaplus.sources.hive.options import MARKER_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -162,8 +162,6 @@ def bind_input(
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
     from kappaplus.decode import decode_kafka, good_events
-
-    # the Hive source package is imported at the top: importing event_time first is circular
     from kappaplus.event_time import apply_watermark
 
     if mode == "stream":
@@ -193,24 +191,13 @@ def bind_input(
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
-    watermarked = apply_watermark(conform(raw, spec), spec.event_time_column, watermark_delay)
-    return BoundInput(spec.name, observe_barrier(watermarked, spec.name), source)
-
-
-def observe_barrier(df: DataFrame, input_name: str) -> DataFrame:
-    """Count the rows the job receives (``kappa_input_<name>``), and keep job filters above
-    the watermark.
-
-    Spark's optimizer pushes a filter that does not reference the event-time column below
-    ``withWatermark``. A job filter such as ``event_type = 'request_trip'`` would then
-    drop the end-of-input marker rows of a bounded backfill (their other columns are
-    null) before the watermark sees them, and the last windows would never be emitted.
-    Filters are not pushed below ``observe`` (it would change what is observed), so this
-    observation is also the barrier that keeps every job filter above the watermark.
-    """
-    from pyspark.sql import functions as F
-
-    return df.observe(input_metrics_name(input_name), F.count(F.lit(1)).alias("rows"))
+    watermarked = apply_watermark(
+        conform(raw, spec),
+        spec.event_time_column,
+        watermark_delay,
+        observe_as=input_metrics_name(spec.name),
+    )
+    return BoundInput(spec.name, watermarked, source)
 
 
 def bind_inputs(

@@ -433,7 +433,7 @@ def read_hybrid_stream(
     df = spark.readStream.format(SHORT_NAME).options(**resolved).load()
     if watermark_delay is None:
         return df
-    from kappaplus.event_time import apply_watermark  # imports the Hive source package
+    from kappaplus.event_time import apply_watermark
 
     return apply_watermark(df, event_time_column, parse_duration(watermark_delay))
 

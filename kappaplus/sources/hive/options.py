@@ -14,10 +14,11 @@ from enum import StrEnum
 from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from kappaplus.errors import ConfigError
+from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.timeutil import parse_duration, parse_timestamp
 
 SUPPORTED_FORMATS = ("parquet", "orc")
-MARKER_COLUMN = "_kappa_marker"
+__all__ = ["MARKER_COLUMN", "HiveSourceOptions", "NullEventTimePolicy", "PartitionTimeKind"]
 
 
 class PartitionTimeKind(StrEnum):
