@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 DAY = 86400
+HOUR_S = 3600
 BASE = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp())
 
 

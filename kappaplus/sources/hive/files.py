@@ -223,7 +223,7 @@ def read_columns(
                 reader = orc.ORCFile(handle)
                 present = [c for c in columns if c in reader.schema.names]
                 for stripe in row_groups:
-                    yield from reader.read_stripe(stripe, columns=present).to_batches()
+                    yield reader.read_stripe(stripe, columns=present)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"cannot read {fmt} file {path!r}: {exc}") from exc
 
