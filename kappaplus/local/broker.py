@@ -19,8 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -28,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kappaplus.errors import BrokerError
+from kappaplus.local.processes import free_port, log_tail, pid_alive, port_open, terminate
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -48,43 +47,13 @@ def broker_binary() -> str:
     return path
 
 
-def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int, timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still "exists"; treat it as dead.
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def _is_broker(pid: int) -> bool:
     """True if ``pid`` is a tansu process (guards against a recycled pid)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             return b"tansu" in handle.read()
     except OSError:
-        return _pid_alive(pid)
+        return pid_alive(pid)
 
 
 def list_topics(bootstrap: str, timeout: float = 5.0) -> dict[str, int]:
@@ -165,7 +134,7 @@ class EmbeddedBroker:
         if state is None:
             return None
         pid = int(state["pid"])  # type: ignore[call-overload]
-        if _pid_alive(pid) and _is_broker(pid):
+        if pid_alive(pid) and _is_broker(pid):
             return state
         with contextlib.suppress(OSError):
             self.pid_file.unlink()
@@ -182,8 +151,8 @@ class EmbeddedBroker:
             return bootstrap
         port = self.port
         if port is None:
-            port = DEFAULT_PORT if not _port_open(DEFAULT_PORT) else free_port()
-        elif _port_open(port):
+            port = DEFAULT_PORT if not port_open(DEFAULT_PORT) else free_port()
+        elif port_open(port):
             raise BrokerError(f"port {port} on {HOST} is already in use by another process")
         url = f"tcp://{HOST}:{port}"
         command = [
@@ -231,7 +200,7 @@ class EmbeddedBroker:
                     f"broker exited with code {process.returncode} at start; "
                     f"see {self.log_file}:\n{self._log_tail()}"
                 )
-            if _port_open(port):
+            if port_open(port):
                 try:
                     list_topics(bootstrap, timeout=2.0)
                     return
@@ -244,25 +213,12 @@ class EmbeddedBroker:
         )
 
     def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_file, lines)
 
     @staticmethod
     def _kill(pid: int, timeout: float = 5.0) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                # Reap it if it is our child, so it does not linger as a zombie.
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
-                if not _pid_alive(pid):
-                    return
-                time.sleep(0.05)
-        raise BrokerError(f"broker pid {pid} did not stop")
+        if not terminate(pid, timeout):
+            raise BrokerError(f"broker pid {pid} did not stop")
 
     def stop(self) -> bool:
         """Stop the running broker; True if one was stopped, False if none was running."""

@@ -26,8 +26,6 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from types import TracebackType
 from xml.sax.saxutils import escape
 
 from kappaplus.errors import MetastoreError
+from kappaplus.local.processes import free_port, log_tail, pid_alive, port_open, terminate
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -67,42 +66,13 @@ def java_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int, timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def _is_metastore(pid: int) -> bool:
     """True if ``pid`` runs the metastore main class (guards against a recycled pid)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             return MAIN_CLASS.encode() in handle.read()
     except OSError:
-        return _pid_alive(pid)
+        return pid_alive(pid)
 
 
 def hive_site(database: Path, warehouse: Path) -> str:
@@ -185,7 +155,7 @@ class MetastoreServer:
             return None
         if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
             return None
-        if _pid_alive(state["pid"]) and _is_metastore(state["pid"]):
+        if pid_alive(state["pid"]) and _is_metastore(state["pid"]):
             return state
         with contextlib.suppress(OSError):
             self.pid_file.unlink()
@@ -209,8 +179,8 @@ class MetastoreServer:
                 return uri
             port = self.port
             if port is None:
-                port = DEFAULT_PORT if not _port_open(DEFAULT_PORT) else free_port()
-            elif _port_open(port):
+                port = DEFAULT_PORT if not port_open(DEFAULT_PORT) else free_port()
+            elif port_open(port):
                 raise MetastoreError(f"port {port} on {HOST} is already in use by another process")
             conf_dir = self.dir / "conf"
             conf_dir.mkdir(exist_ok=True)
@@ -270,7 +240,7 @@ class MetastoreServer:
                     f"metastore exited with code {process.returncode} at start; "
                     f"see {self.log_file}:\n{self._log_tail()}"
                 )
-            if _port_open(port):
+            if port_open(port):
                 return
             time.sleep(0.1)
         raise MetastoreError(
@@ -279,24 +249,12 @@ class MetastoreServer:
         )
 
     def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_file, lines)
 
     @staticmethod
     def _kill(pid: int, timeout: float = 15.0) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
-                if not _pid_alive(pid):
-                    return
-                time.sleep(0.05)
-        raise MetastoreError(f"metastore pid {pid} did not stop")
+        if not terminate(pid, timeout):
+            raise MetastoreError(f"metastore pid {pid} did not stop")
 
     def stop(self) -> bool:
         """Stop the running server; True if one was stopped, False if none was running."""

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kappaplus.local.processes import pid_alive
 from kappaplus.settings import state_dir
 
 RUNNING, FINISHED, STOPPED, FAILED, INTERRUPTED = (
@@ -93,19 +94,9 @@ class RunRecord:
 
     def effective_status(self) -> str:
         """``interrupted`` for a ``running`` record whose process no longer exists."""
-        if self.status == RUNNING and not _alive(self.pid):
+        if self.status == RUNNING and not pid_alive(self.pid):
             return INTERRUPTED
         return self.status
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def list_runs(home: str | os.PathLike[str] | None = None) -> list[RunRecord]:

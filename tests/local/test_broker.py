@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kappaplus.errors import BrokerError
-from kappaplus.local.broker import EmbeddedBroker, _pid_alive, free_port, list_topics
+from kappaplus.local.broker import EmbeddedBroker, free_port, list_topics
+from kappaplus.local.processes import pid_alive
 
 
 def test_start_reuse_status_stop(tmp_path: Path) -> None:
@@ -19,7 +20,7 @@ def test_start_reuse_status_stop(tmp_path: Path) -> None:
     try:
         status = broker.status()
         assert status.running and status.bootstrap == bootstrap
-        assert status.pid is not None and _pid_alive(status.pid)
+        assert status.pid is not None and pid_alive(status.pid)
         assert broker.pid_file.exists() and broker.log_file.exists()
         # A second start (another process would do the same) reuses the running broker.
         again = EmbeddedBroker(tmp_path).start()
@@ -27,7 +28,7 @@ def test_start_reuse_status_stop(tmp_path: Path) -> None:
         assert EmbeddedBroker(tmp_path).status().pid == status.pid
     finally:
         assert broker.stop() is True
-    assert not _pid_alive(status.pid)
+    assert not pid_alive(status.pid)
     assert not broker.pid_file.exists()
     assert broker.status().running is False
     assert broker.stop() is False
@@ -42,7 +43,7 @@ def test_context_manager_and_stale_pid_file(tmp_path: Path) -> None:
         assert bootstrap != "127.0.0.1:1"
         pid = broker.status().pid
         assert pid is not None and pid != 999999
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
 
 
 def test_port_in_use_is_an_error(tmp_path: Path, kafka_bootstrap: str) -> None:

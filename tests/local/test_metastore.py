@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kappaplus.local.metastore import MetastoreServer, _pid_alive, hive_site
+from kappaplus.local.metastore import MetastoreServer, hive_site
+from kappaplus.local.processes import pid_alive
 
 # Runs in its own Python process with its own SparkSession against the server: creates
 # its table, waits until the other process's table exists, then reads it.
@@ -82,7 +83,7 @@ def test_start_status_reuse_and_down(server_home: Path) -> None:
     result = runner.invoke(app, ["down", "--home", str(server_home)])
     assert result.exit_code == 0, result.output
     assert "metastore stopped" in result.output
-    assert not _pid_alive(state.pid)
+    assert not pid_alive(state.pid)
     assert not MetastoreServer(server_home).status().running
     result = runner.invoke(app, ["metastore", "status", "--home", str(server_home)])
     assert result.exit_code == 1 and "no metastore running" in result.output
