@@ -32,21 +32,9 @@ _COMMANDS = [
 
 def _mount() -> None:
     for module_name, attribute, name in _GROUPS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        app.add_typer(getattr(module, attribute), name=name)
+        app.add_typer(getattr(importlib.import_module(module_name), attribute), name=name)
     for module_name in _COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(module_name).register(app)
 
 
 @app.callback()

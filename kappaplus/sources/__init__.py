@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# module path, class name: imported lazily so a missing optional piece cannot break the rest.
+# module path, class name: imported on registration, not when this package is imported.
 _SOURCES = [
     ("kappaplus.sources.hive", "HiveStreamDataSource"),
     ("kappaplus.sources.kafka", "KafkaDataSource"),
@@ -14,14 +14,8 @@ _SOURCES = [
 
 
 def registered_sources() -> list[Any]:
-    """The data source classes that exist in this installation."""
-    found = []
-    for module_name, class_name in _SOURCES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        found.append(getattr(module, class_name))
-    return found
+    """The data source classes ``create_session`` registers."""
+    return [
+        getattr(importlib.import_module(module_name), class_name)
+        for module_name, class_name in _SOURCES
+    ]
