@@ -78,9 +78,28 @@ def run_command(
     job: str = typer.Argument(
         None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
     ),
-    mode: str = typer.Option(..., "--mode", "-m", help="stream (Kafka) or backfill (Hive)."),
-    start: str = typer.Option(None, "--start", help="Backfill start (ISO-8601, inclusive)."),
+    mode: str = typer.Option(
+        ...,
+        "--mode",
+        "-m",
+        help="stream (Kafka), backfill (Hive over [start, end)) or bootstrap (Hive up to "
+        "--cutoff, then Kafka).",
+    ),
+    start: str = typer.Option(
+        None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive)."
+    ),
     end: str = typer.Option(None, "--end", help="Backfill end (ISO-8601, exclusive)."),
+    cutoff: str = typer.Option(
+        None,
+        "--cutoff",
+        help="Bootstrap: the lake owns event times before this (ISO-8601), Kafka the rest.",
+    ),
+    lateness: str = typer.Option(
+        None,
+        "--lateness",
+        help="Bootstrap: read Kafka from cutoff minus this (e.g. '1 hour'; default the Hive "
+        "binding's max_lateness, else 1 hour).",
+    ),
     config: Path = _CONFIG,
     trigger: str = typer.Option(
         None,
@@ -103,10 +122,13 @@ def run_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
     list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
 ) -> None:
-    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end).
+    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end),
+    `bootstrap` reads Hive up to --cutoff and then continues from Kafka (one source).
 
-    The same job code runs in both modes; a backfill writes to the backfill targets
-    (`<table>_backfill` by default) and resumes from its checkpoint when run again.
+    The same job code runs in every mode; a backfill writes to the backfill targets
+    (`<table>_backfill` by default) and resumes from its checkpoint when run again; a
+    bootstrap writes the production targets and keeps running on Kafka (run it again
+    with the same --start/--cutoff to resume).
     Ctrl-C stops cleanly. Progress: event time done, rows/s, ETA, state rows, late rows.
     """
     from kappaplus.config import load_config
@@ -132,6 +154,8 @@ def run_command(
             mode=mode,  # type: ignore[arg-type]
             start=start,
             end=end,
+            cutoff=cutoff,
+            lateness=lateness,
             trigger=trigger,
             until_idle=until_idle,
             timeout=timeout,

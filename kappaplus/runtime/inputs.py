@@ -8,6 +8,11 @@
 - ``backfill``: Hive table -> :func:`~kappaplus.sources.hive.read_hive_stream` over
   ``[start, end)`` in slices of the configured event-time span and budgets, with the
   option ``watermarkDelay`` so a bounded run ends with end-of-input markers.
+- ``bootstrap``: Hive table for ``[start, cutoff)`` in event-time slices, then the Kafka
+  topic from the offsets of ``cutoff - lateness``, as ONE source
+  (:func:`~kappaplus.sources.hybrid.read_hybrid_stream`): the lake owns event times
+  before the cutoff, Kafka the rest; undecodable Kafka records go to a dead-letter path
+  with their reasons (:func:`bootstrap_dead_letter_path`).
 
 Then, identically in both modes, every input is conformed to the job's declared schema
 (the marker column, if any, rides along) and watermarked with
@@ -134,6 +139,60 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
     return options
 
 
+def bootstrap_dead_letter_path(job_name: str, input_name: str) -> str:
+    """Where a bootstrap writes the Kafka records of ``input_name`` that fail to decode."""
+    from kappaplus.runtime.options import slug
+    from kappaplus.settings import state_dir
+
+    return str(state_dir() / "dead_letters" / slug(job_name) / "bootstrap" / input_name)
+
+
+def hybrid_options(
+    spec: InputSpec,
+    hive: HiveInput,
+    kafka: KafkaInput,
+    run: RunOptions,
+    job_name: str,
+) -> dict[str, Any]:
+    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input."""
+    cutoff = run.cutoff if run.cutoff is not None else hive.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.hive): the lake "
+            "owns event times before it, Kafka the rest",
+        )
+    lateness = run.lateness or hive.max_lateness or "1 hour"
+    options: dict[str, Any] = {
+        "table": hive.table,
+        "event_time_column": hive.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": run.start if run.start is not None else hive.start,
+        "lateness": lateness,
+        "max_event_time_per_trigger": hive.max_event_time_per_trigger or DEFAULT_SLICE,
+        "watermark_delay": None,
+        "dead_letter_path": bootstrap_dead_letter_path(job_name, spec.name),
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": "true",
+    }
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    lake = {
+        "partitionTimeKind": hive.partition_time,
+        "maxLateness": hive.max_lateness,
+        "maxRowsPerTrigger": hive.max_rows_per_trigger,
+        "maxBytesPerTrigger": hive.max_bytes_per_trigger,
+        "partitionTimeFormat": hive.partition_format,
+    }
+    options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
+    return options
+
+
 def conform(df: DataFrame, spec: InputSpec) -> DataFrame:
     """Exactly the declared columns, cast to the declared types (marker kept if present)."""
     from pyspark.sql import functions as F
@@ -152,6 +211,16 @@ def conform(df: DataFrame, spec: InputSpec) -> DataFrame:
     return df.select(*columns)
 
 
+def _check_event_time(spec: InputSpec, hive: HiveInput) -> None:
+    if hive.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.hive.event_time_column",
+            hive.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}: the "
+            "watermark is applied on the same column in every mode",
+        )
+
+
 def bind_input(
     spark: SparkSession,
     spec: InputSpec,
@@ -159,6 +228,7 @@ def bind_input(
     mode: str,
     run: RunOptions,
     watermark_delay: str,
+    job_name: str = "job",
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
     from kappaplus.decode import decode_kafka, good_events
@@ -175,17 +245,26 @@ def bind_input(
         )
         raw = good_events(decoded)
         source = f"kafka {kafka.topic}"
+    elif mode == "bootstrap":
+        from kappaplus.sources.hybrid import read_hybrid_stream
+
+        hive, kafka = binding.hive, binding.kafka
+        if hive is None or kafka is None:
+            raise ConfigError(
+                f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
+            )
+        _check_event_time(spec, hive)
+        options = hybrid_options(spec, hive, kafka, run, job_name)
+        raw = read_hybrid_stream(spark, **options)
+        source = (
+            f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
+            f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+        )
     else:
         hive = binding.hive
         if hive is None:
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
-        if hive.event_time_column != spec.event_time_column:
-            raise ConfigError(
-                f"inputs.{spec.name}.hive.event_time_column",
-                hive.event_time_column,
-                f"must be the job's event-time column {spec.event_time_column!r}: the "
-                "watermark is applied on the same column in every mode",
-            )
+        _check_event_time(spec, hive)
         options = hive_options(hive, run, watermark_delay)
         raw = read_hive_stream(spark, hive.table, **options)
         source = f"hive {hive.table}"
@@ -206,6 +285,8 @@ def bind_inputs(
     """Every input of ``job`` bound for ``run.mode`` (see the module docstring)."""
     delay = resolved.watermark_delay or job.watermark_delay
     return {
-        spec.name: bind_input(spark, spec, resolved.inputs[spec.name], run.mode, run, delay)
+        spec.name: bind_input(
+            spark, spec, resolved.inputs[spec.name], run.mode, run, delay, job.name
+        )
         for spec in job.inputs
     }

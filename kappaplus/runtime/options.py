@@ -8,9 +8,11 @@ mode, the backfill range, the trigger, when to stop and where checkpoints live.
 'available-now'
 >>> RunOptions(mode="stream", trigger="5 seconds").trigger_kind()
 'processing-time'
+>>> RunOptions(mode="bootstrap", start="2024-03-01", cutoff="2024-03-29").trigger_kind()
+'processing-time'
 >>> RunOptions(mode="replay")  # doctest: +IGNORE_EXCEPTION_DETAIL
 Traceback (most recent call last):
-kappaplus.errors.ConfigError: option 'mode' = 'replay': expected 'stream' or 'backfill'
+kappaplus.errors.ConfigError: option 'mode' = 'replay': expected stream, backfill or bootstrap
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from kappaplus.config import AVAILABLE_NOW
 from kappaplus.errors import ConfigError
 from kappaplus.timeutil import parse_duration, parse_timestamp
 
-RunMode = Literal["stream", "backfill"]
-RUN_MODES: tuple[str, ...] = ("stream", "backfill")
+RunMode = Literal["stream", "backfill", "bootstrap"]
+RUN_MODES: tuple[str, ...] = ("stream", "backfill", "bootstrap")
 ONCE = "once"
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -59,10 +61,17 @@ def normalize_trigger(value: str | None, option: str = "trigger") -> str | None:
 class RunOptions:
     """One run of a job.
 
-    - ``mode``: ``stream`` (Kafka in) or ``backfill`` (Hive in, backfill targets out).
+    - ``mode``: ``stream`` (Kafka in), ``backfill`` (Hive in, backfill targets out) or
+      ``bootstrap`` (Hive history up to ``cutoff``, then Kafka, production targets out:
+      the lambda source, :mod:`kappaplus.sources.hybrid`).
     - ``start`` / ``end``: backfill event-time range ``[start, end)`` (ISO-8601, naive
       means UTC); default the ``start``/``end`` of each input's Hive binding, else the
-      whole table as it is when the run starts.
+      whole table as it is when the run starts. A bootstrap takes ``start`` only.
+    - ``cutoff``: bootstrap only, required: the lake owns event times before it, Kafka
+      the rest (default the ``end`` of each input's Hive binding).
+    - ``lateness``: bootstrap only: how much earlier than its event time a Kafka record's
+      timestamp may be; Kafka is read from ``cutoff - lateness`` (default: the Hive
+      binding's ``max_lateness``, else ``1 hour``).
     - ``trigger``: ``available-now`` (process what exists, then stop), ``once`` or a
       processing-time interval. Default: ``available-now`` for a backfill, the
       configuration's ``trigger_interval`` for a stream.
@@ -85,12 +94,33 @@ class RunOptions:
     fresh: bool = False
     progress: bool = False
     run_id: str | None = None
+    cutoff: str | None = None
+    lateness: str | None = None
     poll_seconds: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in RUN_MODES:
-            raise ConfigError("mode", self.mode, "expected 'stream' or 'backfill'")
+            raise ConfigError("mode", self.mode, "expected stream, backfill or bootstrap")
+        if self.mode != "bootstrap":
+            for name in ("cutoff", "lateness"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        name, getattr(self, name), "is an option of --mode bootstrap only"
+                    )
+        elif self.end is not None:
+            raise ConfigError(
+                "end",
+                self.end,
+                "a bootstrap has no end: it reads the lake up to --cutoff, then Kafka "
+                "continuously",
+            )
+        if self.cutoff is not None:
+            cutoff = parse_timestamp(self.cutoff, "cutoff")
+            if self.start is not None and parse_timestamp(self.start, "start") >= cutoff:
+                raise ConfigError("start", self.start, f"must be before cutoff {self.cutoff!r}")
+        if self.lateness is not None and parse_duration(self.lateness, "lateness") < 0:
+            raise ConfigError("lateness", self.lateness, "must not be negative")
         if self.mode == "stream" and (self.start is not None or self.end is not None):
             raise ConfigError(
                 "start" if self.start is not None else "end",

@@ -37,6 +37,20 @@ def _offset(value: Any) -> Any:
     return value
 
 
+def _done_of(offset: Any) -> float | None:
+    """The event-time fraction done in a source offset: the Hive source's ``done``; for the
+    hybrid source its lake part's, and 1.0 once it reads Kafka (the history is done)."""
+    if not isinstance(offset, Mapping):
+        return None
+    if "done" in offset:
+        return float(offset["done"])
+    if offset.get("phase") == "lake" and isinstance(offset.get("lake"), Mapping):
+        return _done_of(offset["lake"])
+    if offset.get("phase") == "kafka":
+        return 1.0
+    return None
+
+
 def _as_dict(value: Any) -> dict[str, Any]:
     if hasattr(value, "asDict"):
         return dict(value.asDict())
@@ -106,18 +120,19 @@ class QueryStats:
                 end_offsets=[_offset(_get(src, "endOffset")) for src in sources],
             )
         )
-        fractions = []
-        for source in _get(entry, "sources", []) or []:
-            end = _offset(_get(source, "endOffset"))
-            if isinstance(end, Mapping) and "done" in end:
-                fractions.append(float(end["done"]))
+        sources = _get(entry, "sources", []) or []
+        fractions = [
+            done
+            for done in (_done_of(_offset(_get(src, "endOffset"))) for src in sources)
+            if done is not None
+        ]
         if fractions:
             self.done = min(fractions)
             if self.done_at_start is None:
                 start = [
-                    float(s["done"])
-                    for s in (_offset(_get(src, "startOffset")) for src in _get(entry, "sources"))
-                    if isinstance(s, Mapping) and "done" in s
+                    done
+                    for done in (_done_of(_offset(_get(src, "startOffset"))) for src in sources)
+                    if done is not None
                 ]
                 self.done_at_start = min(start) if start else 0.0
         for name, row in (_get(entry, "observedMetrics", {}) or {}).items():

@@ -62,6 +62,7 @@ class RunRecord:
     config_file: str | None = None
     start: str | None = None
     end: str | None = None
+    cutoff: str | None = None
     watermark_delay: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)

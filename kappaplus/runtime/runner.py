@@ -106,19 +106,21 @@ def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
 
 
 def _check_resume(mode_dir: Path, run: RunOptions, trigger: str) -> None:
-    """A backfill checkpoint belongs to one range: refuse to resume it over another."""
+    """A backfill checkpoint belongs to one range, a bootstrap's to one start and cutoff:
+    refuse to resume it over another."""
     import json
 
     marker = mode_dir / "_kappa_range.json"
-    wanted = {"start": run.start, "end": run.end}
+    last = "cutoff" if run.mode == "bootstrap" else "end"
+    wanted = {"start": run.start, last: getattr(run, last)}
     if marker.is_file():
         had = json.loads(marker.read_text())
         if had != wanted:
             raise ConfigError(
-                "start/end",
-                f"[{run.start}, {run.end})",
-                f"checkpoints under {mode_dir} belong to the range [{had['start']}, "
-                f"{had['end']}); resume with that range, or pass --fresh to start over",
+                f"start/{last}",
+                f"[{run.start}, {getattr(run, last)})",
+                f"checkpoints under {mode_dir} belong to the range [{had.get('start')}, "
+                f"{had.get(last)}); resume with that range, or pass --fresh to start over",
             )
         return
     mode_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +163,7 @@ def run_job(
     if run.fresh and mode_dir.exists():
         log.warning("--fresh: deleting checkpoints %s", mode_dir)
         shutil.rmtree(mode_dir)
-    if run.mode == "backfill":
+    if run.mode in ("backfill", "bootstrap"):
         _check_resume(mode_dir, run, trigger)
 
     inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run)
@@ -185,6 +187,7 @@ def run_job(
         config_file=config_file,
         start=run.start,
         end=run.end,
+        cutoff=run.cutoff,
         watermark_delay=delay,
         params={key: str(value) for key, value in params.items()},
         sources={name: bound.source for name, bound in inputs.items()},
@@ -226,8 +229,29 @@ def run_job(
             _stop_quietly(query)
         for name, query in queries.items():
             tracker.update(name, _progress(query))
-        _finish(record, tracker, plans, dlq_names, status)
+        _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
     return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
+    """What the Kafka phase of a bootstrap did per input: records read, delivered,
+    skipped (owned by the lake), dead letters, and where the dead letters are."""
+    if run.mode != "bootstrap":
+        return {}
+    from kappaplus.runtime.inputs import bootstrap_dead_letter_path
+    from kappaplus.sources.hybrid import hybrid_counts
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in job.inputs:
+        path = bootstrap_dead_letter_path(job.name, spec.name)
+        try:
+            counts: dict[str, Any] = hybrid_counts(path, job.name).as_dict()
+        except Exception as exc:  # noqa: BLE001 - counts must not hide the run's outcome
+            log.warning("reading the bootstrap counts of %s: %s", spec.name, exc)
+            continue
+        counts["dead_letter_path"] = path
+        out[spec.name] = counts
+    return out
 
 
 def _pid() -> int:
@@ -374,6 +398,7 @@ def _finish(
     plans: dict[str, OutputPlan],
     dlq_names: dict[str, str],
     status: str,
+    bootstrap: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Final statistics, decode/DLQ reconciliation and the final run record."""
     _update_record(record, tracker, plans)
@@ -394,6 +419,8 @@ def _finish(
         entry["reconciled"] = entry.get("records") == dlq.get("records") and entry.get(
             "dead"
         ) == dlq.get("dead")
+    for input_name, counts in (bootstrap or {}).items():
+        inputs.setdefault(input_name, {}).update(counts)
     record.inputs = inputs
     record.status = status
     record.ended_at = time.time()
