@@ -25,6 +25,7 @@ _GROUPS = [
 # (module, attribute): modules whose `register(app)` adds top-level commands.
 _COMMANDS = [
     "kappaplus.runtime.cli",
+    "kappaplus.archive_cli",
     "kappaplus.local.stack_cli",
     "kappaplus.demo",
 ]

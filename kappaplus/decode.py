@@ -954,6 +954,11 @@ def _event_fields(decoded: DataFrame) -> Sequence[str]:
     return [n for n in names if n not in (ERROR_COL, RECORD_COL)]
 
 
+def event_field_names(decoded: DataFrame) -> list[str]:
+    """The event columns of a :func:`decode_kafka` result (without error and raw record)."""
+    return list(_event_fields(decoded))
+
+
 def good_events(decoded: DataFrame) -> DataFrame:
     """The records that decoded, with exactly the event schema (names, types, nullability).
 

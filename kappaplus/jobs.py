@@ -95,11 +95,17 @@ class InputSpec:
 
     ``schema`` is a DDL string (``"id string, event_time timestamp"``) or a ``StructType``.
     The event-time column must be a top-level field; the runtime watermarks on it.
+
+    ``kafka_metadata``: the job also receives :data:`KAFKA_METADATA_DDL` (topic,
+    partition, offset and timestamp of each record): from the Kafka record in ``stream``
+    mode, from the Hive table's columns of those names otherwise (an archive written by
+    ``kappa archive`` has them). The archiver uses it; most jobs should not.
     """
 
     name: str
     schema: str | StructType
     event_time_column: str
+    kafka_metadata: bool = False
 
     def __post_init__(self) -> None:
         _check_name("input", self.name)
@@ -137,6 +143,31 @@ class InputSpec:
                 f"must be a timestamp column, the schema says {event_type.simpleString()}",
             )
         return schema
+
+    def job_struct_type(self) -> StructType:
+        """What the job receives: the declared schema, plus the Kafka metadata columns
+        when ``kafka_metadata`` is set."""
+        from pyspark.sql.types import DataType, StructType
+
+        schema = self.struct_type()
+        if not self.kafka_metadata:
+            return schema
+        extra = DataType.fromDDL(KAFKA_METADATA_DDL)
+        assert isinstance(extra, StructType)
+        clash = [f.name for f in extra.fields if f.name in schema.fieldNames()]
+        if clash:
+            raise ConfigError(
+                f"inputs.{self.name}.schema",
+                clash,
+                "these names are reserved for the Kafka metadata (kafka_metadata=True)",
+            )
+        return StructType([*schema.fields, *extra.fields])
+
+
+KAFKA_METADATA_DDL = (
+    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
+)
+"""The Kafka record metadata an input with ``kafka_metadata=True`` carries."""
 
 
 @dataclass(frozen=True)

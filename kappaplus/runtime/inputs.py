@@ -197,7 +197,7 @@ def conform(df: DataFrame, spec: InputSpec) -> DataFrame:
     """Exactly the declared columns, cast to the declared types (marker kept if present)."""
     from pyspark.sql import functions as F
 
-    schema = spec.struct_type()
+    schema = spec.job_struct_type()
     missing = [f.name for f in schema.fields if f.name not in df.columns]
     if missing:
         raise ConfigError(
@@ -209,6 +209,23 @@ def conform(df: DataFrame, spec: InputSpec) -> DataFrame:
     if MARKER_COLUMN in df.columns:
         columns.append(F.col(MARKER_COLUMN))
     return df.select(*columns)
+
+
+def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
+    """The good records' event fields plus the Kafka metadata of each record
+    (:data:`~kappaplus.jobs.KAFKA_METADATA_DDL`)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.decode import ERROR_COL, RECORD_COL, event_field_names
+
+    record = F.col(RECORD_COL)
+    return decoded.where(F.col(ERROR_COL).isNull()).select(
+        *[F.col(f"`{name}`") for name in event_field_names(decoded)],
+        record["topic"].alias("kafka_topic"),
+        record["partition"].alias("kafka_partition"),
+        record["offset"].alias("kafka_offset"),
+        record["timestamp"].alias("kafka_timestamp"),
+    )
 
 
 def _check_event_time(spec: InputSpec, hive: HiveInput) -> None:
@@ -243,12 +260,18 @@ def bind_input(
             decoder_spec(spec, kafka),
             metrics=decode_metrics_name(spec.name),
         )
-        raw = good_events(decoded)
+        raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap":
         from kappaplus.sources.hybrid import read_hybrid_stream
 
         hive, kafka = binding.hive, binding.kafka
+        if spec.kafka_metadata:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "kafka_metadata",
+                "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+            )
         if hive is None or kafka is None:
             raise ConfigError(
                 f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
