@@ -49,11 +49,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from kappaplus.errors import ConfigError
+from kappaplus.sinks.hive import BATCH_COLUMN
 from kappaplus.timeutil import parse_duration
 
 if TYPE_CHECKING:
@@ -273,13 +275,46 @@ class KafkaOutput(_Model):
             yield key, value
 
 
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class HiveOutput(_Model):
-    """An output written to a Hive table (backfill writes to ``backfill_table``)."""
+    """An output written to a Hive table (backfill writes to ``backfill_table``).
+
+    - ``partition_column`` / ``partition_expr``: the date partition (default ``dt``, the
+      date of the output's event-time column).
+    - ``hour_partition``: when set (e.g. ``"hr"``), the table is also partitioned by the
+      hour of the event-time column: ``dt=.../hr=...``.
+    - ``visibility``: ``"batch"`` (default) adds a last partition column ``kappa_batch`` so
+      a reader sees whole micro-batches only; ``"partition"`` partitions by time only (a
+      batch spanning several dates shows one date at a time). See
+      :mod:`kappaplus.sinks.hive`.
+    """
 
     table: TableName
     backfill_table: TableName | None = None
     partition_column: str = "dt"
     partition_expr: str | None = None
+    hour_partition: str | None = None
+    visibility: Literal["batch", "partition"] = "batch"
+
+    @field_validator("partition_column", "hour_partition")
+    @classmethod
+    def _column(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if not _IDENTIFIER.match(value):
+            raise ValueError("expected a column name (letters, digits, '_')")
+        if value.lower() == BATCH_COLUMN:
+            raise ValueError(f"{BATCH_COLUMN!r} is reserved for the batch id partition column")
+        date_column = info.data.get("partition_column")
+        if (
+            info.field_name == "hour_partition"
+            and isinstance(date_column, str)
+            and value.lower() == date_column.lower()
+        ):
+            raise ValueError(f"{value!r} is the partition_column already")
+        return value
 
 
 class OutputBinding(_Model):
@@ -721,4 +756,13 @@ def check_job(config: JobConfig, job: Job) -> None:
                 f"inputs.{name}.hive.event_time_column",
                 binding.hive.event_time_column,
                 f"not a field of input {name!r} ({', '.join(spec.field_names())})",
+            )
+    for name, out in config.outputs.items():
+        hour = out.hive.hour_partition if out.hive is not None else None
+        if hour is not None and job.output(name).event_time_column is None:
+            raise ConfigError(
+                f"outputs.{name}.hive.hour_partition",
+                hour,
+                f"output {name!r} of job {job.name!r} declares no event_time_column to take "
+                "the hour of",
             )

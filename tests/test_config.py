@@ -343,3 +343,39 @@ def test_mode_needs_the_bindings_it_reads() -> None:
     assert err.value.option == "inputs.rides.hive" and "backfill mode" in str(err.value)
     with pytest.raises(ConfigError, match="mode"):
         resolve(cfg, "batch")
+
+
+def test_hive_output_visibility_and_hour_partition() -> None:
+    cfg = parse_config(BASE)
+    out = cfg.outputs["counts"].hive
+    assert out is not None and (out.visibility, out.hour_partition) == ("batch", None)
+    hourly = BASE.replace(
+        'table = "agg.ride_counts"',
+        'table = "agg.ride_counts"\nhour_partition = "hr"\nvisibility = "partition"',
+    )
+    out = resolve(parse_config(hourly), "backfill", _job()).outputs["counts"].hive
+    assert out is not None and (out.visibility, out.hour_partition) == ("partition", "hr")
+    for line, path, value in [
+        ('visibility = "atomic"', "outputs.counts.hive.visibility", "atomic"),
+        ('hour_partition = "dt"', "outputs.counts.hive.hour_partition", "dt"),
+        ('hour_partition = "kappa_batch"', "outputs.counts.hive.hour_partition", "kappa_batch"),
+        ('partition_column = "a b"', "outputs.counts.hive.partition_column", "a b"),
+    ]:
+        err = _error(
+            BASE.replace('table = "agg.ride_counts"', f'table = "agg.ride_counts"\n{line}')
+        )
+        assert (err.option, err.value) == (path, value)
+    # the hour is the hour of the output's event-time column: the output must declare one
+    job = _job()
+    no_time = Job(
+        name=job.name,
+        inputs=job.inputs,
+        outputs=[OutputSpec("counts")],
+        transform=job.transform,
+        watermark_delay=job.watermark_delay,
+        params=dict(job.params),
+        window_params=list(job.window_params),
+    )
+    with pytest.raises(ConfigError) as err:
+        check_job(parse_config(hourly), no_time)
+    assert err.value.option == "outputs.counts.hive.hour_partition"

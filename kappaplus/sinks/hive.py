@@ -5,52 +5,105 @@ micro-batch after a crash, and a plain append then writes its rows a second time
 alternative, dynamic partition overwrite, would delete the rows that earlier batches put
 in the same event-date partition. A Hive table has no transactions, so this sink builds
 exactly-once from what a Hive table does have: a file rename is atomic on HDFS and local
-file systems, readers only see the partitions the metastore lists, and Spark ignores
-paths whose name starts with ``_`` or ``.``.
+file systems, one ``ALTER TABLE ... ADD PARTITION`` statement is one metastore
+transaction, readers of the table only see the partitions the metastore lists, and Spark
+ignores paths whose name starts with ``_`` or ``.``.
+
+Two visibility modes (option ``visibility``):
+
+- ``"batch"`` (the default): the table has one more, last partition column
+  :data:`BATCH_COLUMN` (``kappa_batch``, BIGINT, the micro-batch id) after the time
+  partition column(s). A batch writes only NEW partitions ``(dt=..., [hr=...,]
+  kappa_batch=<b>)``: it moves all its files into their partition directories while the
+  metastore does not list them yet (invisible), then registers all of them in ONE
+  ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION (...) LOCATION ... PARTITION (...) ...``
+  (one metastore ``add_partitions`` call, one transaction). A reader of the table
+  (``spark.table``, SQL through the catalog) sees all of a batch or none of it.
+- ``"partition"``: the table is partitioned by time only and batches add files to shared
+  partitions, one rename per file (see "What readers see" below). For users who do not
+  want a partition per batch.
 
 Layout (``<loc>`` is the table location; ``q`` the query name; ``b`` the batch id)::
 
-    <loc>/dt=2024-01-01/kappa-q-00000000000000000007-00000.snappy.parquet  published
-    <loc>/_kappa_staging/q/7/data/dt=2024-01-01/part-....parquet            staged, hidden
-    <loc>/_kappa_staging/q/7/_MANIFEST.json                                  staging done
-    <loc>/_kappa_commits/q/7                                                 committed
+    <loc>/dt=2024-01-01/kappa_batch=7/kappa-q-00000000000000000007-00000.snappy.parquet
+                                                                 published ("batch")
+    <loc>/dt=2024-01-01/kappa-q-00000000000000000007-00000.snappy.parquet
+                                                                 published ("partition")
+    <loc>/_kappa_staging/q/7/data/dt=2024-01-01/part-....parquet  staged, hidden
+    <loc>/_kappa_staging/q/7/_MANIFEST.json                        staging done
+    <loc>/_kappa_commits/q/7                                       committed
 
-Protocol for batch ``b`` of query ``q`` (every step is idempotent):
+With ``extra_partitions`` (e.g. the event hour ``hr``) every time partition has more
+levels: ``dt=2024-01-01/hr=5/kappa_batch=7``.
+
+Protocol for batch ``b`` of query ``q`` (every step is idempotent; the ``fault_hook``
+step names are in quotes):
 
 1. If the commit marker ``_kappa_commits/q/b`` exists the batch was committed before a
    crash (Spark had not yet recorded it): remove leftover staging, write nothing.
 2. Stage: unless ``_MANIFEST.json`` exists, delete any half-written staging directory and
-   write the batch with ``partitionBy(dt)`` under ``_kappa_staging/q/b/data`` (Spark's
-   own task commit; all of it hidden from readers), one file per partition by default.
-   Then write the manifest (temp file renamed into place) mapping every staged file to
-   its published name ``kappa-<q>-<b>-<n>`` -- derived from (query, batch, index), so
-   the same file always lands under the same name. Once the manifest exists staged files
-   are never rewritten: a replay may split the same rows into different files, and
-   re-staging after some files were published would duplicate rows.
-3. Register: create the partition directories and add the partitions to the metastore in
-   one ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION ... PARTITION ...`` (one metastore
-   transaction; a new partition is empty, so nothing of the batch is visible yet).
-4. Publish: rename each staged file to its published name in its partition directory.
-   A published name that already exists was moved before the crash (roll forward); a
+   write the batch with ``partitionBy(<time partition columns>)`` under
+   ``_kappa_staging/q/b/data`` (Spark's own task commit; all of it hidden from readers),
+   one file per partition by default ("written"). Then write the manifest (temp file
+   renamed into place, "staged") mapping every staged file to its partition and its
+   published name ``kappa-<q>-<b>-<n>`` -- derived from (query, batch, index), so the same
+   file always lands under the same name. Once the manifest exists staged files are never
+   rewritten: a replay may split the same rows into different files, and re-staging after
+   some files were published would duplicate rows.
+
+   ``"batch"`` mode:
+
+3. Publish: create each partition directory (unknown to the metastore) and rename the
+   staged files into it ("published:<partition>" after each partition, "published" after
+   all). A published name that already exists was moved before a crash (roll forward); a
    file that is neither staged nor published is a :class:`~kappaplus.errors.ReplayError`.
-5. Commit: write ``_kappa_commits/q/b`` last (temp + rename), delete the staging
-   directory, refresh the table in this session.
+4. Register: add all the batch's partitions in one statement ("registered"). Spark cuts
+   one ``ADD PARTITION`` into metastore calls of ``spark.sql.addPartitionInBatch.size``
+   (100) partitions; the sink raises it for the statement when a batch has more, so it is
+   always one call. A crash before it leaves the batch invisible to readers of the table;
+   the replay finds every file published and registers them.
+
+   ``"partition"`` mode:
+
+3. Register: create the partition directories and add any new ones to the metastore in
+   one statement ("registered"; a new partition is empty, nothing of the batch shows).
+4. Publish: rename each staged file into its (visible) partition directory
+   ("published:<partition>" after each partition), rolling forward as above.
+
+5. Commit: write ``_kappa_commits/q/b`` last (temp + rename, "committed"), delete the
+   staging directory, refresh the table in this session.
 
 What readers see. No file is ever visible half-written, and a replay adds nothing that
-was already published. With ``files_per_partition=1`` (the default) the batch's rows of
-one event date are ONE file, so they appear in one atomic rename: a reader sees all of a
-batch's rows for a date or none. A batch spanning several dates is published one rename
-per date, in date order, and a reader listing the table between two renames sees the
-earlier dates only: Hive has no atomic switch over several directories (Hive's own
-dynamic-partition inserts behave the same), and Spark does not read subdirectories of a
-catalog partition, so a batch cannot hide in a directory renamed as a whole. With
-``files_per_partition > 1`` (large backfill batches) visibility is per file. Readers that
-need whole batches can compare with :meth:`HiveTableSink.committed_batches`.
+was already published. In ``"batch"`` mode a reader of the table sees whole batches only
+(at any moment and after a crash at any step, until and after the replay; but see two
+queries writing one table below). In
+``"partition"`` mode with ``files_per_partition=1`` (the default) the batch's rows of one
+time partition are ONE file, so they appear in one atomic rename; a batch spanning several
+dates is published one rename per date, and a reader listing the table between two
+renames (or after a crash between them, until the replay) sees the earlier dates only.
+With ``files_per_partition > 1`` visibility in ``"partition"`` mode is per file. Readers
+that need whole batches there can compare with :meth:`HiveTableSink.committed_batches`.
+Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``,
+the ``kappa_hive`` streaming source) see files as they are renamed, in both modes.
 
-``MSCK REPAIR TABLE`` is harmless at any time: the only ``dt=`` directories it can find
-are ones step 3 registered, and staging lives under ``_``-prefixed directories it skips.
-Two queries may write one table (their names keep commit logs and files apart), but the
-stream and the backfill of a job normally write different tables (``<table>_backfill``).
+The price of ``"batch"`` mode: one metastore partition per (date[, hour], batch). At a
+10 s trigger that is up to 8640 partitions a day for each date written (an hour partition
+does not add to that for a stream writing the current hour, but a backfill batch spanning
+many hours registers one per hour), each with its own small file(s); query planning and
+the metastore slow down as partitions pile up. Compaction (merging a day's
+batch partitions) is NOT implemented. Readers select their columns as usual (``SELECT *``
+also returns ``kappa_batch``); ``kappa_batch`` also lets a reader take whole batches
+(``WHERE kappa_batch <= 41``). Batch ids restart at 0 with every new checkpoint, so two
+queries writing one table (a bootstrap then the stream, or a ``--fresh`` start) can write
+the same ``(dt, kappa_batch)``: the later query then adds its files to the partition the
+earlier one registered, visible file by file (logged as a warning), and ``kappa_batch``
+alone no longer names one batch (the file name ``kappa-<q>-<b>-<n>`` does).
+
+``MSCK REPAIR TABLE``: in ``"partition"`` mode harmless (the only partition directories it
+can find are ones step 3 registered; staging lives under ``_``-prefixed directories it
+skips). In ``"batch"`` mode it can register a batch's directories between steps 3 and 4
+and show a batch still being moved: do not run it on such a table (nothing needs it, the
+sink registers every partition itself).
 
 ``update`` output mode writes each batch's changed rows as they are: the table is then a
 changelog (the latest row per key wins), not an upserted table.
@@ -68,7 +121,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import unquote
 
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
@@ -83,8 +136,13 @@ log = logging.getLogger(__name__)
 
 FaultHook = Callable[[str, int], None]
 """Called with each protocol step name (``written``, ``staged``, ``registered``,
-``published:dt=...``, ``committed``) and the batch id after the step completes; tests
-raise from it to simulate a crash at that point."""
+``published:<partition>``, ``published`` (batch mode), ``committed``) and the batch id
+after the step completes; tests raise from it to simulate a crash at that point."""
+
+Visibility = Literal["batch", "partition"]
+VISIBILITIES: tuple[str, ...] = get_args(Visibility)
+BATCH_COLUMN = "kappa_batch"
+"""The last partition column of a table written in ``"batch"`` visibility: the batch id."""
 
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -92,6 +150,8 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 COMMITS_DIR = "_kappa_commits"
 STAGING_DIR = "_kappa_staging"
+MANIFEST_VERSION = 2
+_ADD_PARTITION_BATCH = "spark.sql.addPartitionInBatch.size"
 
 
 @dataclass(frozen=True)
@@ -99,13 +159,19 @@ class HiveSinkOptions:
     """Where and how the sink writes.
 
     - ``table``: ``db.table`` or ``table``; created (parquet, partitioned) if missing.
-    - ``query_name``: names the commit log and the published directories; one streaming
-      query per name and table (two queries may write one table under different names).
-    - ``partition_column``: the partition column, ``dt`` by default.
+    - ``query_name``: names the commit log and the published files; one streaming query
+      per name and table (two queries may write one table under different names).
+    - ``partition_column``: the (first) time partition column, ``dt`` by default.
     - ``partition_expr``: SQL expression computing it when the rows lack the column;
-      default ``to_date(<event_time_column>)`` (the event date, UTC session time zone).
+      default ``to_date(<event_time_column>)`` (the event date, session time zone).
+    - ``extra_partitions``: ``(column, SQL expression)`` pairs, more time partition
+      levels after ``partition_column``, e.g. ``(("hr", "hour(`event_time`)"),)`` for
+      ``dt=.../hr=...``; a column the rows already have is used as it is.
+    - ``visibility``: ``"batch"`` (default; one more partition column ``kappa_batch``, a
+      reader sees whole batches) or ``"partition"`` (time partitions only, a batch spanning
+      several partitions shows one partition at a time); see the module docstring.
     - ``files_per_partition``: files each batch writes per partition; 1 makes a batch's
-      rows of one date appear atomically, more spreads large batches over more tasks.
+      rows of one partition one file, more spreads large batches over more tasks.
     """
 
     table: str
@@ -115,16 +181,22 @@ class HiveSinkOptions:
     event_time_column: str | None = None
     create_table: bool = True
     files_per_partition: int = 1
+    visibility: Visibility = "batch"
+    extra_partitions: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        if not _TABLE.match(self.table):
+        if not isinstance(self.table, str) or not _TABLE.match(self.table):
             raise ConfigError("table", self.table, "expected a Hive table name like 'db.table'")
-        if not _QUERY.match(self.query_name):
+        if not isinstance(self.query_name, str) or not _QUERY.match(self.query_name):
             raise ConfigError(
                 "query_name", self.query_name, "expected letters, digits, '_', '-' or '.'"
             )
-        if not _IDENT.match(self.partition_column):
+        if not isinstance(self.partition_column, str) or not _IDENT.match(self.partition_column):
             raise ConfigError("partition_column", self.partition_column, "not an identifier")
+        if self.partition_column.lower() == BATCH_COLUMN:
+            raise ConfigError(
+                "partition_column", self.partition_column, "reserved for the batch id column"
+            )
         if (
             isinstance(self.files_per_partition, bool)
             or not isinstance(self.files_per_partition, int)
@@ -135,26 +207,89 @@ class HiveSinkOptions:
             )
         if self.event_time_column is not None and not self.event_time_column:
             raise ConfigError("event_time_column", self.event_time_column, "empty")
+        if self.visibility not in VISIBILITIES:
+            raise ConfigError(
+                "visibility",
+                self.visibility,
+                f"expected one of {', '.join(repr(v) for v in VISIBILITIES)}",
+            )
+        object.__setattr__(self, "extra_partitions", self._checked_extra(self.extra_partitions))
+
+    def _checked_extra(self, extra: Any) -> tuple[tuple[str, str], ...]:
+        if isinstance(extra, str | bytes) or not isinstance(extra, tuple | list):
+            raise ConfigError("extra_partitions", extra, "expected (column, SQL expression) pairs")
+        pairs: list[tuple[str, str]] = []
+        seen = {self.partition_column.lower(), BATCH_COLUMN}
+        for item in extra:
+            if (
+                not isinstance(item, tuple | list)
+                or len(item) != 2
+                or not all(isinstance(part, str) for part in item)
+            ):
+                raise ConfigError(
+                    "extra_partitions", item, "expected a (column, SQL expression) pair"
+                )
+            name, expr = item
+            if not _IDENT.match(name):
+                raise ConfigError("extra_partitions", name, "not an identifier")
+            if name.lower() in seen:
+                raise ConfigError(
+                    "extra_partitions",
+                    name,
+                    f"the partition columns {sorted(seen)} are taken (or {BATCH_COLUMN!r} "
+                    "is reserved for the batch id)",
+                )
+            if not expr.strip():
+                raise ConfigError("extra_partitions", item, f"empty SQL expression for {name!r}")
+            seen.add(name.lower())
+            pairs.append((name, expr))
+        return tuple(pairs)
 
     @classmethod
     def from_config(
         cls, output: HiveOutput, *, query_name: str, event_time_column: str | None = None
     ) -> HiveSinkOptions:
-        """Options for a resolved ``[outputs.<name>.hive]`` binding of a job config."""
+        """Options for a resolved ``[outputs.<name>.hive]`` binding of a job config.
+
+        ``hour_partition`` becomes an extra partition: the hour of ``event_time_column``.
+        """
+        extra: tuple[tuple[str, str], ...] = ()
+        if output.hour_partition is not None:
+            if event_time_column is None:
+                raise ConfigError(
+                    "hour_partition",
+                    output.hour_partition,
+                    f"the output written to {output.table} has no event-time column to take "
+                    "the hour of",
+                )
+            extra = ((output.hour_partition, f"hour({_quote(event_time_column)})"),)
         return cls(
             table=output.table,
             query_name=query_name,
             partition_column=output.partition_column,
             partition_expr=output.partition_expr,
             event_time_column=event_time_column,
+            visibility=output.visibility,
+            extra_partitions=extra,
         )
 
     def partition_expression(self) -> str | None:
         if self.partition_expr:
             return self.partition_expr
         if self.event_time_column:
-            return f"to_date(`{self.event_time_column}`)"
+            return f"to_date({_quote(self.event_time_column)})"
         return None
+
+    @property
+    def time_partition_columns(self) -> list[str]:
+        """The partition columns the rows carry: ``partition_column`` then the extra ones."""
+        return [self.partition_column, *(name for name, _ in self.extra_partitions)]
+
+    @property
+    def table_partition_columns(self) -> list[str]:
+        """The table's partition columns: the time ones, then ``kappa_batch`` in batch mode."""
+        batch = [BATCH_COLUMN] if self.visibility == "batch" else []
+        return [*self.time_partition_columns, *batch]
 
 
 def _quote(name: str) -> str:
@@ -167,6 +302,20 @@ def _table_sql(table: str) -> str:
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _segments(partition: str) -> list[tuple[str, str]]:
+    """``dt=2024-01-01/hr=5`` -> ``[("dt", "2024-01-01"), ("hr", "5")]`` (unescaped)."""
+    pairs = []
+    for segment in partition.split("/"):
+        column, _, raw = segment.partition("=")
+        pairs.append((unquote(column), unquote(raw)))
+    return pairs
+
+
+def _partition_key(partition: str) -> tuple[tuple[str, str], ...]:
+    """A partition path compared the way the metastore does: column names case-insensitive."""
+    return tuple((column.lower(), value) for column, value in _segments(partition))
 
 
 class _Fs:
@@ -232,6 +381,26 @@ class _Fs:
             stream.close()
 
 
+@dataclass(frozen=True)
+class _StagedFile:
+    """One file of a batch's manifest: where it is staged and where it is published."""
+
+    partition: str  # the table partition it is published to, relative to the location
+    staged_dir: str  # its directory under the staging ``data`` directory
+    staged: str  # its staged file name
+    published: str  # its published file name
+
+    @classmethod
+    def parse(cls, entry: dict[str, str]) -> _StagedFile:
+        # manifests of version 1 (before batch visibility) have no staged_dir
+        return cls(
+            entry["partition"],
+            entry.get("staged_dir", entry["partition"]),
+            entry["staged"],
+            entry["published"],
+        )
+
+
 class HiveTableSink:
     """``foreachBatch`` writer giving exactly-once appends to a partitioned Hive table.
 
@@ -252,7 +421,7 @@ class HiveTableSink:
         """Commit ``batch_df`` as batch ``batch_id``; False if it was already committed."""
         spark = batch_df.sparkSession
         opts = self.options
-        df = self._with_partition_column(batch_df)
+        df = self._with_partition_columns(batch_df)
         location = self._ensure_table(spark, df)
         fs = _Fs(spark, location)
         marker = self._marker(location, batch_id)
@@ -269,31 +438,38 @@ class HiveTableSink:
             return False
         manifest_path = f"{staging}/_MANIFEST.json"
         if not fs.exists(manifest_path):
-            self._stage(fs, df, staging, manifest_path, batch_id)
+            self._stage(spark, fs, df, staging, manifest_path, batch_id)
         manifest = json.loads(fs.read_text(manifest_path))
+        visibility = manifest.get("visibility", "partition")
+        if visibility != opts.visibility:
+            raise ReplayError(
+                f"table {opts.table}: batch {batch_id} of query {opts.query_name!r} was staged "
+                f"with visibility {visibility!r} ({manifest_path}), the sink now writes "
+                f"{opts.visibility!r}; replay it with the visibility it was staged with"
+            )
         partitions: list[str] = manifest["partitions"]
-        files: list[dict[str, str]] = manifest["files"]
+        files = [_StagedFile.parse(entry) for entry in manifest["files"]]
         self._step("staged", batch_id)
-        self._register(spark, fs, location, partitions)
-        self._step("registered", batch_id)
-        for partition in partitions:
-            for entry in (f for f in files if f["partition"] == partition):
-                src = f"{staging}/data/{partition}/{entry['staged']}"
-                dst = f"{location}/{partition}/{entry['published']}"
-                if fs.exists(dst):
-                    log.info("%s: %s already published", opts.table, dst)
-                elif fs.exists(src):
-                    fs.rename(src, dst)
-                else:
-                    raise ReplayError(
-                        f"table {opts.table}: batch {batch_id} of query {opts.query_name!r} "
-                        f"lists {entry['staged']} in {manifest_path} but it is neither staged "
-                        f"at {src} nor published at {dst}"
-                    )
-            self._step(f"published:{partition}", batch_id)
+        if opts.visibility == "batch":
+            # Files first, into directories the metastore does not list, then every
+            # partition at once: a reader of the table sees the whole batch or none of it.
+            for partition in partitions:
+                fs.mkdirs(f"{location}/{partition}")
+                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+            self._step("published", batch_id)
+            self._register(spark, location, partitions)
+            self._step("registered", batch_id)
+        else:
+            for partition in partitions:
+                fs.mkdirs(f"{location}/{partition}")
+            self._register(spark, location, partitions)
+            self._step("registered", batch_id)
+            for partition in partitions:
+                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
+            "visibility": opts.visibility,
             "partitions": partitions,
             "committed_at": time.time(),
         }
@@ -329,51 +505,88 @@ class HiveTableSink:
         suffix = ".snappy.parquet" if staged.endswith(".snappy.parquet") else ".parquet"
         return f"kappa-{self.options.query_name}-{batch_id:020d}-{index:05d}{suffix}"
 
-    def _with_partition_column(self, df: DataFrame) -> DataFrame:
+    def _with_partition_columns(self, df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
         opts = self.options
-        if opts.partition_column in df.columns:
-            return df
-        expr = opts.partition_expression()
-        if expr is None:
-            raise ConfigError(
-                "partition_column",
-                opts.partition_column,
-                f"the rows written to {opts.table} have no such column and neither "
-                f"'partition_expr' nor 'event_time_column' says how to compute it "
-                f"(columns: {', '.join(df.columns)})",
+        if opts.visibility == "batch" and BATCH_COLUMN in {c.lower() for c in df.columns}:
+            raise TableError(
+                f"table {opts.table}: the rows have a column {BATCH_COLUMN!r}, which visibility "
+                "'batch' reserves for the batch id partition column; rename it, or write with "
+                "visibility 'partition'"
             )
-        return df.withColumn(opts.partition_column, F.expr(expr))
+        if opts.partition_column not in df.columns:
+            expr = opts.partition_expression()
+            if expr is None:
+                raise ConfigError(
+                    "partition_column",
+                    opts.partition_column,
+                    f"the rows written to {opts.table} have no such column and neither "
+                    f"'partition_expr' nor 'event_time_column' says how to compute it "
+                    f"(columns: {', '.join(df.columns)})",
+                )
+            df = df.withColumn(opts.partition_column, F.expr(expr))
+        for name, expr in opts.extra_partitions:
+            if name not in df.columns:
+                df = df.withColumn(name, F.expr(expr))
+        return df
 
     def _ensure_table(self, spark: SparkSession, df: DataFrame) -> str:
         opts = self.options
         if not spark.catalog.tableExists(opts.table):
             if not opts.create_table:
                 raise TableError(f"table {opts.table} does not exist (create_table is off)")
-            columns = [f for f in df.schema.fields if f.name != opts.partition_column]
-            part = df.schema[opts.partition_column]
-            ddl = ", ".join(
-                f"{_quote(f.name)} {f.dataType.simpleString()}" for f in [*columns, part]
-            )
+            time_columns = opts.time_partition_columns
+            columns = [f for f in df.schema.fields if f.name not in time_columns]
+            ddl_parts = [f"{_quote(f.name)} {f.dataType.simpleString()}" for f in columns]
+            ddl_parts += [
+                f"{_quote(name)} {df.schema[name].dataType.simpleString()}" for name in time_columns
+            ]
+            if opts.visibility == "batch":
+                ddl_parts.append(f"{_quote(BATCH_COLUMN)} bigint")
+            partitioned = ", ".join(_quote(c) for c in opts.table_partition_columns)
             if "." in opts.table:
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS {_quote(opts.table.split('.')[0])}")
             try:
                 spark.sql(
-                    f"CREATE TABLE IF NOT EXISTS {_table_sql(opts.table)} ({ddl}) USING parquet "
-                    f"PARTITIONED BY ({_quote(opts.partition_column)})"
+                    f"CREATE TABLE IF NOT EXISTS {_table_sql(opts.table)} "
+                    f"({', '.join(ddl_parts)}) USING parquet PARTITIONED BY ({partitioned})"
                 )
             except Exception as exc:  # another writer may have created it meanwhile
                 if not spark.catalog.tableExists(opts.table):
                     raise TableError(f"cannot create table {opts.table}: {exc}") from exc
-            log.info("created table %s partitioned by %s", opts.table, opts.partition_column)
+            log.info("created table %s partitioned by %s", opts.table, opts.table_partition_columns)
         self._check_schema(spark, df)
         return table_location(spark, opts.table)
 
     def _check_schema(self, spark: SparkSession, df: DataFrame) -> None:
+        from pyspark.sql.types import LongType
+
         opts = self.options
+        parts = _partition_columns(spark, opts.table)
+        wanted = opts.table_partition_columns
+        if [p.lower() for p in parts] != [c.lower() for c in wanted]:
+            hint = ""
+            if opts.visibility == "batch" and BATCH_COLUMN not in [p.lower() for p in parts]:
+                hint = (
+                    f"; a table without the {BATCH_COLUMN!r} partition column takes "
+                    "visibility 'partition'"
+                )
+            elif opts.visibility == "partition" and BATCH_COLUMN in [p.lower() for p in parts]:
+                hint = f"; a table partitioned by {BATCH_COLUMN!r} takes visibility 'batch'"
+            raise TableError(
+                f"table {opts.table} is partitioned by {parts}, the sink writes {wanted} "
+                f"(visibility {opts.visibility!r}){hint}"
+            )
         table_schema = spark.table(opts.table).schema
         expected = {f.name.lower(): f.dataType for f in table_schema.fields}
+        if opts.visibility == "batch":
+            batch_type = expected.pop(BATCH_COLUMN)
+            if batch_type != LongType():
+                raise TableError(
+                    f"table {opts.table}: partition column {BATCH_COLUMN!r} is "
+                    f"{batch_type.simpleString()}, the sink writes batch ids as bigint"
+                )
         got = {f.name.lower(): f.dataType for f in df.schema.fields}
         missing = sorted(set(expected) - set(got))
         extra = sorted(set(got) - set(expected))
@@ -388,15 +601,15 @@ class HiveTableSink:
                     f"table {opts.table}: column {name!r} is {data_type.simpleString()} in the "
                     f"table but {got[name].simpleString()} in the rows"
                 )
-        parts = _partition_columns(spark, opts.table)
-        if [p.lower() for p in parts] != [opts.partition_column.lower()]:
-            raise TableError(
-                f"table {opts.table} is partitioned by {parts}, the sink writes "
-                f"{opts.partition_column!r}"
-            )
 
     def _stage(
-        self, fs: _Fs, df: DataFrame, staging: str, manifest_path: str, batch_id: int
+        self,
+        spark: SparkSession,
+        fs: _Fs,
+        df: DataFrame,
+        staging: str,
+        manifest_path: str,
+        batch_id: int,
     ) -> None:
         from pyspark.sql import functions as F
 
@@ -404,52 +617,151 @@ class HiveTableSink:
         if fs.exists(staging):
             fs.delete(staging)  # a crash before the manifest: nothing was published
         data = f"{staging}/data"
+        time_columns = opts.time_partition_columns
         # Each partition value goes to files_per_partition tasks, hence that many files.
-        column = F.col(opts.partition_column)
+        keys = [F.col(c) for c in time_columns]
         if opts.files_per_partition == 1:
-            shaped = df.repartition(column)
+            shaped = df.repartition(*keys)
         else:
             salt = F.pmod(F.hash(*[F.col(c) for c in df.columns]), F.lit(opts.files_per_partition))
-            shaped = df.repartition(column, salt)
+            shaped = df.repartition(*keys, salt)
         # Spark writes with its own task commit protocol; everything here is hidden.
         (
             shaped.write.mode("overwrite")
             .option("maxRecordsPerFile", 0)
-            .partitionBy(opts.partition_column)
+            .partitionBy(*time_columns)
             .parquet(data)
         )
-        partitions = [p for p in fs.list_dirs(data) if p.startswith(f"{opts.partition_column}=")]
-        if f"{opts.partition_column}={DEFAULT_PARTITION}" in partitions:
-            raise DataError(
-                f"table {opts.table}: some rows have a NULL {opts.partition_column!r} "
-                f"(from {opts.partition_expression() or opts.partition_column}); "
-                "null event times must go to the dead letter queue before the sink"
-            )
+        staged_dirs = self._staged_partitions(fs, data)
+        suffix = f"/{BATCH_COLUMN}={batch_id}" if opts.visibility == "batch" else ""
         files: list[dict[str, str]] = []
-        for partition in partitions:
-            for staged in fs.list_files(f"{data}/{partition}"):
+        partitions: list[str] = []
+        for staged_dir in staged_dirs:
+            partition = staged_dir + suffix
+            partitions.append(partition)
+            for staged in fs.list_files(f"{data}/{staged_dir}"):
                 if staged.startswith(("_", ".")):
                     continue
                 published = self.published_name(batch_id, len(files), staged)
-                files.append({"partition": partition, "staged": staged, "published": published})
+                files.append(
+                    {
+                        "partition": partition,
+                        "staged_dir": staged_dir,
+                        "staged": staged,
+                        "published": published,
+                    }
+                )
+        shared: list[str] = []
+        if opts.visibility == "batch" and partitions:
+            # Nothing of this batch is registered yet (that happens after the manifest), so
+            # a registered partition of this batch id belongs to another query.
+            shared = self._registered(spark, partitions, batch_id)
+            if shared:
+                log.warning(
+                    "table %s: batch %d of query %s writes partitions another query already "
+                    "registered (%s); its rows there become visible file by file",
+                    opts.table,
+                    batch_id,
+                    opts.query_name,
+                    ", ".join(shared),
+                )
         self._step("written", batch_id)
-        fs.write_atomically(manifest_path, json.dumps({"partitions": partitions, "files": files}))
+        manifest = {
+            "version": MANIFEST_VERSION,
+            "visibility": opts.visibility,
+            "partitions": partitions,
+            "shared": shared,
+            "files": files,
+        }
+        fs.write_atomically(manifest_path, json.dumps(manifest))
 
-    def _register(self, spark: SparkSession, fs: _Fs, location: str, partitions: list[str]) -> None:
+    def _staged_partitions(self, fs: _Fs, data: str) -> list[str]:
+        """The leaf partition directories Spark wrote under ``data``, e.g. ``dt=.../hr=...``;
+        :class:`DataError` if any partition value is NULL."""
+        opts = self.options
+        found = [""]
+        for column in opts.time_partition_columns:
+            deeper = []
+            for parent in found:
+                base = f"{data}/{parent}" if parent else data
+                for name in fs.list_dirs(base):
+                    if not name.startswith(f"{column}="):
+                        continue
+                    if name == f"{column}={DEFAULT_PARTITION}":
+                        source = (
+                            opts.partition_expression()
+                            if column == opts.partition_column
+                            else dict(opts.extra_partitions).get(column)
+                        )
+                        raise DataError(
+                            f"table {opts.table}: some rows have a NULL partition column "
+                            f"{column!r} (from {source or column}); null event times must go "
+                            "to the dead letter queue before the sink"
+                        )
+                    deeper.append(f"{parent}/{name}" if parent else name)
+            found = deeper
+        return sorted(found)
+
+    def _registered(self, spark: SparkSession, partitions: list[str], batch_id: int) -> list[str]:
+        """Which of ``partitions`` (of batch ``batch_id``) the metastore already lists."""
+        rows = spark.sql(
+            f"SHOW PARTITIONS {_table_sql(self.options.table)} "
+            f"PARTITION ({_quote(BATCH_COLUMN)} = {int(batch_id)})"
+        ).collect()
+        existing = {_partition_key(str(row[0])) for row in rows}
+        return [p for p in partitions if _partition_key(p) in existing]
+
+    def _publish(
+        self,
+        fs: _Fs,
+        location: str,
+        staging: str,
+        manifest_path: str,
+        partition: str,
+        files: list[_StagedFile],
+        batch_id: int,
+    ) -> None:
+        """Rename the staged files of one partition to their published names (roll forward)."""
+        opts = self.options
+        for entry in (f for f in files if f.partition == partition):
+            src = f"{staging}/data/{entry.staged_dir}/{entry.staged}"
+            dst = f"{location}/{partition}/{entry.published}"
+            if fs.exists(dst):
+                log.info("%s: %s already published", opts.table, dst)
+            elif fs.exists(src):
+                fs.rename(src, dst)
+            else:
+                raise ReplayError(
+                    f"table {opts.table}: batch {batch_id} of query {opts.query_name!r} "
+                    f"lists {entry.staged} in {manifest_path} but it is neither staged "
+                    f"at {src} nor published at {dst}"
+                )
+        self._step(f"published:{partition}", batch_id)
+
+    def _register(self, spark: SparkSession, location: str, partitions: list[str]) -> None:
+        """Add ``partitions`` (those not yet there) in ONE statement: one metastore call."""
         if not partitions:
             return
         specs = []
         for partition in partitions:
-            fs.mkdirs(f"{location}/{partition}")
-            column, _, raw = partition.partition("=")
-            value = unquote(raw)
-            specs.append(
-                f"PARTITION ({_quote(column)} = {_sql_string(value)}) "
-                f"LOCATION {_sql_string(location + '/' + partition)}"
+            values = ", ".join(
+                f"{_quote(column)} = {_sql_string(value)}" for column, value in _segments(partition)
             )
-        spark.sql(
-            f"ALTER TABLE {_table_sql(self.options.table)} ADD IF NOT EXISTS " + " ".join(specs)
+            specs.append(f"PARTITION ({values}) LOCATION {_sql_string(location + '/' + partition)}")
+        statement = f"ALTER TABLE {_table_sql(self.options.table)} ADD IF NOT EXISTS " + " ".join(
+            specs
         )
+        # Spark splits the partitions of one ADD into metastore calls of this many; one
+        # call is one transaction, so the batch's partitions must fit into one.
+        batch_size = int(spark.conf.get(_ADD_PARTITION_BATCH, "100") or "100")
+        if len(specs) <= batch_size:
+            spark.sql(statement)
+            return
+        spark.conf.set(_ADD_PARTITION_BATCH, str(len(specs)))
+        try:
+            spark.sql(statement)
+        finally:
+            spark.conf.set(_ADD_PARTITION_BATCH, str(batch_size))
 
 
 def table_location(spark: SparkSession, table: str) -> str:

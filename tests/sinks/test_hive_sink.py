@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
 import re
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
@@ -11,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from kappaplus.errors import ConfigError, TableError
-from kappaplus.sinks.hive import HiveSinkOptions, HiveTableSink, table_location, write_stream
+from kappaplus.errors import ConfigError, DataError, TableError
+from kappaplus.sinks.hive import (
+    BATCH_COLUMN,
+    HiveSinkOptions,
+    HiveTableSink,
+    table_location,
+    write_stream,
+)
 
 SCHEMA = "id long, city string, event_time timestamp"
 PER_FILE = 60
@@ -54,18 +62,33 @@ def _write_inputs(directory: Path) -> None:
 
 
 def _visible(spark, table: str) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
-    """(id, dt, published batch dir) of every row a fresh reader of ``table`` sees."""
+    """(id, dt, published batch dir) of every row a fresh reader of ``table`` sees.
+
+    In batch visibility the ``kappa_batch`` value of every row must be the batch id its
+    file name carries.
+    """
     from pyspark.sql import functions as F
 
     if not spark.catalog.tableExists(table):
         return []
     spark.catalog.refreshTable(table)
-    rows = (
-        spark.table(table)
-        .select("id", F.col("dt").cast("string").alias("dt"), F.input_file_name().alias("f"))
-        .collect()
-    )
-    return [(r.id, r.dt, re.search(r"/(kappa-[^/]+-\d{20})-\d{5}\.", r.f).group(1)) for r in rows]
+    df = spark.table(table)
+    batch = F.col(BATCH_COLUMN) if BATCH_COLUMN in df.columns else F.lit(None).cast("long")
+    rows = df.select(
+        "id",
+        F.col("dt").cast("string").alias("dt"),
+        F.input_file_name().alias("f"),
+        batch.alias("b"),
+    ).collect()
+    seen = []
+    for r in rows:
+        found = re.search(r"/(kappa-[^/]+-(\d{20}))-\d{5}\.", r.f)
+        assert found is not None, r.f
+        if r.b is not None:
+            assert r.b == int(found.group(2)), (r.f, r.b)
+            assert f"/{BATCH_COLUMN}={r.b}/" in r.f, r.f
+        seen.append((r.id, r.dt, found.group(1)))
+    return seen
 
 
 def _assert_consistent(rows: list[tuple[int, str, str]]) -> dict[str, set[str]]:
@@ -105,7 +128,7 @@ def _run(spark, source: Path, checkpoint: Path, options: HiveSinkOptions, hook=N
     return query
 
 
-ALL_STEPS = [
+PARTITION_STEPS = [
     (0, "written"),  # data staged, no manifest yet: re-staged from scratch
     (0, "staged"),  # manifest written: the staged files are kept as they are
     (0, "published:dt=2024-03-01"),  # one of two partitions published: rolled forward
@@ -113,15 +136,33 @@ ALL_STEPS = [
     (1, "committed"),  # marker written, Spark never saw the batch end: the replay skips it
     (2, "published:dt=2024-03-02"),  # all files published, no marker yet
 ]
-QUICK_STEPS = [ALL_STEPS[2], ALL_STEPS[4]]
+BATCH_STEPS = [
+    (0, "written"),
+    (0, "staged"),
+    (0, "published:dt=2024-03-01/kappa_batch=0"),  # some files moved, nothing registered
+    (1, "published"),  # every file moved, nothing registered: invisible, rolled forward
+    (1, "registered"),  # all partitions registered, no marker: the replay commits
+    (2, "committed"),  # marker written: the replay skips the batch
+]
+STEPS = {"partition": PARTITION_STEPS, "batch": BATCH_STEPS}
+QUICK_STEPS = {
+    "partition": [PARTITION_STEPS[2], PARTITION_STEPS[4]],
+    "batch": [BATCH_STEPS[3], BATCH_STEPS[4]],
+}
+BOTH_DAYS = {"2024-03-01", "2024-03-02"}
 
 
-def _crash_and_restart(spark, scratch: Path, table: str, crashes) -> None:  # type: ignore[no-untyped-def]
+def _crash_and_restart(spark, scratch: Path, table: str, visibility: str, crashes) -> None:  # type: ignore[no-untyped-def]
     """Crash a streaming query at each (batch, step), restart it from its checkpoint each
     time, and check what readers saw at every step and what the table holds at the end."""
     source, checkpoint = scratch / "in", scratch / "ckpt"
     _write_inputs(source)
-    options = HiveSinkOptions(table=table, query_name="q1", event_time_column="event_time")
+    options = HiveSinkOptions(
+        table=table,
+        query_name="q1",
+        event_time_column="event_time",
+        visibility=visibility,  # type: ignore[arg-type]
+    )
     observations: list[tuple[int, str, dict[str, set[str]]]] = []
 
     def observe_and_crash_at(crash_batch: int | None, crash_step: str | None):  # type: ignore[no-untyped-def]
@@ -138,7 +179,13 @@ def _crash_and_restart(spark, scratch: Path, table: str, crashes) -> None:  # ty
             _run(spark, source, checkpoint, options, observe_and_crash_at(crash_batch, crash_step))
         assert crash_step in str(err.value)
         # a reader right after the crash: whole (batch, date) units only, no duplicates
-        _assert_consistent(_visible(spark, table))
+        visible = _assert_consistent(_visible(spark, table))
+        if visibility == "batch":
+            # ... and whole batches: before registration none of the crashed batch
+            registered = crash_step in ("registered", "committed")
+            assert visible.get(f"kappa-q1-{crash_batch:020d}", set()) == (
+                BOTH_DAYS if registered else set()
+            )
     _run(spark, source, checkpoint, options, observe_and_crash_at(None, None))
 
     rows = _visible(spark, table)
@@ -147,46 +194,135 @@ def _crash_and_restart(spark, scratch: Path, table: str, crashes) -> None:  # ty
     assert len(visible) == FILES and all(len(p) == 2 for p in visible.values())
     assert {r[0] for r in rows} == {i for f in _expected().values() for s in f.values() for i in s}
     assert HiveTableSink(options).committed_batches(spark) == list(range(FILES))
+    partitions = {r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+    if visibility == "batch":
+        assert partitions == {f"dt={d}/kappa_batch={b}" for d in BOTH_DAYS for b in range(FILES)}
+    else:
+        assert partitions == {f"dt={d}" for d in BOTH_DAYS}
 
-    # what a reader saw at each step of each batch: nothing before publishing (unless it
-    # was a replay of a batch published before the crash), one more whole date per publish
-    # step, the whole batch once committed
-    both = {"2024-03-01", "2024-03-02"}
-    for batch_id, step, seen in observations:
-        mine = seen.get(f"kappa-q1-{batch_id:020d}", set())
-        if step in ("written", "staged", "registered"):
-            assert mine in (set(), {"2024-03-01"}, both)
-        elif step == "committed":
-            assert mine == both
-        else:
-            assert step.removeprefix("published:dt=") in mine
     first_attempt = {}
     for batch_id, step, seen in observations:
         first_attempt.setdefault((batch_id, step), seen)
-    for (batch_id, step), seen in first_attempt.items():
-        if step in ("written", "staged", "registered"):
-            assert f"kappa-q1-{batch_id:020d}" not in seen, (batch_id, step)
+    if visibility == "batch":
+        # a reader sees all of a batch or nothing, at every step; nothing before its
+        # partitions are registered (unless a replay of a batch registered before a crash)
+        for batch_id, step, seen in observations:
+            mine = seen.get(f"kappa-q1-{batch_id:020d}", set())
+            assert mine in (set(), BOTH_DAYS), (batch_id, step, mine)
+            if step in ("registered", "committed"):
+                assert mine == BOTH_DAYS, (batch_id, step)
+        for (batch_id, step), seen in first_attempt.items():
+            if step not in ("registered", "committed"):
+                assert f"kappa-q1-{batch_id:020d}" not in seen, (batch_id, step)
+    else:
+        # nothing before publishing (unless it was a replay of a batch published before the
+        # crash), one more whole date per publish step, the whole batch once committed
+        for batch_id, step, seen in observations:
+            mine = seen.get(f"kappa-q1-{batch_id:020d}", set())
+            if step in ("written", "staged", "registered"):
+                assert mine in (set(), {"2024-03-01"}, BOTH_DAYS)
+            elif step == "committed":
+                assert mine == BOTH_DAYS
+            else:
+                assert step.removeprefix("published:dt=") in mine
+        for (batch_id, step), seen in first_attempt.items():
+            if step in ("written", "staged", "registered"):
+                assert f"kappa-q1-{batch_id:020d}" not in seen, (batch_id, step)
     location = table_location(spark, table).removeprefix("file:")
     assert not list(Path(location, "_kappa_staging", "q1").glob("*/data"))
 
 
-def test_streaming_crash_mid_commit_then_restart_exactly_once(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]
-    _crash_and_restart(spark, scratch, "default.sink_crash_quick", QUICK_STEPS)
+@pytest.mark.parametrize("visibility", ["batch", "partition"])
+def test_streaming_crash_mid_commit_then_restart_exactly_once(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, visibility: str
+) -> None:
+    table = f"default.sink_crash_quick_{visibility}"
+    _crash_and_restart(spark, scratch, table, visibility, QUICK_STEPS[visibility])
 
 
 @pytest.mark.slow
-def test_streaming_crash_at_every_step_then_restart_exactly_once(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]
-    _crash_and_restart(spark, scratch, "default.sink_crash_all", ALL_STEPS)
+@pytest.mark.parametrize("visibility", ["batch", "partition"])
+def test_streaming_crash_at_every_step_then_restart_exactly_once(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, visibility: str
+) -> None:
+    table = f"default.sink_crash_all_{visibility}"
+    _crash_and_restart(spark, scratch, table, visibility, STEPS[visibility])
 
 
-def test_replay_with_a_different_file_split_adds_nothing(spark) -> None:  # type: ignore[no-untyped-def]
-    table = "default.sink_replay_split"
-    options = HiveSinkOptions(table=table, query_name="q2", event_time_column="event_time")
+def _count(spark, table: str) -> int:  # type: ignore[no-untyped-def]
+    spark.catalog.refreshTable(table)
+    return int(spark.table(table).count())
+
+
+def test_batch_mode_moved_but_unregistered_batch_is_invisible(spark) -> None:  # type: ignore[no-untyped-def]
+    table = "default.sink_batch_invisible"
+    options = HiveSinkOptions(table=table, query_name="qb", event_time_column="event_time")
+    assert options.visibility == "batch"  # the default
+    first = spark.createDataFrame([(i, "a", DAY0) for i in range(10)], SCHEMA)
+    assert HiveTableSink(options).write_batch(first, 0) is True
+
+    def three_days(base: int):  # type: ignore[no-untyped-def]
+        rows = [(base + i, "m", DAY0 + timedelta(hours=i)) for i in range(48)]
+        return spark.createDataFrame(rows, SCHEMA)
+
+    def crash_after(wanted: str):  # type: ignore[no-untyped-def]
+        def hook(step: str, batch_id: int) -> None:
+            if step == wanted:
+                raise Crash(step)
+
+        return hook
+
+    # stopped after every file was moved, before the partitions were registered
+    with pytest.raises(Crash):
+        HiveTableSink(options, fault_hook=crash_after("published")).write_batch(
+            three_days(100).repartition(1), 1
+        )
+    assert _count(spark, table) == 10  # none of batch 1
+    location = Path(table_location(spark, table).removeprefix("file:"))
+    moved = sorted(p.parent.name for p in location.glob("dt=*/kappa_batch=1/*.parquet"))
+    assert moved == ["kappa_batch=1"] * 3  # the files are there, in unlisted partitions
+    listed = {r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+    assert not any(p.endswith("kappa_batch=1") for p in listed)
+    assert spark.sql(f"SELECT * FROM {table} WHERE kappa_batch = 1").count() == 0
+    # the replay (with another file split) registers what was moved: all rows, once
+    assert HiveTableSink(options).write_batch(three_days(100).repartition(3), 1) is True
+    assert _count(spark, table) == 58
+    ids = [r.id for r in spark.table(table).select("id").collect()]
+    assert sorted(ids) == sorted([*range(10), *range(100, 148)])
+
+    # stopped after registration, before the commit marker: visible as a whole, replayed
+    with pytest.raises(Crash):
+        HiveTableSink(options, fault_hook=crash_after("registered")).write_batch(three_days(200), 2)
+    assert _count(spark, table) == 106
+    assert HiveTableSink(options).committed_batches(spark) == [0, 1]
+    assert HiveTableSink(options).write_batch(three_days(200).repartition(2), 2) is True
+    assert HiveTableSink(options).committed_batches(spark) == [0, 1, 2]
+    rows = spark.table(table).select("id", BATCH_COLUMN).collect()
+    assert len(rows) == 106 and len({r.id for r in rows}) == 106
+    assert {r.id: r[BATCH_COLUMN] for r in rows if r.id >= 200} == {i: 2 for i in range(200, 248)}
+    partitions = {r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+    assert partitions == {
+        "dt=2024-03-01/kappa_batch=0",
+        *(f"dt=2024-03-0{d}/kappa_batch={b}" for d in (1, 2, 3) for b in (1, 2)),
+    }
+    assert not list(location.glob("_kappa_staging/qb/*"))
+
+
+@pytest.mark.parametrize("visibility", ["batch", "partition"])
+def test_replay_with_a_different_file_split_adds_nothing(spark, visibility: str) -> None:  # type: ignore[no-untyped-def]
+    table = f"default.sink_replay_split_{visibility}"
+    options = HiveSinkOptions(
+        table=table,
+        query_name="q2",
+        event_time_column="event_time",
+        visibility=visibility,  # type: ignore[arg-type]
+    )
     rows = [(i, "x", DAY0 + timedelta(hours=i)) for i in range(48)]
     df = spark.createDataFrame(rows, SCHEMA)
+    suffix = "/kappa_batch=0" if visibility == "batch" else ""
 
     def crash(step: str, batch_id: int) -> None:
-        if step == "published:dt=2024-03-02":
+        if step == f"published:dt=2024-03-02{suffix}":
             raise Crash(step)
 
     with pytest.raises(Crash):
@@ -199,16 +335,20 @@ def test_replay_with_a_different_file_split_adds_nothing(spark) -> None:  # type
     days = Counter(r[1] for r in _visible(spark, table))
     assert days == {"2024-03-01": 12, "2024-03-02": 24, "2024-03-03": 12}
     partitions = {r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
-    assert partitions == {"dt=2024-03-01", "dt=2024-03-02", "dt=2024-03-03"}
+    assert partitions == {f"dt=2024-03-0{d}{suffix}" for d in (1, 2, 3)}
 
 
-def test_two_queries_write_one_table_independently(spark) -> None:  # type: ignore[no-untyped-def]
+def test_two_queries_write_one_table_independently(spark, caplog) -> None:  # type: ignore[no-untyped-def]
     table = "default.sink_two_queries"
     df = spark.createDataFrame([(i, "x", DAY0) for i in range(10)], SCHEMA)
-    for name in ("stream", "backfill"):
-        opts = HiveSinkOptions(table=table, query_name=name, event_time_column="event_time")
-        assert HiveTableSink(opts).write_batch(df, 0) is True
+    with caplog.at_level(logging.WARNING, logger="kappaplus.sinks.hive"):
+        for name in ("stream", "backfill"):
+            opts = HiveSinkOptions(table=table, query_name=name, event_time_column="event_time")
+            assert HiveTableSink(opts).write_batch(df, 0) is True
     assert len(_visible(spark, table)) == 20
+    # both wrote batch 0 of the same date: the second shares the first one's partition
+    warned = [r.getMessage() for r in caplog.records if "already registered" in r.getMessage()]
+    assert len(warned) == 1 and "batch 0 of query backfill" in warned[0]
 
 
 def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ignore[no-untyped-def]
@@ -218,13 +358,50 @@ def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ig
     )
     df = spark.createDataFrame([(1, "x", DAY0)], SCHEMA)
     HiveTableSink(opts).write_batch(df, 0)
-    assert [c.name for c in spark.catalog.listColumns(table) if c.isPartition] == ["day"]
+    parts = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
+    assert parts == ["day", BATCH_COLUMN]
     wrong = spark.createDataFrame([(1, 2, DAY0)], "id long, city int, event_time timestamp")
     with pytest.raises(TableError, match="column 'city' is string in the table but int"):
         HiveTableSink(opts).write_batch(wrong, 1)
     extra = df.withColumn("fare", df.id * 2)
     with pytest.raises(TableError, match=r"unexpected: \['fare'\]"):
         HiveTableSink(opts).write_batch(extra, 1)
+    reserved = df.withColumn(BATCH_COLUMN, df.id)
+    with pytest.raises(TableError, match="reserves for the batch id"):
+        HiveTableSink(opts).write_batch(reserved, 1)
+    # the partition columns must be what the sink writes
+    as_partition = HiveSinkOptions(
+        table=table,
+        query_name="q",
+        partition_column="day",
+        partition_expr="to_date(event_time)",
+        visibility="partition",
+    )
+    with pytest.raises(TableError, match=r"table default.sink_schema is partitioned by"):
+        HiveTableSink(as_partition).write_batch(df, 1)
+    hourly = HiveSinkOptions(
+        table=table,
+        query_name="q",
+        partition_column="day",
+        partition_expr="to_date(event_time)",
+        extra_partitions=(("hr", "hour(event_time)"),),
+    )
+    with pytest.raises(
+        TableError, match=r"\['day', 'kappa_batch'\].*\['day', 'hr', 'kappa_batch'\]"
+    ):
+        HiveTableSink(hourly).write_batch(df, 1)
+    by_date = HiveSinkOptions(
+        table="default.sink_schema_dates",
+        query_name="q",
+        event_time_column="event_time",
+        visibility="partition",
+    )
+    HiveTableSink(by_date).write_batch(df, 0)
+    batched = HiveSinkOptions(
+        table="default.sink_schema_dates", query_name="q", event_time_column="event_time"
+    )
+    with pytest.raises(TableError, match="without the 'kappa_batch' partition column takes"):
+        HiveTableSink(batched).write_batch(df, 1)
     no_rule = HiveSinkOptions(table=table, query_name="q")
     with pytest.raises(ConfigError, match="partition_column"):
         HiveTableSink(no_rule).write_batch(df, 1)
@@ -232,11 +409,32 @@ def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ig
         HiveSinkOptions(table="not a table", query_name="q")
 
 
+def test_option_validation() -> None:
+    with pytest.raises(ConfigError, match="option 'visibility' = 'atomic'"):
+        HiveSinkOptions(table="a.b", query_name="q", visibility="atomic")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="option 'files_per_partition'"):
+        HiveSinkOptions(table="a.b", query_name="q", files_per_partition=0)
+    with pytest.raises(ConfigError, match="option 'extra_partitions' = 'h r': not an identifier"):
+        HiveSinkOptions(table="a.b", query_name="q", extra_partitions=(("h r", "hour(t)"),))
+    with pytest.raises(ConfigError, match="option 'extra_partitions' = 'dt'"):
+        HiveSinkOptions(table="a.b", query_name="q", extra_partitions=(("dt", "hour(t)"),))
+    with pytest.raises(ConfigError, match="option 'extra_partitions' = 'kappa_batch'"):
+        HiveSinkOptions(table="a.b", query_name="q", extra_partitions=(("kappa_batch", "1"),))
+    with pytest.raises(ConfigError, match="option 'extra_partitions'"):
+        HiveSinkOptions(table="a.b", query_name="q", extra_partitions=(("hr",),))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="empty SQL expression"):
+        HiveSinkOptions(table="a.b", query_name="q", extra_partitions=(("hr", " "),))
+    with pytest.raises(ConfigError, match="option 'partition_column' = 'kappa_batch'"):
+        HiveSinkOptions(table="a.b", query_name="q", partition_column="kappa_batch")
+    listed = HiveSinkOptions(table="a.b", query_name="q", extra_partitions=[["hr", "hour(t)"]])  # type: ignore[arg-type]
+    assert listed.extra_partitions == (("hr", "hour(t)"),)
+    assert listed.table_partition_columns == ["dt", "hr", BATCH_COLUMN]
+
+
 def test_options_from_a_resolved_config() -> None:
     from kappaplus.config import parse_config, resolve
 
-    cfg = parse_config(
-        """
+    base = """
         [inputs.rides.hive]
         table = "raw.rides"
         event_time_column = "event_time"
@@ -244,11 +442,182 @@ def test_options_from_a_resolved_config() -> None:
         table = "agg.counts"
         partition_column = "day"
         """
-    )
+    cfg = parse_config(base)
     out = resolve(cfg, "backfill").outputs["counts"].hive
     assert out is not None
     opts = HiveSinkOptions.from_config(out, query_name="counts", event_time_column="start")
     assert (opts.table, opts.partition_column) == ("agg.counts_backfill", "day")
     assert opts.partition_expression() == "to_date(`start`)"
-    with pytest.raises(ConfigError, match="files_per_partition"):
-        HiveSinkOptions(table="a.b", query_name="q", files_per_partition=0)
+    assert (opts.visibility, opts.extra_partitions) == ("batch", ())
+    assert opts.table_partition_columns == ["day", BATCH_COLUMN]
+
+    hourly = parse_config(base + 'hour_partition = "hr"\nvisibility = "partition"\n')
+    out = resolve(hourly, "backfill").outputs["counts"].hive
+    assert out is not None
+    opts = HiveSinkOptions.from_config(out, query_name="counts", event_time_column="start")
+    assert opts.visibility == "partition"
+    assert opts.extra_partitions == (("hr", "hour(`start`)"),)
+    assert opts.table_partition_columns == ["day", "hr"]
+    with pytest.raises(ConfigError, match="option 'hour_partition' = 'hr'.*no event-time column"):
+        HiveSinkOptions.from_config(out, query_name="counts")
+
+    bad = {
+        'visibility = "atomic"': "outputs.counts.hive.visibility",
+        'hour_partition = "day"': "outputs.counts.hive.hour_partition",
+        'hour_partition = "kappa_batch"': "outputs.counts.hive.hour_partition",
+        'hour_partition = "h-r"': "outputs.counts.hive.hour_partition",
+    }
+    for line, key in bad.items():
+        with pytest.raises(ConfigError, match=f"option '{re.escape(key)}'"):
+            parse_config(base + line + "\n")
+
+
+def _hour_rows(base: int, n: int, step_minutes: int) -> list[tuple[int, str, datetime]]:
+    return [(base + i, f"c{i % 3}", DAY0 + timedelta(minutes=step_minutes * i)) for i in range(n)]
+
+
+@pytest.mark.parametrize("visibility", ["batch", "partition"])
+def test_extra_hour_partition_directories_and_values(spark, visibility: str) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
+    table = f"default.sink_hours_{visibility}"
+    opts = HiveSinkOptions(
+        table=table,
+        query_name="qh",
+        event_time_column="event_time",
+        visibility=visibility,  # type: ignore[arg-type]
+        extra_partitions=(("hr", "hour(`event_time`)"),),
+    )
+    batches = {0: _hour_rows(0, 60, 37), 1: _hour_rows(1000, 30, 53)}  # 37 h and 26 h
+    # fewer partitions per metastore call than a batch has: still ONE ADD statement/call
+    spark.conf.set("spark.sql.addPartitionInBatch.size", "4")
+    try:
+        for batch_id, rows in batches.items():
+            df = spark.createDataFrame(rows, SCHEMA)
+            assert HiveTableSink(opts).write_batch(df, batch_id) is True
+        assert spark.conf.get("spark.sql.addPartitionInBatch.size") == "4"
+    finally:
+        spark.conf.unset("spark.sql.addPartitionInBatch.size")
+
+    expected_parts = set()
+    expected_rows = set()
+    for batch_id, rows in batches.items():
+        for ident, city, when in rows:
+            day, hour = when.date().isoformat(), when.hour
+            part = f"dt={day}/hr={hour}"
+            if visibility == "batch":
+                part += f"/kappa_batch={batch_id}"
+            expected_parts.add(part)
+            expected_rows.add((ident, city, when, day, hour, batch_id))
+    assert len({p.rsplit("/kappa_batch", 1)[0] for p in expected_parts}) > 24  # two dates
+
+    parts = [c.name for c in spark.catalog.listColumns(table) if c.isPartition]
+    assert parts == (["dt", "hr", BATCH_COLUMN] if visibility == "batch" else ["dt", "hr"])
+    listed = {r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+    assert listed == expected_parts
+    location = Path(table_location(spark, table).removeprefix("file:"))
+    on_disk = {
+        str(p.parent.relative_to(location))
+        for p in location.rglob("*.parquet")
+        if not str(p.relative_to(location)).startswith("_")
+    }
+    assert on_disk == expected_parts
+
+    spark.catalog.refreshTable(table)
+    df = spark.table(table)
+    batch = F.col(BATCH_COLUMN) if visibility == "batch" else F.lit(None)
+    name = F.regexp_extract(F.input_file_name(), r"kappa-qh-(\d{20})-", 1).cast("long")
+    seconds = F.col("event_time").cast("long")
+    got = df.select("id", "city", seconds, F.col("dt").cast("string"), "hr", batch, name)
+    got_rows = [tuple(r) for r in got.collect()]
+    assert len(got_rows) == 90
+    assert {r[:5] + (r[6],) for r in got_rows} == {
+        (i, c, int(w.timestamp()), d, h, b) for i, c, w, d, h, b in expected_rows
+    }
+    if visibility == "batch":
+        assert all(r[5] == r[6] for r in got_rows)
+    assert dict(df.dtypes)["hr"] == "int"
+
+
+def test_null_partition_values_name_the_column(spark) -> None:  # type: ignore[no-untyped-def]
+    table = "default.sink_null_parts"
+    opts = HiveSinkOptions(
+        table=table,
+        query_name="qn",
+        event_time_column="event_time",
+        extra_partitions=(("hr", "hour(`event_time`)"),),
+    )
+    no_time = spark.createDataFrame([(1, "x", DAY0), (2, "y", None)], SCHEMA)
+    with pytest.raises(DataError, match="NULL partition column 'dt' \\(from to_date"):
+        HiveTableSink(opts).write_batch(no_time, 0)
+    # rows that carry the hour themselves: used as they are, a NULL one is named
+    carried = spark.createDataFrame([(1, "x", DAY0, 12), (2, "y", DAY0, None)], f"{SCHEMA}, hr int")
+    with pytest.raises(DataError, match="NULL partition column 'hr'"):
+        HiveTableSink(opts).write_batch(carried, 0)
+    good = spark.createDataFrame([(1, "x", DAY0, 7)], f"{SCHEMA}, hr int")
+    assert HiveTableSink(opts).write_batch(good, 0) is True
+    spark.catalog.refreshTable(table)
+    assert [tuple(r) for r in spark.table(table).select("id", "hr").collect()] == [(1, 7)]
+
+
+@pytest.mark.parametrize("hourly", [False, True], ids=["dt", "dt-hr"])
+def test_hive_source_reads_what_the_sink_wrote(spark, scratch: Path, hourly: bool) -> None:  # type: ignore[no-untyped-def]
+    """~2 days of events written in batches that each span both dates, read back by the
+    ``kappa_hive`` streaming source in 6-hour slices: the same rows, once each."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.sources.hive import read_hive_stream
+
+    table = f"default.sink_to_source_{'hr' if hourly else 'dt'}"
+    opts = HiveSinkOptions(
+        table=table,
+        query_name="qs",
+        event_time_column="event_time",
+        extra_partitions=(("hr", "hour(`event_time`)"),) if hourly else (),
+    )
+    rng = random.Random(11)
+    midnight = datetime(2024, 3, 1, tzinfo=UTC)
+    written: dict[int, tuple[int, datetime]] = {}
+    for batch_id in range(4):
+        rows = []
+        for i in range(60):
+            ident = batch_id * 1000 + i
+            when = midnight + timedelta(seconds=rng.randrange(2 * 86400))
+            rows.append((ident, f"c{i % 5}", when))
+            written[ident] = (batch_id, when)
+        assert len({w.date() for _, _, w in rows}) == 2
+        HiveTableSink(opts).write_batch(spark.createDataFrame(rows, SCHEMA), batch_id)
+
+    stream = read_hive_stream(
+        spark, table, event_time_column="event_time", max_event_time_per_trigger="6 hours"
+    )
+    assert BATCH_COLUMN in stream.columns and (("hr" in stream.columns) == hourly)
+    seen: list[tuple[int, int, int, int | None]] = []
+    slices: list[int] = []
+    hour = F.col("hr") if hourly else F.lit(None).cast("int")
+
+    def collect(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        rows = batch.select(
+            "id", F.col("event_time").cast("long"), F.col(BATCH_COLUMN), hour
+        ).collect()
+        if rows:
+            slices.append(batch_id)
+        seen.extend((r[0], r[1], r[2], r[3]) for r in rows)
+
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(scratch / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    query.stop()
+
+    ids = [r[0] for r in seen]
+    assert not [i for i, n in Counter(ids).items() if n > 1], "duplicates"
+    assert sorted(ids) == sorted(written)
+    for ident, seconds, batch_id, hr in seen:
+        assert (batch_id, seconds) == (written[ident][0], int(written[ident][1].timestamp()))
+        if hourly:
+            assert hr == written[ident][1].hour
+    assert len(slices) >= 7  # two days in 6-hour slices: the dt layout drove the slicing
