@@ -319,6 +319,16 @@ def _progress(query: StreamingQuery) -> list[Any]:
         return []
 
 
+def _busy(query: StreamingQuery) -> bool:
+    """Whether a query is running a batch or its last trigger found data: a long batch is
+    not idleness (``until_idle`` must not stop a run in the middle of its input)."""
+    try:
+        status = query.status
+    except Exception:  # noqa: BLE001 - a stopped query is not busy
+        return False
+    return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
+
+
 def _stop_quietly(query: StreamingQuery) -> None:
     try:
         if query.isActive:
@@ -368,6 +378,7 @@ def _wait(
                     run.until_idle is not None
                     and tracker.idle_for() >= run.until_idle
                     and (all(s.batches > 0 for s in tracker.stats.values()))
+                    and not any(_busy(q) for q in queries.values())
                 ):
                     log.info("no input for %.0f s: stopping", tracker.idle_for())
                     return FINISHED
