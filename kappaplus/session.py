@@ -1,7 +1,10 @@
 """The session factory: one call returns a SparkSession ready for kappaplus.
 
-Local mode with Spark's built-in Hive support and an embedded metastore by default;
-production settings (master URL, metastore URI, any Spark conf) pass through unchanged.
+Local mode with Spark's built-in Hive support; production settings (master URL, metastore
+URI, any Spark conf) pass through unchanged. The Hive metastore is, in this order: the
+``metastore_uri`` argument, ``$KAPPA_METASTORE_URI``, the local metastore server of the
+state directory if one runs (``kappa up`` / ``kappa metastore start``), else an embedded
+Derby database that only one process at a time can open.
 
 >>> from kappaplus.session import create_session
 >>> spark = create_session("my-job")                      # doctest: +SKIP
@@ -21,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kappaplus.local.metastore import check_embedded_free, discover, embedded_database
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -57,11 +61,58 @@ def hive_conf(home: Path, metastore_uri: str | None = None) -> dict[str, str]:
     if metastore_uri:
         conf["spark.hadoop.hive.metastore.uris"] = metastore_uri
     else:
-        metastore = home / "metastore_db"
+        metastore = embedded_database(home)
         conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
             f"jdbc:derby:;databaseName={metastore};create=true"
         )
     return conf
+
+
+METASTORE_URI_ENV = "KAPPA_METASTORE_URI"
+# Spark settings with which the caller chose the metastore itself (no discovery then).
+_METASTORE_KEYS = (
+    "spark.hadoop.hive.metastore.uris",
+    "spark.hadoop.javax.jdo.option.ConnectionURL",
+)
+
+
+def resolve_metastore_uri(
+    home: Path,
+    metastore_uri: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> str | None:
+    """The metastore server a session of state directory ``home`` uses; None: embedded Derby.
+
+    ``metastore_uri``, else ``$KAPPA_METASTORE_URI``, else -- unless ``conf`` sets the
+    metastore itself -- the local server of ``home`` if it runs (found from its status
+    file, pid and port; no JVM is started). Logs at INFO when it picks the local server.
+    """
+    explicit = metastore_uri or os.environ.get(METASTORE_URI_ENV)
+    if explicit:
+        return explicit
+    if _sets_metastore(conf):
+        return None
+    found = discover(home)
+    if found:
+        note = ""
+        if embedded_database(home).is_dir():
+            note = (
+                f" (the embedded metastore at {embedded_database(home)} is a separate catalog:"
+                " tables registered there are not visible through the server)"
+            )
+        log.info("using the local metastore server at %s%s", found, note)
+    return found
+
+
+def _sets_metastore(conf: Mapping[str, str] | None) -> bool:
+    """Whether the caller's Spark settings choose the metastore (server or database)."""
+    return conf is not None and any(key in conf for key in _METASTORE_KEYS)
+
+
+def _has_active_context() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def create_session(
@@ -79,7 +130,15 @@ def create_session(
     - ``home``: state directory for warehouse, metastore and checkpoints (``$KAPPA_HOME``).
     - ``conf``: any Spark settings; they win over the defaults set here.
     - ``metastore_uri``: a Hive metastore server (``$KAPPA_METASTORE_URI``); default is the
-      embedded Derby metastore under ``home``.
+      local metastore server of ``home`` if one runs (``kappa up``), else the embedded Derby
+      metastore under ``home``.
+
+    Several processes at once (a stream run and a backfill run of one job) need the
+    metastore server: embedded Derby admits one process, and a second one fails with
+    :class:`~kappaplus.errors.MetastoreError` naming the process that holds it. The server
+    and the embedded metastore are two Derby databases (``home/metastore/metastore_db`` and
+    ``home/metastore_db``), so two catalogs: a table registered in one is not visible in the
+    other, although both keep table data in the same warehouse, ``home/warehouse``.
 
     The session time zone is UTC so event times mean the same on every machine.
     """
@@ -103,7 +162,9 @@ def create_session(
         "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
     }
     if hive:
-        uri = metastore_uri or os.environ.get("KAPPA_METASTORE_URI") or None
+        uri = resolve_metastore_uri(root, metastore_uri, conf)
+        if uri is None and not _sets_metastore(conf) and not _has_active_context():
+            check_embedded_free(root)  # fail fast instead of a Java stack trace from Derby
         settings.update(hive_conf(root, uri))
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name).master(

@@ -26,7 +26,14 @@ from pathlib import Path
 from types import TracebackType
 
 from kappaplus.errors import BrokerError
-from kappaplus.local.processes import free_port, log_tail, pid_alive, port_open, terminate
+from kappaplus.local.processes import (
+    free_port,
+    listens_on,
+    log_tail,
+    pid_alive,
+    port_open,
+    terminate,
+)
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -200,7 +207,8 @@ class EmbeddedBroker:
                     f"broker exited with code {process.returncode} at start; "
                     f"see {self.log_file}:\n{self._log_tail()}"
                 )
-            if port_open(port):
+            # the port may answer for another process (ours then fails to bind and exits)
+            if port_open(port) and listens_on(process.pid, port) is not False:
                 try:
                     list_topics(bootstrap, timeout=2.0)
                     return

@@ -17,16 +17,25 @@ the Derby database ``metastore_db``.
 Two settings make the pyspark jars work as a server: ``hive.async.log.enabled=false``
 (Hive's async logging needs the LMAX disruptor, which pyspark does not ship) and
 ``hive.metastore.schema.verification=false`` (there is no schema tool to stamp a version).
+
+``create_session`` finds a running server of its state directory by itself
+(:func:`discover`: the status file, a live pid, an open port -- no JVM is started), so
+``kappa metastore start`` (or ``kappa up``) once is all several processes need. Without a
+server, :func:`check_embedded_free` turns "another process has the embedded Derby database
+open" into a :class:`~kappaplus.errors.MetastoreError` before Spark starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import shutil
+import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +43,14 @@ from types import TracebackType
 from xml.sax.saxutils import escape
 
 from kappaplus.errors import MetastoreError
-from kappaplus.local.processes import free_port, log_tail, pid_alive, port_open, terminate
+from kappaplus.local.processes import (
+    free_port,
+    listens_on,
+    log_tail,
+    pid_alive,
+    port_open,
+    terminate,
+)
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -43,6 +59,11 @@ DEFAULT_PORT = 9083
 HOST = "127.0.0.1"
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 URI_ENV = "KAPPA_METASTORE_URI"
+PORT_ATTEMPTS = 3
+
+
+class PortTakenError(MetastoreError):
+    """Another process bound the server's port while the server started."""
 
 
 def pyspark_jars() -> Path:
@@ -177,54 +198,67 @@ class MetastoreServer:
                 self._wait_port(int(state["port"]), None)  # type: ignore[call-overload]
                 log.info("metastore already running: pid %s at %s", state["pid"], uri)
                 return uri
-            port = self.port
-            if port is None:
-                port = DEFAULT_PORT if not port_open(DEFAULT_PORT) else free_port()
-            elif port_open(port):
-                raise MetastoreError(f"port {port} on {HOST} is already in use by another process")
+            if self.port is not None and port_open(self.port):
+                raise MetastoreError(
+                    f"port {self.port} on {HOST} is already in use by another process"
+                )
             conf_dir = self.dir / "conf"
             conf_dir.mkdir(exist_ok=True)
             self.warehouse.mkdir(parents=True, exist_ok=True)
             (conf_dir / "hive-site.xml").write_text(hive_site(self.database, self.warehouse))
-            command = [
-                java_binary(),
-                f"-Xmx{self.memory}",
-                f"-Dderby.system.home={self.dir}",
-                "-Dlog4j2.formatMsgNoLookups=true",
-                "-cp",
-                f"{conf_dir}{os.pathsep}{pyspark_jars()}/*",
-                MAIN_CLASS,
-                "-p",
-                str(port),
-            ]
-            with open(self.log_file, "ab") as log_handle:
-                process = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-                    command,
-                    cwd=self.dir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_handle,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # outlives the shell or test that started it
-                )
-            uri = f"thrift://{HOST}:{port}"
-            self.pid_file.write_text(
-                json.dumps({"pid": process.pid, "port": port, "uri": uri, "started": time.time()})
+            for attempt in range(PORT_ATTEMPTS):
+                port = self.port
+                if port is None:
+                    port = DEFAULT_PORT if attempt == 0 and not port_open(DEFAULT_PORT) else None
+                    port = port or free_port()
+                try:
+                    return self._launch(conf_dir, port)
+                except PortTakenError:
+                    # another process bound the port between our check and the server's
+                    # bind (two servers starting at once): take another free port
+                    if self.port is not None or attempt == PORT_ATTEMPTS - 1:
+                        raise
+                    log.info("port %s was taken while the metastore started; retrying", port)
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launch(self, conf_dir: Path, port: int) -> str:
+        command = [
+            java_binary(),
+            f"-Xmx{self.memory}",
+            f"-Dderby.system.home={self.dir}",
+            "-Dlog4j2.formatMsgNoLookups=true",
+            "-cp",
+            f"{conf_dir}{os.pathsep}{pyspark_jars()}/*",
+            MAIN_CLASS,
+            "-p",
+            str(port),
+        ]
+        with open(self.log_file, "ab") as log_handle:
+            process = subprocess.Popen(  # noqa: S603 - fixed command, no shell
+                command,
+                cwd=self.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives the shell or test that started it
             )
-            try:
-                self._wait_port(port, process)
-            except BaseException:
-                self._kill(process.pid)
-                with contextlib.suppress(OSError):
-                    self.pid_file.unlink()
-                raise
-            self._started_here = True
-            log.info("metastore started: pid %s at %s (log %s)", process.pid, uri, self.log_file)
-            return uri
+        uri = f"thrift://{HOST}:{port}"
+        self.pid_file.write_text(
+            json.dumps({"pid": process.pid, "port": port, "uri": uri, "started": time.time()})
+        )
+        try:
+            self._wait_port(port, process)
+        except BaseException:
+            self._kill(process.pid)
+            with contextlib.suppress(OSError):
+                self.pid_file.unlink()
+            raise
+        self._started_here = True
+        log.info("metastore started: pid %s at %s (log %s)", process.pid, uri, self.log_file)
+        return uri
 
     @contextlib.contextmanager
     def _lock(self):  # type: ignore[no-untyped-def]
-        import fcntl
-
         with open(self.dir / "start.lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -236,11 +270,17 @@ class MetastoreServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
+                if port_open(port):  # ours is gone, so someone else listens there
+                    raise PortTakenError(
+                        f"port {port} on {HOST} was taken by another process while the "
+                        f"metastore started; see {self.log_file}"
+                    )
                 raise MetastoreError(
                     f"metastore exited with code {process.returncode} at start; "
                     f"see {self.log_file}:\n{self._log_tail()}"
                 )
-            if port_open(port):
+            # the port may answer for another process (ours then fails to bind and exits)
+            if port_open(port) and (process is None or listens_on(process.pid, port) is not False):
                 return
             time.sleep(0.1)
         raise MetastoreError(
@@ -309,3 +349,156 @@ def stop(home: str | os.PathLike[str] | None = None) -> bool:
 def status(home: str | os.PathLike[str] | None = None) -> MetastoreStatus:
     """The status of the metastore server of ``home``."""
     return MetastoreServer(home).status()
+
+
+# -- discovery and the embedded database -----------------------------------------------------
+EMBEDDED_DATABASE = "metastore_db"
+DERBY_LOCK_FILE = "dbex.lck"
+"""Derby's exclusive lock: the process that boots the database holds a write lock on it
+(``FileChannel.tryLock``, a POSIX ``fcntl`` lock on Linux) until its JVM exits."""
+
+
+def embedded_database(home: str | os.PathLike[str] | None = None) -> Path:
+    """The Derby database a session of ``home`` opens without a server: ``home/metastore_db``.
+
+    It is not the server's database (``home/metastore/metastore_db``): the two catalogs are
+    separate, only the warehouse directory ``home/warehouse`` is shared.
+    """
+    return state_dir(home) / EMBEDDED_DATABASE
+
+
+def discover(home: str | os.PathLike[str] | None = None, *, wait: float = 120.0) -> str | None:
+    """The thrift URI of the metastore server running for ``home``, or None if none runs.
+
+    Cheap, no JVM: reads ``metastore/metastore.pid``, checks that the pid is alive and runs
+    the metastore, and that its port accepts connections. A server that is still starting
+    (process alive, port not open yet) is waited for up to ``wait`` seconds instead of
+    falling back to the embedded database, whose catalog is a different one.
+    """
+    server = MetastoreServer(home)
+    state = server._running_state()
+    if state is None:
+        return None
+    pid = int(state["pid"])  # type: ignore[call-overload]
+    port = int(state["port"])  # type: ignore[call-overload]
+    uri = str(state["uri"])
+    deadline = time.monotonic() + wait
+    while not port_open(port):
+        if not pid_alive(pid):
+            return None
+        if time.monotonic() >= deadline:
+            raise MetastoreError(
+                f"the metastore server of {server.home} (pid {pid}) does not listen on {uri} "
+                f"after {wait:.0f}s; see {server.log_file} or stop it with "
+                "'kappa metastore stop'"
+            )
+        time.sleep(0.2)
+    return uri
+
+
+# struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len,
+# pid_t l_pid (+ padding to 32 bytes).
+_FLOCK_LINUX = "@hhqqi4x"
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of a process holding a POSIX write lock on ``path``; None if nobody does.
+
+    Asks the kernel with ``fcntl(F_GETLK)``, which only tests for a conflicting lock and
+    takes none, so it cannot disturb the holder. 0 means locked by a process whose pid is
+    not visible (another pid namespace, or an open-file-description lock). Only on 64-bit
+    Linux; elsewhere (or if ``path`` cannot be opened) the answer is None: unknown.
+    """
+    if not sys.platform.startswith("linux") or struct.calcsize("P") != 8:
+        return None
+    request = struct.pack(_FLOCK_LINUX, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, request)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    kind, _, _, _, pid = struct.unpack(_FLOCK_LINUX, answer)
+    if kind == fcntl.F_UNLCK:
+        return None
+    return pid if pid > 0 else 0
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_own_jvm(pid: int) -> bool:
+    """Whether ``pid`` is a ``java`` child of this process (the py4j gateway of pyspark)."""
+    return _parent(pid) == os.getpid() and _is_java(_command(pid))
+
+
+def _is_java(command: str) -> bool:
+    return Path(command.split(" ", 1)[0]).name == "java"
+
+
+def _command(pid: int, limit: int = 160) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            text = " ".join(handle.read().replace(b"\0", b" ").decode(errors="replace").split())
+    except OSError:
+        return ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(pid: int) -> str:
+    """``process 123 (command)``; for a JVM (Spark driver) the Python process that runs it."""
+    if pid <= 0:
+        return "another process"
+    command = _command(pid)
+    parent = _parent(pid)
+    if _is_java(command) and parent:
+        owner = _command(parent)
+        if owner:
+            return f"process {pid} (the JVM of process {parent}: {owner})"
+    return f"process {pid} ({command})" if command else f"process {pid}"
+
+
+def embedded_holder(home: str | os.PathLike[str] | None = None) -> int | None:
+    """The pid of another process that has the embedded Derby metastore of ``home`` open.
+
+    None if nobody has (or it cannot be told, see :func:`lock_holder`); 0 if some process
+    has but its pid is not visible. This process's own Spark JVM (a ``java`` child process,
+    which keeps Derby open after ``spark.stop()``) does not count: a new session in this
+    process runs in that same JVM.
+    """
+    lock = embedded_database(home) / DERBY_LOCK_FILE
+    if not lock.exists():
+        return None
+    pid = lock_holder(lock)
+    if pid is None or (pid > 0 and _is_own_jvm(pid)):
+        return None
+    return pid
+
+
+def check_embedded_free(home: str | os.PathLike[str] | None = None) -> None:
+    """Raise :class:`MetastoreError` if another process holds the embedded metastore of ``home``.
+
+    Without this, the second process fails deep inside Hive with a long Java stack trace
+    ending in Derby's "Another instance of Derby may have already booted the database".
+    """
+    pid = embedded_holder(home)
+    if pid is None:
+        return
+    root = state_dir(home)
+    raise MetastoreError(
+        f"{_describe(pid)} holds the embedded Hive metastore at {embedded_database(root)}, and "
+        "embedded Derby admits one process at a time. Run 'kappa up' (or 'kappa metastore "
+        f"start') with the same state directory ({root}) so that processes share one "
+        "metastore server (sessions find it by themselves); the server keeps its own catalog, "
+        "tables registered in the embedded one are not in it."
+    )

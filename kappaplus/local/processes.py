@@ -65,3 +65,45 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` itself holds a listening TCP socket on ``port``.
+
+    A port that accepts connections may belong to another process (two servers started
+    at once, one lost the bind); this tells them apart from ``/proc/net/tcp{,6}`` (the
+    socket inodes listening on ``port``) and ``/proc/PID/fd`` (the sockets ``pid`` has).
+    None when it cannot be told (no ``/proc``, or ``pid``'s descriptors are unreadable).
+    """
+    inodes: set[str] = set()
+    readable = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st ... inode; st 0A = LISTEN
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not readable:
+        return None
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in descriptors:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False

@@ -1,4 +1,10 @@
-"""``kappa down`` and ``kappa metastore start|stop|status``: the local service stack."""
+"""``kappa up``, ``kappa down`` and ``kappa metastore start|stop|status``: the local stack.
+
+``kappa up`` starts the embedded Kafka broker and the Hive metastore server of the state
+directory (detached; a running one is reused) and ``kappa down`` stops both. Sessions of
+the same state directory find the metastore server by themselves, so a stream run and a
+backfill run of one job can run side by side.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from kappaplus.errors import KappaError
 from kappaplus.local.metastore import MetastoreServer
+from kappaplus.settings import state_dir
 
 _console = Console()
 _HOME = typer.Option(None, "--home", help="State directory (default $KAPPA_HOME or ./.kappa).")
@@ -40,7 +48,10 @@ def metastore_start(
         raise _fail(exc) from exc
     verb = f"already running (pid {before.pid})" if before.running else "started"
     _console.print(f"metastore {verb} at [bold]{uri}[/bold] (log {server.log_file})")
-    _console.print(f"sessions: create_session(..., metastore_uri={uri!r}) or KAPPA_METASTORE_URI")
+    _console.print(
+        f"sessions of the state directory {server.home} (kappa run, create_session) use it "
+        "automatically; elsewhere pass --metastore-uri / metastore_uri or set KAPPA_METASTORE_URI"
+    )
 
 
 @metastore_app.command("stop")
@@ -65,6 +76,89 @@ def metastore_status(home: Path = _HOME) -> None:
         f"metastore running: pid {info.pid}, [bold]{info.uri}[/bold], since {since}\n"
         f"log: {info.log_file}"
     )
+
+
+UP_HELP = (
+    "Start the local services, or reuse the running ones: the embedded Kafka broker and the "
+    "Hive metastore server, detached, with their files under the state directory.\n\n"
+    "`kappa run` (any session of the same state directory) uses the metastore server by "
+    "itself, so a stream run and a backfill run of one job can run at the same time. "
+    "The broker keeps topics in memory only. `kappa down` stops both."
+)
+
+
+def up(
+    home: Path = _HOME,
+    broker: bool = typer.Option(
+        True, "--broker/--no-broker", help="Start the embedded Kafka-protocol broker."
+    ),
+    metastore: bool = typer.Option(
+        True, "--metastore/--no-metastore", help="Start the Hive metastore server."
+    ),
+    broker_port: int = typer.Option(
+        None, "--broker-port", help="Broker port (default 9092, else a free one)."
+    ),
+    metastore_port: int = typer.Option(
+        None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
+    ),
+) -> None:
+    """Start (or reuse) the embedded broker and the metastore server; see ``UP_HELP``."""
+    if not (broker or metastore):
+        _console.print("[red]error:[/red] nothing to start (--no-broker and --no-metastore)")
+        raise typer.Exit(2)
+    root = state_dir(home)
+    table = Table("service", "state", "address", "pid")
+    logs: list[str] = []
+    addresses: dict[str, str] = {}
+    failed = False
+    if broker:
+        from kappaplus.local.broker import EmbeddedBroker
+
+        service = EmbeddedBroker(root, broker_port)
+        try:
+            before = service.status()
+            with _console.status("starting the broker"):
+                addresses["broker"] = service.start()
+            after = service.status()
+            state = "already running" if before.running else "started"
+            table.add_row("kafka broker", state, addresses["broker"], str(after.pid))
+            logs.append(f"broker log: {service.log_file}")
+        except KappaError as exc:
+            _console.print(f"[red]error:[/red] broker: {exc}")
+            table.add_row("kafka broker", "[red]failed[/red]", "-", "-")
+            failed = True
+    if metastore:
+        server = MetastoreServer(root, metastore_port)
+        try:
+            before_ms = server.status()
+            with _console.status("starting the metastore server (a JVM: up to a minute)"):
+                addresses["metastore"] = server.start()
+            after_ms = server.status()
+            state = "already running" if before_ms.running else "started"
+            table.add_row("hive metastore", state, addresses["metastore"], str(after_ms.pid))
+            logs.append(f"metastore log: {server.log_file}")
+        except KappaError as exc:
+            _console.print(f"[red]error:[/red] metastore: {exc}")
+            table.add_row("hive metastore", "[red]failed[/red]", "-", "-")
+            failed = True
+    _console.print(table)
+    _console.print(f"state directory: {root}")
+    if "broker" in addresses:
+        _console.print(
+            f"bootstrap servers: [bold]{addresses['broker']}[/bold] "
+            "(bootstrap_servers in a job config)"
+        )
+    if "metastore" in addresses:
+        _console.print(f"metastore URI: [bold]{addresses['metastore']}[/bold]")
+        _console.print(
+            "kappa run and create_session pick this metastore up automatically when they use "
+            f"the same state directory (KAPPA_HOME={root})"
+        )
+    for line in logs:
+        _console.print(line, style="dim")
+    _console.print("stop with: kappa down" + (f" --home {home}" if home else ""))
+    if failed:
+        raise typer.Exit(1)
 
 
 def down(home: Path = _HOME) -> None:
@@ -92,6 +186,7 @@ def down(home: Path = _HOME) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``kappa down`` and the ``kappa metastore`` group to the CLI."""
+    """Add ``kappa up``, ``kappa down`` and the ``kappa metastore`` group to the CLI."""
+    app.command("up", help=UP_HELP)(up)
     app.command("down")(down)
     app.add_typer(metastore_app, name="metastore")
