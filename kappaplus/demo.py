@@ -86,20 +86,55 @@ def _phase(report: DemoReport, name: str) -> Iterator[None]:
     report.timings[name] = time.monotonic() - began
 
 
-def _start_stack(home: Path) -> tuple[str, str]:
+def _start_broker(home: Path) -> str:
     from kappaplus.local.broker import EmbeddedBroker, create_topic, delete_topic, list_topics
-    from kappaplus.local.metastore import MetastoreServer
 
-    with console.status("starting the broker and the metastore server"):
-        bootstrap = EmbeddedBroker(home).start()
-        uri = MetastoreServer(home).start()
-        existing = list_topics(bootstrap)
-        for topic in (TOPIC, DLQ_TOPIC):
-            if topic in existing:
-                delete_topic(bootstrap, topic)
-            create_topic(bootstrap, topic)
+    bootstrap = EmbeddedBroker(home).start()
+    existing = list_topics(bootstrap)
+    for topic in (TOPIC, DLQ_TOPIC):
+        if topic in existing:
+            delete_topic(bootstrap, topic)
+        create_topic(bootstrap, topic)
+    return bootstrap
+
+
+def _start_stack(home: Path) -> tuple[str, str, SparkSession]:
+    """Broker, metastore server and Spark session; the metastore JVM starts while Spark
+    does (the session connects to the catalog lazily)."""
+    import threading
+
+    from kappaplus.local.metastore import DEFAULT_PORT, MetastoreServer
+    from kappaplus.local.processes import free_port, port_open
+    from kappaplus.session import create_session
+
+    with console.status("starting the broker"):
+        bootstrap = _start_broker(home)
+    server = MetastoreServer(home)
+    uri = server.uri()
+    failure: list[BaseException] = []
+    thread = None
+    if uri is None:
+        port = DEFAULT_PORT if not port_open(DEFAULT_PORT) else free_port()
+        server = MetastoreServer(home, port)
+        uri = f"thrift://127.0.0.1:{port}"
+
+        def start() -> None:
+            try:
+                server.start()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                failure.append(exc)
+
+        thread = threading.Thread(target=start, name="metastore-start", daemon=True)
+        thread.start()
+    with console.status("starting Spark (local mode) and the Hive metastore server"):
+        spark = create_session("kappa-demo", home=home, metastore_uri=uri)
+        if thread is not None:
+            thread.join()
+    if failure:
+        spark.stop()
+        raise failure[0]
     console.print(f"broker [cyan]{bootstrap}[/], metastore [cyan]{uri}[/], state under {home}")
-    return bootstrap, uri
+    return bootstrap, uri, spark
 
 
 def _produce(bootstrap: str, events: list[dict[str, Any]]) -> None:
@@ -256,7 +291,6 @@ def run_demo(
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
-    from kappaplus.session import create_session
 
     report = DemoReport()
     home = state_dir()
@@ -266,9 +300,7 @@ def run_demo(
     console.rule("[bold]kappaplus demo: one job, stream from Kafka and backfill from Hive")
 
     with _phase(report, "1. embedded stack"):
-        bootstrap, uri = _start_stack(home)
-        with console.status("starting Spark (local mode) against the metastore server"):
-            spark = create_session("kappa-demo", home=home, metastore_uri=uri)
+        bootstrap, _uri, spark = _start_stack(home)
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         for table in (
             EVENTS_TABLE,
