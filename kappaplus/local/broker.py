@@ -15,25 +15,15 @@ timestamp lookup, no DeleteRecords / CreatePartitions).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
 
 from kappaplus.errors import BrokerError
-from kappaplus.local.processes import (
-    free_port,
-    listens_on,
-    log_tail,
-    pid_alive,
-    port_open,
-    terminate,
-)
+from kappaplus.local.processes import free_port, listens_on, port_open
+from kappaplus.local.service import DetachedService
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -52,15 +42,6 @@ def broker_binary() -> str:
     if not os.access(path, os.X_OK):
         raise BrokerError(f"broker binary {path!r} is not executable")
     return path
-
-
-def _is_broker(pid: int) -> bool:
-    """True if ``pid`` is a tansu process (guards against a recycled pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return b"tansu" in handle.read()
-    except OSError:
-        return pid_alive(pid)
 
 
 def list_topics(bootstrap: str, timeout: float = 5.0) -> dict[str, int]:
@@ -92,7 +73,7 @@ class BrokerStatus:
     topics: dict[str, int] = field(default_factory=dict)
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(DetachedService):
     """A detached tansu broker with in-memory storage, listening on ``127.0.0.1:port``.
 
     - ``home``: state directory (default ``state_dir()``); files go to ``home/broker/``.
@@ -105,6 +86,10 @@ class EmbeddedBroker:
     >>> broker.stop()                                   # doctest: +SKIP
     """
 
+    name = "broker"
+    marker = b"tansu"
+    error = BrokerError
+
     def __init__(
         self,
         home: str | os.PathLike[str] | None = None,
@@ -112,42 +97,9 @@ class EmbeddedBroker:
         *,
         start_timeout: float = 20.0,
     ) -> None:
-        self.dir = state_dir(home) / "broker"
+        super().__init__(state_dir(home) / "broker", start_timeout)
         self.port = port
-        self.start_timeout = start_timeout
-        self._started_here = False
 
-    @property
-    def pid_file(self) -> Path:
-        return self.dir / "broker.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.dir / "broker.log"
-
-    # -- state file ----------------------------------------------------------------------------
-    def _read_state(self) -> dict[str, object] | None:
-        try:
-            state = json.loads(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
-            return None
-        return state
-
-    def _running_state(self) -> dict[str, object] | None:
-        """The pid-file content if that broker process is still alive, else None."""
-        state = self._read_state()
-        if state is None:
-            return None
-        pid = int(state["pid"])  # type: ignore[call-overload]
-        if pid_alive(pid) and _is_broker(pid):
-            return state
-        with contextlib.suppress(OSError):
-            self.pid_file.unlink()
-        return None
-
-    # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> str:
         """Start the broker (or reuse the running one) and return its bootstrap address."""
         state = self._running_state()
@@ -172,31 +124,14 @@ class EmbeddedBroker:
             "--storage-engine",
             "memory://tansu/",
         ]
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as log_handle:
-            process = subprocess.Popen(  # noqa: S603 - fixed binary, no shell
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # survives the shell / test process that started it
-                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
-            )
         bootstrap = f"{HOST}:{port}"
-        self.pid_file.write_text(
-            json.dumps(
-                {"pid": process.pid, "port": port, "bootstrap": bootstrap, "started": time.time()}
-            )
+        self._launch(
+            command,
+            {"port": port, "bootstrap": bootstrap},
+            lambda process: self._wait_ready(process, port, bootstrap),
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
-        try:
-            self._wait_ready(process, port, bootstrap)
-        except BaseException:
-            self._kill(process.pid)
-            with contextlib.suppress(OSError):
-                self.pid_file.unlink()
-            raise
-        self._started_here = True
-        log.info("broker started: pid %s at %s (log %s)", process.pid, bootstrap, self.log_file)
+        log.info("broker listens at %s", bootstrap)
         return bootstrap
 
     def _wait_ready(self, process: subprocess.Popen[bytes], port: int, bootstrap: str) -> None:
@@ -220,27 +155,6 @@ class EmbeddedBroker:
             f"{self.start_timeout:.0f}s; see {self.log_file}"
         )
 
-    def _log_tail(self, lines: int = 20) -> str:
-        return log_tail(self.log_file, lines)
-
-    @staticmethod
-    def _kill(pid: int, timeout: float = 5.0) -> None:
-        if not terminate(pid, timeout):
-            raise BrokerError(f"broker pid {pid} did not stop")
-
-    def stop(self) -> bool:
-        """Stop the running broker; True if one was stopped, False if none was running."""
-        state = self._running_state()
-        if state is None:
-            return False
-        pid = int(state["pid"])  # type: ignore[call-overload]
-        self._kill(pid)
-        with contextlib.suppress(OSError):
-            self.pid_file.unlink()
-        self._started_here = False
-        log.info("broker pid %s stopped", pid)
-        return True
-
     def status(self, timeout: float = 5.0) -> BrokerStatus:
         """Whether the broker runs, and its pid, port and topics."""
         state = self._running_state()
@@ -250,26 +164,13 @@ class EmbeddedBroker:
         topics = list_topics(bootstrap, timeout=timeout)
         return BrokerStatus(
             running=True,
-            pid=int(state["pid"]),  # type: ignore[call-overload]
-            port=int(state["port"]),  # type: ignore[call-overload]
+            pid=int(state["pid"]),
+            port=int(state["port"]),
             bootstrap=bootstrap,
             log_file=str(self.log_file),
-            started_at=float(state["started"]),  # type: ignore[arg-type]
+            started_at=float(state["started"]),
             topics=topics,
         )
-
-    # -- context manager: stops the broker only if this object started it ----------------------
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._started_here:
-            self.stop()
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout: float = 10.0) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -39,18 +38,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from xml.sax.saxutils import escape
 
 from kappaplus.errors import MetastoreError
-from kappaplus.local.processes import (
-    free_port,
-    listens_on,
-    log_tail,
-    pid_alive,
-    port_open,
-    terminate,
-)
+from kappaplus.local.processes import free_port, listens_on, pid_alive, port_open
+from kappaplus.local.service import DetachedService
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -87,15 +79,6 @@ def java_binary() -> str:
     return found
 
 
-def _is_metastore(pid: int) -> bool:
-    """True if ``pid`` runs the metastore main class (guards against a recycled pid)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return MAIN_CLASS.encode() in handle.read()
-    except OSError:
-        return pid_alive(pid)
-
-
 def hive_site(database: Path, warehouse: Path) -> str:
     """The ``hive-site.xml`` of the server: Derby at ``database``, tables under ``warehouse``."""
     settings = {
@@ -126,7 +109,7 @@ class MetastoreStatus:
     started_at: float | None = None
 
 
-class MetastoreServer:
+class MetastoreServer(DetachedService):
     """A detached Hive metastore thrift server on ``127.0.0.1:port``.
 
     - ``home``: state directory (default ``state_dir()``); files go to ``home/metastore/``.
@@ -137,6 +120,11 @@ class MetastoreServer:
     the server is stopped on exit only if this object started it.
     """
 
+    name = "metastore"
+    marker = MAIN_CLASS.encode()
+    error = MetastoreError
+    stop_timeout = 15.0
+
     def __init__(
         self,
         home: str | os.PathLike[str] | None = None,
@@ -146,19 +134,9 @@ class MetastoreServer:
         memory: str | None = None,
     ) -> None:
         self.home = state_dir(home)
-        self.dir = self.home / "metastore"
+        super().__init__(self.home / "metastore", start_timeout)
         self.port = port
-        self.start_timeout = start_timeout
         self.memory = memory or os.environ.get("KAPPA_METASTORE_MEMORY", "512m")
-        self._started_here = False
-
-    @property
-    def pid_file(self) -> Path:
-        return self.dir / "metastore.pid"
-
-    @property
-    def log_file(self) -> Path:
-        return self.dir / "metastore.log"
 
     @property
     def database(self) -> Path:
@@ -168,26 +146,11 @@ class MetastoreServer:
     def warehouse(self) -> Path:
         return self.home / "warehouse"
 
-    # -- state ----------------------------------------------------------------------------
-    def _running_state(self) -> dict[str, object] | None:
-        try:
-            state = json.loads(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
-            return None
-        if pid_alive(state["pid"]) and _is_metastore(state["pid"]):
-            return state
-        with contextlib.suppress(OSError):
-            self.pid_file.unlink()
-        return None
-
     def uri(self) -> str | None:
         """``thrift://127.0.0.1:PORT`` of the running server, or None."""
         state = self._running_state()
         return str(state["uri"]) if state else None
 
-    # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> str:
         """Start the server (or reuse the running one) and return its thrift URI."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -195,7 +158,7 @@ class MetastoreServer:
             state = self._running_state()
             if state is not None:
                 uri = str(state["uri"])
-                self._wait_port(int(state["port"]), None)  # type: ignore[call-overload]
+                self._wait_port(int(state["port"]), None)
                 log.info("metastore already running: pid %s at %s", state["pid"], uri)
                 return uri
             if self.port is not None and port_open(self.port):
@@ -212,7 +175,7 @@ class MetastoreServer:
                     port = DEFAULT_PORT if attempt == 0 and not port_open(DEFAULT_PORT) else None
                     port = port or free_port()
                 try:
-                    return self._launch(conf_dir, port)
+                    return self._start_on(conf_dir, port)
                 except PortTakenError:
                     # another process bound the port between our check and the server's
                     # bind (two servers starting at once): take another free port
@@ -221,7 +184,7 @@ class MetastoreServer:
                     log.info("port %s was taken while the metastore started; retrying", port)
             raise AssertionError("unreachable")  # pragma: no cover
 
-    def _launch(self, conf_dir: Path, port: int) -> str:
+    def _start_on(self, conf_dir: Path, port: int) -> str:
         command = [
             java_binary(),
             f"-Xmx{self.memory}",
@@ -233,28 +196,14 @@ class MetastoreServer:
             "-p",
             str(port),
         ]
-        with open(self.log_file, "ab") as log_handle:
-            process = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-                command,
-                cwd=self.dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives the shell or test that started it
-            )
         uri = f"thrift://{HOST}:{port}"
-        self.pid_file.write_text(
-            json.dumps({"pid": process.pid, "port": port, "uri": uri, "started": time.time()})
+        self._launch(
+            command,
+            {"port": port, "uri": uri},
+            lambda process: self._wait_port(port, process),
+            cwd=self.dir,
         )
-        try:
-            self._wait_port(port, process)
-        except BaseException:
-            self._kill(process.pid)
-            with contextlib.suppress(OSError):
-                self.pid_file.unlink()
-            raise
-        self._started_here = True
-        log.info("metastore started: pid %s at %s (log %s)", process.pid, uri, self.log_file)
+        log.info("metastore listens at %s", uri)
         return uri
 
     @contextlib.contextmanager
@@ -288,27 +237,6 @@ class MetastoreServer:
             f"see {self.log_file}:\n{self._log_tail()}"
         )
 
-    def _log_tail(self, lines: int = 20) -> str:
-        return log_tail(self.log_file, lines)
-
-    @staticmethod
-    def _kill(pid: int, timeout: float = 15.0) -> None:
-        if not terminate(pid, timeout):
-            raise MetastoreError(f"metastore pid {pid} did not stop")
-
-    def stop(self) -> bool:
-        """Stop the running server; True if one was stopped, False if none was running."""
-        state = self._running_state()
-        if state is None:
-            return False
-        pid = int(state["pid"])  # type: ignore[call-overload]
-        self._kill(pid)
-        with contextlib.suppress(OSError):
-            self.pid_file.unlink()
-        self._started_here = False
-        log.info("metastore pid %s stopped", pid)
-        return True
-
     def status(self) -> MetastoreStatus:
         """Whether the server runs, with pid, port and URI."""
         state = self._running_state()
@@ -316,24 +244,12 @@ class MetastoreServer:
             return MetastoreStatus(running=False, log_file=str(self.log_file))
         return MetastoreStatus(
             running=True,
-            pid=int(state["pid"]),  # type: ignore[call-overload]
-            port=int(state["port"]),  # type: ignore[call-overload]
+            pid=int(state["pid"]),
+            port=int(state["port"]),
             uri=str(state["uri"]),
             log_file=str(self.log_file),
-            started_at=float(state["started"]),  # type: ignore[arg-type]
+            started_at=float(state["started"]),
         )
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._started_here:
-            self.stop()
 
 
 def start(home: str | os.PathLike[str] | None = None, port: int | None = None) -> str:
@@ -379,8 +295,8 @@ def discover(home: str | os.PathLike[str] | None = None, *, wait: float = 120.0)
     state = server._running_state()
     if state is None:
         return None
-    pid = int(state["pid"])  # type: ignore[call-overload]
-    port = int(state["port"])  # type: ignore[call-overload]
+    pid = int(state["pid"])
+    port = int(state["port"])
     uri = str(state["uri"])
     deadline = time.monotonic() + wait
     while not port_open(port):

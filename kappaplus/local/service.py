@@ -1,0 +1,153 @@
+"""The life cycle the local servers share: a detached process with a pid file and a log.
+
+:class:`DetachedService` is the part of the broker and the metastore server that is the
+same for both: files under ``home/<name>/`` (``<name>.pid`` as JSON with at least ``pid``,
+and ``<name>.log``), finding the running process again from another shell (a live pid
+that still runs the service, so a recycled pid is not mistaken for it), starting it in a
+session of its own so it outlives the process that started it, cleaning up when it does
+not come up, and stopping it. Subclasses say how to start and when the server is ready.
+
+>>> class Echo(DetachedService):                       # doctest: +SKIP
+...     name, marker, error = "echo", b"echo-server", BrokerError
+>>> Echo(state_dir() / "echo").stop()                  # doctest: +SKIP
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+from kappaplus.errors import KappaError
+from kappaplus.local.processes import log_tail, pid_alive, terminate
+
+log = logging.getLogger(__name__)
+
+
+def runs_command(pid: int, marker: bytes) -> bool:
+    """Whether process ``pid``'s command line contains ``marker`` (alive, if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return marker in handle.read()
+    except OSError:
+        return pid_alive(pid)
+
+
+class DetachedService:
+    """A local server run as a detached process, found again through its pid file.
+
+    Class attributes of a subclass: ``name`` (file names and log lines), ``marker`` (bytes
+    its command line contains), ``error`` (the :class:`KappaError` raised), ``stop_timeout``
+    (seconds SIGTERM, then SIGKILL, are each given).
+    """
+
+    name: ClassVar[str]
+    marker: ClassVar[bytes]
+    error: ClassVar[type[KappaError]]
+    stop_timeout: ClassVar[float] = 5.0
+
+    def __init__(self, directory: Path, start_timeout: float) -> None:
+        self.dir = directory
+        self.start_timeout = start_timeout
+        self._started_here = False
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    def _running_state(self) -> dict[str, Any] | None:
+        """The pid file's content if that process still runs the service, else None (and a
+        stale pid file is removed)."""
+        try:
+            state = json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(state, dict) or not isinstance(state.get("pid"), int):
+            return None
+        if pid_alive(state["pid"]) and runs_command(state["pid"], self.marker):
+            return state
+        with contextlib.suppress(OSError):
+            self.pid_file.unlink()
+        return None
+
+    def _launch(
+        self,
+        command: list[str],
+        state: Mapping[str, Any],
+        wait_ready: Callable[[subprocess.Popen[bytes]], None],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` detached, record ``state`` (plus pid and start time) in the pid
+        file and wait with ``wait_ready(process)``; if that raises, the process is killed
+        and the pid file removed before the error goes on."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log_handle:
+            process = subprocess.Popen(  # noqa: S603 - fixed command, no shell
+                command,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives the shell or test that started it
+                env=None if env is None else dict(env),
+            )
+        self.pid_file.write_text(json.dumps({"pid": process.pid, **state, "started": time.time()}))
+        try:
+            wait_ready(process)
+        except BaseException:
+            self._kill(process.pid)
+            with contextlib.suppress(OSError):
+                self.pid_file.unlink()
+            raise
+        self._started_here = True
+        log.info("%s started: pid %s (log %s)", self.name, process.pid, self.log_file)
+        return process
+
+    def _log_tail(self, lines: int = 20) -> str:
+        return log_tail(self.log_file, lines)
+
+    def _kill(self, pid: int) -> None:
+        if not terminate(pid, self.stop_timeout):
+            raise self.error(f"{self.name} pid {pid} did not stop")
+
+    def stop(self) -> bool:
+        """Stop the running server; True if one was stopped, False if none was running."""
+        state = self._running_state()
+        if state is None:
+            return False
+        pid = int(state["pid"])
+        self._kill(pid)
+        with contextlib.suppress(OSError):
+            self.pid_file.unlink()
+        self._started_here = False
+        log.info("%s pid %s stopped", self.name, pid)
+        return True
+
+    def start(self) -> str:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    # -- context manager: stops the server only if this object started it ----------------
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._started_here:
+            self.stop()
