@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -84,3 +84,63 @@ def sessions_by_hand(
             start, last = group[0][0], group[-1][0]
             out.add((rider, start, last + gap, len(group), kinds, "request_trip" in kinds))
     return out
+
+
+FLUSH_RIDER = "zz-flush"
+
+
+def flush_events(at: datetime, count: int) -> list[dict[str, Any]]:
+    """``count`` events of one extra rider at ``at`` (far after the real events): produced
+    last, they move a stream's watermark past every real session so all of them close."""
+    return [
+        {
+            "event_id": f"f{i}",
+            "rider_id": FLUSH_RIDER,
+            "event_type": "app_open",
+            "area": "downtown",
+            "event_time": at,
+            "arrival_time": at,
+        }
+        for i in range(count)
+    ]
+
+
+def partition_offset(offset: Any) -> int:
+    """The next offset of the one-partition topic in a Kafka source offset (0 if none)."""
+    if not isinstance(offset, dict):
+        return 0
+    (partitions,) = offset.values()
+    return int(partitions["0"])
+
+
+def iso_micros(iso: str | None) -> int:
+    """Epoch microseconds of an ISO timestamp as Spark's progress reports it (0 if none)."""
+    return 0 if not iso else micros(datetime.fromisoformat(iso.replace("Z", "+00:00")))
+
+
+def dropped_by_watermark(
+    history: Sequence[Any], at_offset: Mapping[int, Mapping[str, Any]], window_us: int = 0
+) -> tuple[list[Mapping[str, Any]], dict[str, int]]:
+    """The events a stream dropped as late, decided from Spark's own batches.
+
+    ``history`` is a query's batches (Kafka offsets each read, watermark each ran under);
+    ``at_offset`` maps a Kafka offset of the one-partition topic to the event there (offsets
+    missing from it, e.g. undecodable records, are passed over). Spark filters a batch's
+    late input by the watermark of the PREVIOUS batch (it evicts state by the current one):
+    an event is late when ``event_time + window_us`` is at or before that watermark (for a
+    session window, ``window_us`` is the gap: its own window ``[t, t + gap)`` has closed).
+    Returns the late events and the batch id that read each event.
+    """
+    late: list[Mapping[str, Any]] = []
+    batch_of: dict[str, int] = {}
+    for previous, batch in zip([None, *history], history, strict=False):
+        watermark = 0 if previous is None else iso_micros(previous.watermark)
+        first = partition_offset(batch.start_offsets[0])
+        for offset in range(first, partition_offset(batch.end_offsets[0])):
+            event = at_offset.get(offset)
+            if event is None:
+                continue
+            batch_of[event["event_id"]] = batch.batch_id
+            if micros(event["event_time"]) + window_us <= watermark:
+                late.append(event)
+    return late, batch_of

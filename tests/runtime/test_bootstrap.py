@@ -9,7 +9,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
+from runtime_helpers import (
+    FLUSH_RIDER,
+    example_config,
+    flush_events,
+    sessions_by_hand,
+    table_rows,
+    uid,
+)
 
 from kappaplus.errors import ConfigError
 from kappaplus.examples import sessionization
@@ -56,17 +63,7 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
     write_table(spark, table, lake, RIDER_EVENT_DDL)
     # far-future events of one extra rider close every real session (then left out)
     flush_at = events[-1]["event_time"] + timedelta(days=1)
-    flush = [
-        {
-            "event_id": f"f{i}",
-            "rider_id": "zz-flush",
-            "event_type": "app_open",
-            "area": "downtown",
-            "event_time": flush_at,
-            "arrival_time": flush_at,
-        }
-        for i in range(3)
-    ]
+    flush = flush_events(flush_at, 3)
     garbage = [b"{not json"]
     produce(kafka_bootstrap, topic, kafka + flush, extra=garbage)
     config = example_config(
@@ -92,7 +89,7 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
     )
     assert result.status == "finished"
     assert result.job.transform is sessionization.sessionize
-    rows = [r for r in table_rows(spark, out, COLUMNS) if r[0] != "zz-flush"]
+    rows = [r for r in table_rows(spark, out, COLUMNS) if r[0] != FLUSH_RIDER]
     assert len(rows) == len(set(rows)), "no duplicate sessions"
     truth = sessions_by_hand(events, GAP)
     assert set(rows) == truth

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from runtime_helpers import EXAMPLES, _merge, sessions_by_hand
+from runtime_helpers import EXAMPLES, _merge, flush_events, sessions_by_hand
 
 from kappaplus.config import load_config
 from kappaplus.examples.generate import arrival_order, produce, rider_events
@@ -201,17 +201,7 @@ def test_stream_and_backfill_run_at_the_same_time(
         # -- the same events on Kafka, in arrival order, then a far-future rider whose
         # events push the stream's watermark past every session
         flush_at = events[-1]["event_time"] + timedelta(days=1)
-        flush = [
-            {
-                "event_id": f"f{i}",
-                "rider_id": "zz-flush",
-                "event_type": "app_open",
-                "area": "downtown",
-                "event_time": flush_at,
-                "arrival_time": flush_at,
-            }
-            for i in range(5)
-        ]
+        flush = flush_events(flush_at, 5)
         topic = new_topic(prefix="rider-events")
         produce(kafka_bootstrap, topic, arrival_order(events) + flush)
 

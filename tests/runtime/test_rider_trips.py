@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import example_config, micros, table_rows, uid
+from runtime_helpers import (
+    dropped_by_watermark,
+    example_config,
+    flush_events,
+    micros,
+    table_rows,
+    uid,
+)
 
 from kappaplus.examples import rider_trips
 from kappaplus.examples.generate import (
@@ -119,17 +126,7 @@ def test_rider_trips_stream(  # type: ignore[no-untyped-def]
     # far-future events of another rider: the batch that reads the first of them moves the
     # watermark past every real event, and the next batch (there is one: BATCH + 1 of
     # them) fires the timers of every trip request still waiting
-    flush = [
-        {
-            "event_id": f"f{i}",
-            "rider_id": "zz-flush",
-            "event_type": "app_open",
-            "area": "downtown",
-            "event_time": flush_at,
-            "arrival_time": flush_at,
-        }
-        for i in range(BATCH + 1)
-    ]
+    flush = flush_events(flush_at, BATCH + 1)
     delivered = arrival_order(events) + flush  # Kafka offset i holds delivered[i]
     topic, out = new_topic(prefix="rider-events"), f"trips_{uid()}"
     produce(kafka_bootstrap, topic, delivered)
@@ -169,13 +166,7 @@ def test_rider_trips_stream(  # type: ignore[no-untyped-def]
     # batch's watermark and evicts state by the current one); late means event time <=
     # that watermark. transformWithState filters late rows only in timeMode "EventTime".
     history = result.tracker.stats["trip_counts"].history
-    late, batch_of = [], {}
-    for previous, batch in zip([None, *history], history, strict=False):
-        watermark = 0 if previous is None else _micros(previous.watermark)
-        for offset in range(_offsets(batch.start_offsets[0]), _offsets(batch.end_offsets[0])):
-            batch_of[delivered[offset]["event_id"]] = batch.batch_id
-            if micros(delivered[offset]["event_time"]) <= watermark:
-                late.append(delivered[offset])
+    late, batch_of = dropped_by_watermark(history, dict(enumerate(delivered)))
     assert len(batch_of) == len(delivered)
     late_ids = {e["event_id"] for e in late}
     on_time = [e for e in events if e["event_id"] not in late_ids]
@@ -230,15 +221,3 @@ def test_rider_trips_stream(  # type: ignore[no-untyped-def]
     assert result.dropped_late("arrivals") == 0
     # the windows are those of the run's wall clock (1-minute windows, aligned)
     assert min(start for start, _ in final) >= micros(started) - 60 * 1_000_000
-
-
-def _offsets(offset: Any) -> int:
-    """The next offset of the one-partition topic in a Kafka source offset (0 if none)."""
-    if not isinstance(offset, dict):
-        return 0
-    (partitions,) = offset.values()
-    return int(partitions["0"])
-
-
-def _micros(iso: str | None) -> int:
-    return 0 if not iso else micros(datetime.fromisoformat(iso.replace("Z", "+00:00")))

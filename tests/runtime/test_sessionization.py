@@ -4,12 +4,14 @@ the same events in arrival order differs exactly by the late events it dropped."
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from runtime_helpers import (
+    dropped_by_watermark,
     example_config,
+    flush_events,
     micros,
     sessions_by_hand,
     table_rows,
@@ -80,17 +82,7 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
     # -- stream: the same events produced in arrival order, plus 2 undecodable records;
     # then far-future events of another rider push the watermark past every session.
     flush_at = events[-1]["event_time"] + timedelta(days=1)
-    flush = [
-        {
-            "event_id": f"f{i}",
-            "rider_id": "zz-flush",
-            "event_type": "app_open",
-            "area": "downtown",
-            "event_time": flush_at,
-            "arrival_time": flush_at,
-        }
-        for i in range(2 * BATCH)
-    ]
+    flush = flush_events(flush_at, 2 * BATCH)
     garbage = [b"not json", b'{"event_id": "x", "rider_id": "r", "event_time": null}']
     produce(kafka_bootstrap, topic, [], extra=garbage)
     produce(kafka_bootstrap, topic, arrival_order(events) + flush)
@@ -110,20 +102,11 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
     # ran under (Spark evicts state with the current batch's watermark but filters late
     # input with the previous one). For session windows an event is late when its own
     # session window [t, t + gap) ends at or before that watermark.
-    by_offset: dict[int, dict[str, Any]] = {
-        len(garbage) + i: e for i, e in enumerate(arrival_order(events))
-    }
-    late = []
+    delivered = arrival_order(events)
     history = stream.tracker.stats["sessions"].history
-    for previous, batch in zip([None, *history], history, strict=False):
-        first, until = _offsets(batch.start_offsets[0]), _offsets(batch.end_offsets[0])
-        watermark = 0 if previous is None else _micros(previous.watermark)
-        for offset in range(first, until):
-            event = by_offset.get(offset)
-            if event is None:
-                continue
-            if micros(event["event_time"]) + GAP * 1_000_000 <= watermark:
-                late.append(event)
+    late, _ = dropped_by_watermark(
+        history, {len(garbage) + i: e for i, e in enumerate(delivered)}, GAP * 1_000_000
+    )
     print(f"{len(history)} stream batches, {len(late)} events dropped as late")
     assert len(late) >= 3
     assert all(e["arrival_time"] - e["event_time"] > timedelta(hours=1) for e in late)
@@ -158,15 +141,3 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
     assert runs[stream.record.run_id].rows_dropped_late == len(late)
     state = read_checkpoint(backfill.record.checkpoints["sessions"])
     assert state.done() == 1.0 and not state.pending
-
-
-def _offsets(offset: Any) -> int:
-    """The next offset of the one-partition topic in a Kafka source offset (0 if none)."""
-    if not isinstance(offset, dict):
-        return 0
-    (partitions,) = offset.values()
-    return int(partitions["0"])
-
-
-def _micros(iso: str | None) -> int:
-    return 0 if not iso else micros(datetime.fromisoformat(iso.replace("Z", "+00:00")))
