@@ -15,10 +15,12 @@ test-all: setup
 
 lint: setup
 	.venv/bin/ruff check kappaplus tests bench
+	.venv/bin/ruff format --check kappaplus tests bench
 	.venv/bin/mypy kappaplus
 
 bench: setup
-	.venv/bin/python bench/run_all.py
+	.venv/bin/python bench/bench_kafka.py
+	.venv/bin/python bench/bench_hive.py
 
 down: setup
 	.venv/bin/kappa down

@@ -188,8 +188,13 @@ def run_stream(spark, start: int, end: int, span: str, work: Path, name: str):  
 
     shutil.rmtree(work / name, ignore_errors=True)
     stream = read_hive_stream(
-        spark, TABLE, event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger=span, watermark_delay="10 minutes",
+        spark,
+        TABLE,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger=span,
+        watermark_delay="10 minutes",
         manifestDir=str(work / name / "manifests"),
     )
     query = (
@@ -211,8 +216,13 @@ def run_read_only(spark, start: int, end: int, span: str, work: Path, name: str)
 
     shutil.rmtree(work / name, ignore_errors=True)
     stream = read_hive_stream(
-        spark, TABLE, event_time_column="ts", start=iso(start), end=iso(end),
-        max_event_time_per_trigger=span, manifestDir=str(work / name / "manifests"),
+        spark,
+        TABLE,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger=span,
+        manifestDir=str(work / name / "manifests"),
     )
     query = (
         stream.writeStream.format("noop")
@@ -255,21 +265,39 @@ def raw_scan_child(location: str, start: int, end: int, out: str) -> None:
     keep = pc.and_(pc.greater_equal(micros, start * 1_000_000), pc.less(micros, end * 1_000_000))
     hour = pc.multiply(pc.divide(pc.filter(micros, keep), HOUR * 1_000_000), HOUR)
     grouped = (
-        pa.table({"s": hour, "key": pc.filter(table["key"], keep),
-                  "amount": pc.filter(table["amount"], keep)})
+        pa.table(
+            {
+                "s": hour,
+                "key": pc.filter(table["key"], keep),
+                "amount": pc.filter(table["amount"], keep),
+            }
+        )
         .group_by(["s", "key"])
         .aggregate([("amount", "count"), ("amount", "sum")])
     )
     seconds = time.perf_counter() - began
     rows = sorted(
-        zip(grouped["s"].to_pylist(), grouped["key"].to_pylist(),
-            grouped["amount_count"].to_pylist(), grouped["amount_sum"].to_pylist(), strict=True)
+        zip(
+            grouped["s"].to_pylist(),
+            grouped["key"].to_pylist(),
+            grouped["amount_count"].to_pylist(),
+            grouped["amount_sum"].to_pylist(),
+            strict=True,
+        )
     )
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    Path(out).write_text(json.dumps({
-        "seconds": seconds, "read_seconds": read_s, "rows_read": table.num_rows,
-        "files": len(paths), "peak_kb": peak_kb, "rows": rows,
-    }))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "read_seconds": read_s,
+                "rows_read": table.num_rows,
+                "files": len(paths),
+                "peak_kb": peak_kb,
+                "rows": rows,
+            }
+        )
+    )
 
 
 def run_raw(location: str, start: int, end: int, work: Path) -> Measure:
@@ -281,7 +309,10 @@ def run_raw(location: str, start: int, end: int, work: Path) -> Measure:
     data = json.loads(out.read_text())
     measure = Measure(
         "(c) raw pyarrow scan + pyarrow group_by (1 process)",
-        data["seconds"], data["rows_read"], data["peak_kb"] / 1024, None,
+        data["seconds"],
+        data["rows_read"],
+        data["peak_kb"] / 1024,
+        None,
         "ru_maxrss of the scan process",
         [tuple(r) for r in data["rows"]],  # type: ignore[misc]
     )
@@ -302,9 +333,17 @@ def breakdown(progress: list[dict]) -> tuple[dict[str, int], list[str]]:
         lines.append(
             f"batch {p['batchId']:>3} {offset.get('phase', '?'):>4} rows {p['numInputRows']:>9,} "
             f"files {offset.get('files', 0):>4} | "
-            + " ".join(f"{k} {parts.get(k, 0)}" for k in (
-                "triggerExecution", "latestOffset", "queryPlanning", "addBatch", "walCommit",
-                "commitOffsets"))
+            + " ".join(
+                f"{k} {parts.get(k, 0)}"
+                for k in (
+                    "triggerExecution",
+                    "latestOffset",
+                    "queryPlanning",
+                    "addBatch",
+                    "walCommit",
+                    "commitOffsets",
+                )
+            )
         )
     return totals, lines
 
@@ -337,8 +376,9 @@ def verdict(value: float, goal: float, lower_is_better: bool) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--slice", default="6 hours", help="maxEventTimePerTrigger of (a)")
@@ -364,8 +404,9 @@ def main() -> None:
         n = write_table(spark, args.days, args.rows_per_day, args.files_per_hour)
         written_s = time.perf_counter() - began
         location = resolve_table(spark, TABLE).location
-        print(f"table {TABLE}: {n:,} rows, {args.days} days, written in {written_s:.1f} s",
-              flush=True)
+        print(
+            f"table {TABLE}: {n:,} rows, {args.days} days, written in {written_s:.1f} s", flush=True
+        )
         start, end = BASE, BASE + args.days * DAY
 
         # warm-up: JIT, Python workers, the data source's imports
@@ -380,8 +421,12 @@ def main() -> None:
         read = sum(p["numInputRows"] for p in progress)
         stream = Measure(
             f"(a) kappa_hive AvailableNow, {args.slice} slices -> memory sink",
-            stream_s, read, mem.peak / 2**20, mem.start / 2**20,
-            "driver JVM + Python workers (RSS sum)", stream_rows,
+            stream_s,
+            read,
+            mem.peak / 2**20,
+            mem.start / 2**20,
+            "driver JVM + Python workers (RSS sum)",
+            stream_rows,
         )
         with PeakRss(jvm_pid) as mem:
             t0 = time.perf_counter()
@@ -389,16 +434,23 @@ def main() -> None:
             read_s = time.perf_counter() - t0
         read_only = Measure(
             f"(a0) kappa_hive alone: same {args.slice} slices -> noop sink, no aggregation",
-            read_s, sum(p["numInputRows"] for p in read_progress), mem.peak / 2**20,
-            mem.start / 2**20, "driver JVM + Python workers (RSS sum)",
+            read_s,
+            sum(p["numInputRows"] for p in read_progress),
+            mem.peak / 2**20,
+            mem.start / 2**20,
+            "driver JVM + Python workers (RSS sum)",
         )
         with PeakRss(jvm_pid) as mem:
             t0 = time.perf_counter()
             batch_rows = run_batch(spark, start, end)
             batch_s = time.perf_counter() - t0
         batch = Measure(
-            "(b) Spark batch query over the table, collected", batch_s, n,
-            mem.peak / 2**20, mem.start / 2**20, "driver JVM + Python workers (RSS sum)",
+            "(b) Spark batch query over the table, collected",
+            batch_s,
+            n,
+            mem.peak / 2**20,
+            mem.start / 2**20,
+            "driver JVM + Python workers (RSS sum)",
             batch_rows,
         )
         spark.stop()
@@ -420,12 +472,14 @@ def main() -> None:
     rate_ratio = stream.rows_per_s / raw.rows_per_s
     read_ratio = read_only.rows_per_s / raw.rows_per_s
     marker_ms = sorted(
-        p["durationMs"].get("triggerExecution", 0) for p in progress
+        p["durationMs"].get("triggerExecution", 0)
+        for p in progress
         if json.loads(p["sources"][0]["endOffset"] or "{}").get("phase") == "end"
     )
     fixed = f"{marker_ms[len(marker_ms) // 2] / 1000:.2f} s" if marker_ms else "n/a"
     data_ms = [
-        p["durationMs"].get("triggerExecution", 0) for p in progress
+        p["durationMs"].get("triggerExecution", 0)
+        for p in progress
         if json.loads(p["sources"][0]["endOffset"] or "{}").get("phase") == "data"
     ]
     when = datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M UTC")

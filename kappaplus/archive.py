@@ -123,9 +123,7 @@ def archive_job(options: ArchiveOptions) -> tuple[Job, JobConfig]:
     job = Job(
         name=options.job_name,
         inputs=[
-            InputSpec(
-                INPUT, options.event_schema(), options.event_time_column, kafka_metadata=True
-            )
+            InputSpec(INPUT, options.event_schema(), options.event_time_column, kafka_metadata=True)
         ],
         outputs=[OutputSpec(OUTPUT, event_time_column=partition_time)],
         transform=_identity,

@@ -81,7 +81,7 @@ def archive_command(
     from kappaplus.runtime.cli import print_summary
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
-    from kappaplus.session import create_session
+    from kappaplus.session import create_session, stop_session
 
     try:
         options = ArchiveOptions(
@@ -117,7 +117,7 @@ def archive_command(
         _console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     finally:
-        spark.stop()
+        stop_session(spark)
     print_summary(result.record)
     kind = "arrival" if partition_by == "arrival" else "event"
     _console.print(

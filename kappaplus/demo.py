@@ -281,7 +281,12 @@ def _iso(micros: int) -> str:
 
 
 def run_demo(
-    riders: int = 150, days: int = 3, slice_hours: int = 12, batch_hours: float = 3.0
+    riders: int = 150,
+    days: int = 3,
+    slice_hours: int = 12,
+    batch_hours: float = 3.0,
+    *,
+    down: bool = False,
 ) -> DemoReport:
     """Run the demo (see the module docstring) and return what it measured."""
     from pyspark.sql import functions as F
@@ -291,6 +296,7 @@ def run_demo(
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
+    from kappaplus.session import stop_session
 
     report = DemoReport()
     home = state_dir()
@@ -412,7 +418,7 @@ def run_demo(
             )
         _where(home)
     finally:
-        spark.stop()
+        stop_session(spark)
     total = time.monotonic() - began
     report.timings["total"] = total
     timing = "; ".join(
@@ -425,7 +431,12 @@ def run_demo(
             if report.ok
             else "[red]demo found a difference it cannot explain[/]"
         )
-        + f" in {total:.0f} s. Services keep running: [bold]kappa down[/] stops them."
+        + f" in {total:.0f} s. "
+        + (
+            "Stopping the services."
+            if down
+            else "Services keep running: [bold]kappa down[/] stops them."
+        )
     )
     return report
 
@@ -459,7 +470,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start the embedded stack, produce rider events to Kafka, archive them to Hive,
         run sessionization in stream mode and backfill it, then reconcile side by side."""
-        report = run_demo(riders, days, slice_hours, batch_hours)
+        report = run_demo(riders, days, slice_hours, batch_hours, down=down)
         if down:
             from kappaplus.local.stack_cli import down as stop_services
 

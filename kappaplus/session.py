@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
+LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
+"""Driver logging: Spark's defaults at WARN without the warnings every run triggers by design."""
 
 
 def _python_env() -> None:
@@ -166,6 +168,10 @@ def create_session(
         if uri is None and not _sets_metastore(conf) and not _has_active_context():
             check_embedded_free(root)  # fail fast instead of a Java stack trace from Derby
         settings.update(hive_conf(root, uri))
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    settings["spark.driver.extraJavaOptions"] = (
+        f"{java_options} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}".strip()
+    )
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
@@ -181,6 +187,24 @@ def create_session(
         "SparkSession %s ready (master=%s, home=%s)", app_name, spark.sparkContext.master, root
     )
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop ``spark``: its streaming queries, then the state store's maintenance, then Spark.
+
+    Spark's background state store maintenance can otherwise run once more after the
+    session stopped and print ``SparkEnv not active, cannot do maintenance`` with a stack
+    trace as the process exits.
+    """
+    for query in spark.streams.active:
+        query.stop()
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    except Exception as exc:  # noqa: BLE001 - cosmetic; stopping Spark must go on
+        log.debug("state store maintenance not stopped: %s", exc)
+    spark.stop()
 
 
 def register_data_sources(spark: SparkSession) -> None:

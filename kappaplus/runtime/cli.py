@@ -135,7 +135,7 @@ def run_command(
     from kappaplus.jobs import load_job
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
-    from kappaplus.session import create_session
+    from kappaplus.session import create_session, stop_session
 
     if list_jobs:
         for name, path in REFERENCE_JOBS.items():
@@ -184,7 +184,7 @@ def run_command(
     except KappaError as exc:
         raise _fail(exc) from exc
     finally:
-        spark.stop()
+        stop_session(spark)
     print_summary(result.record)
     if result.status == "failed":
         raise typer.Exit(1)

@@ -112,8 +112,7 @@ class RunOptions:
             raise ConfigError(
                 "end",
                 self.end,
-                "a bootstrap has no end: it reads the lake up to --cutoff, then Kafka "
-                "continuously",
+                "a bootstrap has no end: it reads the lake up to --cutoff, then Kafka continuously",
             )
         if self.cutoff is not None:
             cutoff = parse_timestamp(self.cutoff, "cutoff")

@@ -110,8 +110,13 @@ def run(master: str, home: Path, rows: int, days: float) -> dict:
 
         start, end = BASE + 2 * HOUR + 900, BASE + DAY + 14 * HOUR
         stream = read_hive_stream(
-            spark, TABLE, event_time_column="ts", start=iso(start), end=iso(end),
-            max_event_time_per_trigger="8 hours", watermark_delay="15 minutes",
+            spark,
+            TABLE,
+            event_time_column="ts",
+            start=iso(start),
+            end=iso(end),
+            max_event_time_per_trigger="8 hours",
+            watermark_delay="15 minutes",
             manifestDir=str(home / "manifests"),
         )
         query = (
