@@ -25,11 +25,11 @@ def kappa_home() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
     """The one SparkSession of the test session."""
-    from kappaplus.session import create_session
+    from kappaplus.session import create_session, stop_session
 
     session = create_session("kappaplus-tests", home=kappa_home)
     yield session
-    session.stop()
+    stop_session(session)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

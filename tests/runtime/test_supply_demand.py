@@ -123,7 +123,6 @@ def test_backfill_equals_batch_ground_truth(spark, figure1, scratch: Path) -> No
     assert len(got) == len(set(got)) and set(got) == matches and len(matches) > 20
 
 
-@pytest.mark.slow
 def test_stream_equals_backfill(  # type: ignore[no-untyped-def]
     spark, figure1, kafka_bootstrap: str, new_topic, scratch: Path
 ) -> None:
