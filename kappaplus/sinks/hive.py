@@ -83,8 +83,10 @@ dates is published one rename per date, and a reader listing the table between t
 renames (or after a crash between them, until the replay) sees the earlier dates only.
 With ``files_per_partition > 1`` visibility in ``"partition"`` mode is per file. Readers
 that need whole batches there can compare with :meth:`HiveTableSink.committed_batches`.
-Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``,
-the ``kappa_hive`` streaming source) see files as they are renamed, in both modes.
+Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``)
+see files as they are renamed, in both modes; the ``kappa_hive`` streaming source lists
+files too but counts a published file only once its batch's commit marker exists
+(:mod:`kappaplus.sinks.commit_log`), so it sees whole committed batches in both modes.
 
 The price of ``"batch"`` mode: one metastore partition per (date[, hour], batch). At a
 10 s trigger that is up to 8640 partitions a day for each date written (an hour partition
@@ -125,6 +127,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import unquote
 
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
+from kappaplus.sinks.commit_log import COMMITS_DIR, commit_marker, published_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -148,7 +151,6 @@ _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-COMMITS_DIR = "_kappa_commits"
 STAGING_DIR = "_kappa_staging"
 MANIFEST_VERSION = 2
 _ADD_PARTITION_BATCH = "spark.sql.addPartitionInBatch.size"
@@ -498,12 +500,12 @@ class HiveTableSink:
             self.fault_hook(name, batch_id)
 
     def _marker(self, location: str, batch_id: int) -> str:
-        return f"{location}/{COMMITS_DIR}/{self.options.query_name}/{batch_id}"
+        return commit_marker(location, self.options.query_name, batch_id)
 
     def published_name(self, batch_id: int, index: int, staged: str) -> str:
         """The published file name of the ``index``-th staged file of a batch."""
         suffix = ".snappy.parquet" if staged.endswith(".snappy.parquet") else ".parquet"
-        return f"kappa-{self.options.query_name}-{batch_id:020d}-{index:05d}{suffix}"
+        return published_name(self.options.query_name, batch_id, index, suffix)
 
     def _with_partition_columns(self, df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F

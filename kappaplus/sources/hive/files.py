@@ -21,6 +21,7 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from kappaplus.errors import DataError
+from kappaplus.sinks.commit_log import COMMITS_DIR, parse_published
 from kappaplus.sources.hive.layout import (
     PartitionTimeLayout,
     is_hidden,
@@ -80,21 +81,34 @@ def list_data_files(
     arrival_time: bool,
     table: str,
 ) -> list[DataFile]:
-    """Every visible data file below ``location`` with its partition's admissible time range."""
+    """Every visible data file below ``location`` with its partition's admissible time range.
+
+    In a table the kappaplus Hive sink writes (it has a ``_kappa_commits`` directory) a
+    file the sink published counts only once its batch's commit marker exists, so this
+    reader, which lists files rather than asking the metastore, sees whole committed
+    batches only: never a batch the sink was still moving or registering, nor one a crash
+    left half published (:mod:`kappaplus.sinks.commit_log`).
+    """
     fs, root = filesystem_for(location)
     try:
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=False))
     except (FileNotFoundError, OSError) as exc:
         raise DataError(f"table {table!r}: cannot list its location {location!r}: {exc}") from exc
+    entries = [(info, info.path[len(root) :].lstrip("/").split("/")) for info in infos]
+    committed = _committed_batches(entries)
     files: list[DataFile] = []
     ranges: dict[str, tuple[int, int]] = {}
-    for info in infos:
+    uncommitted = 0
+    for info, parts in entries:
         if info.type != pafs.FileType.File:
             continue
-        relative = info.path[len(root) :].lstrip("/")
-        parts = relative.split("/")
         if any(is_hidden(p) for p in parts) or info.size == 0:
             continue
+        if committed is not None:
+            batch = parse_published(parts[-1])
+            if batch is not None and batch not in committed:
+                uncommitted += 1
+                continue
         partition_dir = "/".join(parts[:-1])
         values = parse_partition_values(partition_dir)
         if partition_columns and list(values)[: len(partition_columns)] != list(partition_columns):
@@ -125,8 +139,30 @@ def list_data_files(
                 admissible_hi=hi,
             )
         )
+    if uncommitted:
+        log.info(
+            "table %r: %d published file(s) of batches without a commit marker left out "
+            "(a sink is writing them, or will replay them after a crash)",
+            table,
+            uncommitted,
+        )
     files.sort(key=lambda f: (f.admissible_lo, f.path))
     return files
+
+
+def _committed_batches(
+    entries: list[tuple[pafs.FileInfo, list[str]]],
+) -> set[tuple[str, int]] | None:
+    """(query, batch) of every commit marker under the table; None if it has no commit log."""
+    committed: set[tuple[str, int]] | None = None
+    for info, parts in entries:
+        if parts[0] != COMMITS_DIR:
+            continue
+        if committed is None:
+            committed = set()
+        if info.type == pafs.FileType.File and len(parts) == 3 and parts[2].isdigit():
+            committed.add((parts[1], int(parts[2])))
+    return committed
 
 
 @dataclass(frozen=True)
