@@ -390,6 +390,8 @@ def _wait(
             if live is not None:
                 live.update(tracker.table(record.run_id))
                 live.stop()
+                if not live.console.is_terminal:
+                    live.console.line()  # a log or pipe gets no newline after the last frame
 
 
 def _update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:

@@ -34,7 +34,9 @@ from kappaplus.errors import ConfigError
 from kappaplus.sources.hybrid import hybrid_counts, read_hybrid_stream
 
 HOUR = 3600
-WINDOW, SLIDE = DAY, 6 * HOUR
+# 30-day windows: far longer than Kafka's retention (2 days), so their state must come from
+# the lake, and every window that closes after the cutoff holds lake AND Kafka events
+WINDOW, SLIDE = 30 * DAY, DAY
 CUTOFF = BASE + 28 * DAY
 KINDS = ("open", "search", "request", "pay")
 PER_DAY = 100
@@ -125,7 +127,7 @@ def ground_truth(events: list[dict]) -> dict[tuple[int, str], tuple[int, int]]:
 def run(stream: DataFrame, checkpoint: Path) -> tuple[dict, list[dict]]:
     """Run the windowed count with Trigger.AvailableNow; return the emitted windows
     ``(start, kind) -> (n, ids)`` and the progress of every micro-batch."""
-    counts = stream.groupBy(F.window("ts", "1 day", "6 hours"), "kind").agg(
+    counts = stream.groupBy(F.window("ts", f"{WINDOW} seconds", f"{SLIDE} seconds"), "kind").agg(
         F.count("*").alias("n"), F.sum("id").alias("ids")
     )
     emitted: list[tuple] = []
@@ -242,18 +244,18 @@ def test_bootstrap_from_lake_then_kafka_equals_ground_truth(
     dead = spark.read.parquet(str(scratch / "dead")).collect()
     assert len(dead) == 2 and all(r.reason and r.job == "hybrid-test" for r in dead)
 
-    # -- run 2: the same checkpoint continues on new Kafka data (day 31) -----------------
-    day31 = generate(30, 1, rng)
-    produce(kafka_bootstrap, topic, day31, rng)
+    # -- run 2: the same checkpoint continues on new Kafka data (days 31-32) --------------
+    later = generate(30, 2, rng)
+    produce(kafka_bootstrap, topic, later, rng)
     emitted2, progress2 = run(stream(), scratch / "ck")
     assert all(json.loads(p["sources"][0]["endOffset"])["phase"] == "kafka" for p in progress2)
     assert not set(emitted2) & set(emitted), "no window is emitted twice across runs"
-    truth = ground_truth(lake_events + new + day31)
+    truth = ground_truth(lake_events + new + later)
     watermark2 = final_watermark(progress2)
-    assert watermark2 >= CUTOFF + 2 * DAY + 12 * HOUR
+    assert watermark2 >= CUTOFF + 3 * DAY + 12 * HOUR
     check_closed(emitted2, truth, watermark2, earlier=emitted)
     assert [k for k in emitted2 if k[0] >= CUTOFF + 2 * DAY - WINDOW + SLIDE], "new windows"
-    assert hybrid_counts(str(scratch / "dead"), "hybrid-test").delivered == len(new) + len(day31)
+    assert hybrid_counts(str(scratch / "dead"), "hybrid-test").delivered == len(new) + len(later)
 
 
 def test_bad_options_name_the_option(spark: SparkSession, lake_events: list[dict]) -> None:
