@@ -10,12 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from kappaplus.local.processes import pid_alive
 
 
-@pytest.mark.slow
 def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
     env = {**os.environ, "KAPPA_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     kappa = [sys.executable, "-m", "kappaplus.cli"]

@@ -9,7 +9,6 @@ backfill run of one job can run side by side.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 from pathlib import Path
 
 import typer
@@ -17,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kappaplus.errors import KappaError
+from kappaplus.local.broker import EmbeddedBroker
 from kappaplus.local.metastore import MetastoreServer
 from kappaplus.settings import state_dir
 
@@ -111,35 +111,23 @@ def up(
     logs: list[str] = []
     addresses: dict[str, str] = {}
     failed = False
+    wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer, str]] = []
     if broker:
-        from kappaplus.local.broker import EmbeddedBroker
-
-        service = EmbeddedBroker(root, broker_port)
-        try:
-            before = service.status()
-            with _console.status("starting the broker"):
-                addresses["broker"] = service.start()
-            after = service.status()
-            state = "already running" if before.running else "started"
-            table.add_row("kafka broker", state, addresses["broker"], str(after.pid))
-            logs.append(f"broker log: {service.log_file}")
-        except KappaError as exc:
-            _console.print(f"[red]error:[/red] broker: {exc}")
-            table.add_row("kafka broker", "[red]failed[/red]", "-", "-")
-            failed = True
+        wanted.append(("broker", "kafka broker", EmbeddedBroker(root, broker_port), "the broker"))
     if metastore:
         server = MetastoreServer(root, metastore_port)
+        wanted.append(("metastore", "hive metastore", server, "the metastore server (a JVM)"))
+    for key, label, service, what in wanted:
         try:
-            before_ms = server.status()
-            with _console.status("starting the metastore server (a JVM: up to a minute)"):
-                addresses["metastore"] = server.start()
-            after_ms = server.status()
-            state = "already running" if before_ms.running else "started"
-            table.add_row("hive metastore", state, addresses["metastore"], str(after_ms.pid))
-            logs.append(f"metastore log: {server.log_file}")
+            was_running = service.status().running
+            with _console.status(f"starting {what}"):
+                addresses[key] = service.start()
+            state = "already running" if was_running else "started"
+            table.add_row(label, state, addresses[key], str(service.status().pid))
+            logs.append(f"{key} log: {service.log_file}")
         except KappaError as exc:
-            _console.print(f"[red]error:[/red] metastore: {exc}")
-            table.add_row("hive metastore", "[red]failed[/red]", "-", "-")
+            _console.print(f"[red]error:[/red] {key}: {exc}")
+            table.add_row(label, "[red]failed[/red]", "-", "-")
             failed = True
     _console.print(table)
     _console.print(f"state directory: {root}")
@@ -164,20 +152,14 @@ def up(
 def down(home: Path = _HOME) -> None:
     """Stop the local services: the metastore server and the embedded broker."""
     failed = False
-    try:
-        stopped = MetastoreServer(home).stop()
-        _console.print("metastore stopped" if stopped else "no metastore running")
-    except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        failed = True
-    try:
-        broker_module = importlib.import_module("kappaplus.local.broker")
-    except ModuleNotFoundError:
-        broker_module = None
-    if broker_module is not None:
+    services: list[tuple[str, EmbeddedBroker | MetastoreServer]] = [
+        ("metastore", MetastoreServer(home)),
+        ("broker", EmbeddedBroker(home)),
+    ]
+    for key, service in services:
         try:
-            stopped = broker_module.EmbeddedBroker(home).stop()
-            _console.print("broker stopped" if stopped else "no broker running")
+            stopped = service.stop()
+            _console.print(f"{key} stopped" if stopped else f"no {key} running")
         except KappaError as exc:
             _console.print(f"[red]error:[/red] {exc}")
             failed = True
