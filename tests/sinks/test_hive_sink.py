@@ -10,6 +10,7 @@ import re
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -592,26 +593,14 @@ def test_hive_source_reads_what_the_sink_wrote(spark, scratch: Path, hourly: boo
         spark, table, event_time_column="event_time", max_event_time_per_trigger="6 hours"
     )
     assert BATCH_COLUMN in stream.columns and (("hr" in stream.columns) == hourly)
-    seen: list[tuple[int, int, int, int | None]] = []
-    slices: list[int] = []
     hour = F.col("hr") if hourly else F.lit(None).cast("int")
-
-    def collect(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        rows = batch.select(
-            "id", F.col("event_time").cast("long"), F.col(BATCH_COLUMN), hour
-        ).collect()
-        if rows:
-            slices.append(batch_id)
-        seen.extend((r[0], r[1], r[2], r[3]) for r in rows)
-
-    query = (
-        stream.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(scratch / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    delivered = _drain(
+        stream,
+        scratch / "ckpt",
+        lambda b: b.select("id", F.col("event_time").cast("long"), F.col(BATCH_COLUMN), hour),
     )
-    query.awaitTermination(300)
-    query.stop()
+    seen = [(r[0], r[1], r[2], r[3]) for _, r in delivered]
+    slices = {batch_id for batch_id, _ in delivered}
 
     ids = [r[0] for r in seen]
     assert not [i for i, n in Counter(ids).items() if n > 1], "duplicates"
@@ -623,14 +612,28 @@ def test_hive_source_reads_what_the_sink_wrote(spark, scratch: Path, hourly: boo
     assert len(slices) >= 7  # two days in 6-hour slices: the dt layout drove the slicing
 
 
+def _drain(stream, checkpoint: Path, select) -> list[tuple[int, Any]]:  # type: ignore[no-untyped-def]
+    """Run ``stream`` with Trigger.AvailableNow; (micro-batch id, row of ``select(batch)``)
+    for every row it delivered."""
+    seen: list[tuple[int, Any]] = []
+
+    def collect(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        seen.extend((batch_id, row) for row in select(batch).collect())
+
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    query.stop()
+    return seen
+
+
 def _source_ids(spark, table: str, checkpoint: Path) -> list[int]:  # type: ignore[no-untyped-def]
     """Ids of every row the ``kappa_hive`` streaming source delivers from ``table`` now."""
     from kappaplus.sources.hive import read_hive_stream
-
-    seen: list[int] = []
-
-    def collect(batch, _batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        seen.extend(r.id for r in batch.select("id").collect())
 
     stream = read_hive_stream(
         spark,
@@ -639,15 +642,7 @@ def _source_ids(spark, table: str, checkpoint: Path) -> list[int]:  # type: igno
         max_event_time_per_trigger="1 day",
         manifestDir=str(checkpoint / "manifests"),
     )
-    query = (
-        stream.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    query.stop()
-    return seen
+    return [row.id for _, row in _drain(stream, checkpoint / "ckpt", lambda b: b.select("id"))]
 
 
 @pytest.mark.parametrize("visibility", ["batch", "partition"])
