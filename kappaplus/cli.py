@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
+from typing import TextIO
 
 import typer
 
@@ -38,12 +40,30 @@ def _mount() -> None:
         importlib.import_module(module_name).register(app)
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A log handler writing to whatever ``sys.stderr`` is when a record is logged.
+
+    rich's live progress display swaps ``sys.stderr`` for a proxy that prints above the
+    table; a plain StreamHandler keeps the stream of its creation and would scribble
+    over the table instead.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail.")) -> None:
     """Kappa+ on PySpark."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=[_CurrentStderr()],
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
 

@@ -224,7 +224,7 @@ class ProgressTracker:
                 "-" if stats.done is None else f"{stats.done:.1%}",
                 str(stats.state_rows),
                 str(stats.rows_dropped_late),
-                (stats.watermark or "-").replace("T", " ").removesuffix(".000Z"),
+                _watermark_text(stats.watermark),
             )
         return table
 
@@ -257,3 +257,11 @@ def format_seconds(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def _watermark_text(watermark: str | None) -> str:
+    """The watermark for the progress table; '-' when the query has none (Spark reports
+    the epoch for a query without event-time operators)."""
+    if not watermark or watermark.startswith("1970-01-01T00:00:00"):
+        return "-"
+    return watermark.replace("T", " ").removesuffix(".000Z")
