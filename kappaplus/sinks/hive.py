@@ -12,10 +12,12 @@ ignores paths whose name starts with ``_`` or ``.``.
 Two visibility modes (option ``visibility``):
 
 - ``"batch"`` (the default): the table has one more, last partition column
-  :data:`BATCH_COLUMN` (``kappa_batch``, BIGINT, the micro-batch id) after the time
-  partition column(s). A batch writes only NEW partitions ``(dt=..., [hr=...,]
-  kappa_batch=<b>)``: it moves all its files into their partition directories while the
-  metastore does not list them yet (invisible), then registers all of them in ONE
+  :data:`BATCH_COLUMN` (``kappa_batch``, BIGINT) after the time partition column(s):
+  the batch's number in the table's own batch sequence, unique across every query that
+  writes the table (see "Batch numbers" below). A batch writes only NEW partitions
+  ``(dt=..., [hr=...,] kappa_batch=<s>)``: it moves all its files into their partition
+  directories while the metastore does not list them yet (invisible), then registers
+  all of them in ONE
   ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION (...) LOCATION ... PARTITION (...) ...``
   (one metastore ``add_partitions`` call, one transaction). A reader of the table
   (``spark.table``, SQL through the catalog) sees all of a batch or none of it.
@@ -23,18 +25,20 @@ Two visibility modes (option ``visibility``):
   partitions, one rename per file (see "What readers see" below). For users who do not
   want a partition per batch.
 
-Layout (``<loc>`` is the table location; ``q`` the query name; ``b`` the batch id)::
+Layout (``<loc>`` is the table location; ``q`` the query name; ``b`` the batch id; ``s``
+the batch's ``kappa_batch`` number, here 12)::
 
-    <loc>/dt=2024-01-01/kappa_batch=7/kappa-q-00000000000000000007-00000.snappy.parquet
+    <loc>/dt=2024-01-01/kappa_batch=12/kappa-q-00000000000000000007-00000.snappy.parquet
                                                                  published ("batch")
     <loc>/dt=2024-01-01/kappa-q-00000000000000000007-00000.snappy.parquet
                                                                  published ("partition")
     <loc>/_kappa_staging/q/7/data/dt=2024-01-01/part-....parquet  staged, hidden
     <loc>/_kappa_staging/q/7/_MANIFEST.json                        staging done
     <loc>/_kappa_commits/q/7                                       committed
+    <loc>/_kappa_batch_slots/12, _next                            kappa_batch 12 taken
 
 With ``extra_partitions`` (e.g. the event hour ``hr``) every time partition has more
-levels: ``dt=2024-01-01/hr=5/kappa_batch=7``.
+levels: ``dt=2024-01-01/hr=5/kappa_batch=12``.
 
 Protocol for batch ``b`` of query ``q`` (every step is idempotent; the ``fault_hook``
 step names are in quotes):
@@ -44,12 +48,14 @@ step names are in quotes):
 2. Stage: unless ``_MANIFEST.json`` exists, delete any half-written staging directory and
    write the batch with ``partitionBy(<time partition columns>)`` under
    ``_kappa_staging/q/b/data`` (Spark's own task commit; all of it hidden from readers),
-   one file per partition by default ("written"). Then write the manifest (temp file
-   renamed into place, "staged") mapping every staged file to its partition and its
-   published name ``kappa-<q>-<b>-<n>`` -- derived from (query, batch, index), so the same
-   file always lands under the same name. Once the manifest exists staged files are never
-   rewritten: a replay may split the same rows into different files, and re-staging after
-   some files were published would duplicate rows.
+   one file per partition by default ("written"). In ``"batch"`` mode take the batch's
+   ``kappa_batch`` number (see "Batch numbers"; kept in ``_SLOT`` so a re-staging keeps
+   it). Then write the manifest (temp file renamed into place, "staged"; it records the
+   number, so a replay publishes into the same partitions) mapping every staged file to
+   its partition and its published name ``kappa-<q>-<b>-<n>`` -- derived from (query,
+   batch, index), so the same file always lands under the same name. Once the manifest
+   exists staged files are never rewritten: a replay may split the same rows into
+   different files, and re-staging after some files were published would duplicate rows.
 
    ``"batch"`` mode:
 
@@ -95,11 +101,20 @@ many hours registers one per hour), each with its own small file(s); query plann
 the metastore slow down as partitions pile up. Compaction (merging a day's
 batch partitions) is NOT implemented. Readers select their columns as usual (``SELECT *``
 also returns ``kappa_batch``); ``kappa_batch`` also lets a reader take whole batches
-(``WHERE kappa_batch <= 41``). Batch ids restart at 0 with every new checkpoint, so two
-queries writing one table (a bootstrap then the stream, or a ``--fresh`` start) can write
-the same ``(dt, kappa_batch)``: the later query then adds its files to the partition the
-earlier one registered, visible file by file (logged as a warning), and ``kappa_batch``
-alone no longer names one batch (the file name ``kappa-<q>-<b>-<n>`` does).
+(``WHERE kappa_batch <= 41``).
+
+Batch numbers. Spark's batch ids restart at 0 with every new checkpoint, and several
+queries may write one table (a bootstrap then the stream, a ``--fresh`` start, two jobs),
+so ``kappa_batch`` is not the batch id: it is the table's own sequence. A batch with rows
+takes the next number after the last one taken (hint ``_kappa_batch_slots/_next``; for a
+table without it, after the largest ``kappa_batch`` registered) by creating the empty
+file ``_kappa_batch_slots/<n>``, which fails if another writer took ``n`` (then ``n + 1``
+is tried). So no two batches ever share a partition and every batch stays atomic.
+Numbers increase in the order batches are staged and may have gaps (an empty batch takes
+none); for one writer after another ``kappa_batch <= n`` is a prefix of
+what was written, for concurrent writers it is not (a batch staged earlier may commit
+later). The commit marker and the file names ``kappa-<q>-<b>-<n>`` keep the query's batch
+id.
 
 ``MSCK REPAIR TABLE``: in ``"partition"`` mode harmless (the only partition directories it
 can find are ones step 3 registered; staging lives under ``_``-prefixed directories it
@@ -152,6 +167,9 @@ _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 STAGING_DIR = "_kappa_staging"
+SLOTS_DIR = "_kappa_batch_slots"
+"""Reservations of ``kappa_batch`` values: one empty file per value taken, plus a hint
+``_next``; a value is taken by creating its file, which fails if another writer has it."""
 MANIFEST_VERSION = 2
 _ADD_PARTITION_BATCH = "spark.sql.addPartitionInBatch.size"
 
@@ -375,6 +393,17 @@ class _Fs:
             return
         self.rename(tmp, location)
 
+    def create_new(self, location: str) -> bool:
+        """Create an empty file; False if it exists already (atomic on HDFS)."""
+        return bool(self.fs.createNewFile(self.path(location)))
+
+    def write_text(self, location: str, text: str) -> None:
+        out = self.fs.create(self.path(location), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
     def read_text(self, location: str) -> str:
         stream = self.fs.open(self.path(location))
         try:
@@ -440,7 +469,7 @@ class HiveTableSink:
             return False
         manifest_path = f"{staging}/_MANIFEST.json"
         if not fs.exists(manifest_path):
-            self._stage(spark, fs, df, staging, manifest_path, batch_id)
+            self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
         manifest = json.loads(fs.read_text(manifest_path))
         visibility = manifest.get("visibility", "partition")
         if visibility != opts.visibility:
@@ -471,6 +500,7 @@ class HiveTableSink:
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
+            "kappa_batch": manifest.get("slot"),
             "visibility": opts.visibility,
             "partitions": partitions,
             "committed_at": time.time(),
@@ -609,6 +639,7 @@ class HiveTableSink:
         spark: SparkSession,
         fs: _Fs,
         df: DataFrame,
+        location: str,
         staging: str,
         manifest_path: str,
         batch_id: int,
@@ -616,6 +647,8 @@ class HiveTableSink:
         from pyspark.sql import functions as F
 
         opts = self.options
+        slot_file = f"{staging}/_SLOT"
+        reserved = int(fs.read_text(slot_file)) if fs.exists(slot_file) else None
         if fs.exists(staging):
             fs.delete(staging)  # a crash before the manifest: nothing was published
         data = f"{staging}/data"
@@ -635,7 +668,12 @@ class HiveTableSink:
             .parquet(data)
         )
         staged_dirs = self._staged_partitions(fs, data)
-        suffix = f"/{BATCH_COLUMN}={batch_id}" if opts.visibility == "batch" else ""
+        slot = None
+        if opts.visibility == "batch" and staged_dirs:
+            # a replay after a crash before the manifest keeps the number it reserved
+            slot = reserved if reserved is not None else self._reserve_slot(spark, fs, location)
+            fs.write_atomically(slot_file, str(slot))
+        suffix = f"/{BATCH_COLUMN}={slot}" if slot is not None else ""
         files: list[dict[str, str]] = []
         partitions: list[str] = []
         for staged_dir in staged_dirs:
@@ -654,13 +692,13 @@ class HiveTableSink:
                     }
                 )
         shared: list[str] = []
-        if opts.visibility == "batch" and partitions:
-            # Nothing of this batch is registered yet (that happens after the manifest), so
-            # a registered partition of this batch id belongs to another query.
-            shared = self._registered(spark, partitions, batch_id)
+        if slot is not None:
+            # The slot is new to the sink, so a registered partition with it was added by
+            # something else (a writer that does not reserve slots, or by hand).
+            shared = self._registered(spark, partitions, slot)
             if shared:
                 log.warning(
-                    "table %s: batch %d of query %s writes partitions another query already "
+                    "table %s: batch %d of query %s writes partitions something else already "
                     "registered (%s); its rows there become visible file by file",
                     opts.table,
                     batch_id,
@@ -671,6 +709,7 @@ class HiveTableSink:
         manifest = {
             "version": MANIFEST_VERSION,
             "visibility": opts.visibility,
+            "slot": slot,
             "partitions": partitions,
             "shared": shared,
             "files": files,
@@ -704,11 +743,47 @@ class HiveTableSink:
             found = deeper
         return sorted(found)
 
-    def _registered(self, spark: SparkSession, partitions: list[str], batch_id: int) -> list[str]:
-        """Which of ``partitions`` (of batch ``batch_id``) the metastore already lists."""
+    def _reserve_slot(self, spark: SparkSession, fs: _Fs, location: str) -> int:
+        """A ``kappa_batch`` value no batch of any query has taken in this table.
+
+        Values are the table's batch sequence: the next after the last one reserved (the
+        hint ``_next``; without it, after the largest registered), taken by creating
+        ``<location>/_kappa_batch_slots/<value>``, which fails if another writer has it.
+        So two queries writing one table, one after the other (a bootstrap then the
+        stream, a ``--fresh`` start) or at the same time, never share a partition.
+        """
+        base = f"{location}/{SLOTS_DIR}"
+        hint = f"{base}/_next"
+        slot = None
+        if fs.exists(hint):
+            try:
+                slot = int(fs.read_text(hint).strip())
+            except ValueError:
+                slot = None
+        if slot is None:
+            fs.mkdirs(base)
+            slot = self._largest_registered_slot(spark) + 1
+        while not fs.create_new(f"{base}/{slot}"):
+            slot += 1
+        fs.write_text(hint, str(slot + 1))
+        return slot
+
+    def _largest_registered_slot(self, spark: SparkSession) -> int:
+        """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
+        rows = spark.sql(f"SHOW PARTITIONS {_table_sql(self.options.table)}").collect()
+        values = [
+            int(value)
+            for row in rows
+            for column, value in _segments(str(row[0]))
+            if column.lower() == BATCH_COLUMN and value.lstrip("-").isdigit()
+        ]
+        return max(values, default=-1)
+
+    def _registered(self, spark: SparkSession, partitions: list[str], slot: int) -> list[str]:
+        """Which of ``partitions`` (of ``kappa_batch`` ``slot``) the metastore already lists."""
         rows = spark.sql(
             f"SHOW PARTITIONS {_table_sql(self.options.table)} "
-            f"PARTITION ({_quote(BATCH_COLUMN)} = {int(batch_id)})"
+            f"PARTITION ({_quote(BATCH_COLUMN)} = {int(slot)})"
         ).collect()
         existing = {_partition_key(str(row[0])) for row in rows}
         return [p for p in partitions if _partition_key(p) in existing]

@@ -65,8 +65,9 @@ def _write_inputs(directory: Path) -> None:
 def _visible(spark, table: str) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
     """(id, dt, published batch dir) of every row a fresh reader of ``table`` sees.
 
-    In batch visibility the ``kappa_batch`` value of every row must be the batch id its
-    file name carries.
+    In batch visibility every batch (the query and batch id its file names carry) has one
+    ``kappa_batch`` number, its files lie in partitions of that number, and no two
+    batches share a number.
     """
     from pyspark.sql import functions as F
 
@@ -82,13 +83,15 @@ def _visible(spark, table: str) -> list[tuple[int, str, str]]:  # type: ignore[n
         batch.alias("b"),
     ).collect()
     seen = []
+    number: dict[str, int] = {}
     for r in rows:
         found = re.search(r"/(kappa-[^/]+-(\d{20}))-\d{5}\.", r.f)
         assert found is not None, r.f
         if r.b is not None:
-            assert r.b == int(found.group(2)), (r.f, r.b)
+            assert number.setdefault(found.group(1), r.b) == r.b, (r.f, r.b)
             assert f"/{BATCH_COLUMN}={r.b}/" in r.f, r.f
         seen.append((r.id, r.dt, found.group(1)))
+    assert len(set(number.values())) == len(number), f"batches share a number: {number}"
     return seen
 
 
@@ -347,9 +350,23 @@ def test_two_queries_write_one_table_independently(spark, caplog) -> None:  # ty
             opts = HiveSinkOptions(table=table, query_name=name, event_time_column="event_time")
             assert HiveTableSink(opts).write_batch(df, 0) is True
     assert len(_visible(spark, table)) == 20
-    # both wrote batch 0 of the same date: the second shares the first one's partition
-    warned = [r.getMessage() for r in caplog.records if "already registered" in r.getMessage()]
-    assert len(warned) == 1 and "batch 0 of query backfill" in warned[0]
+    # both wrote batch 0 of the same date, each into a partition of its own: two numbers
+    partitions = sorted(r[0] for r in spark.sql(f"SHOW PARTITIONS {table}").collect())
+    assert partitions == ["dt=2024-03-01/kappa_batch=0", "dt=2024-03-01/kappa_batch=1"]
+    assert not [r for r in caplog.records if "already registered" in r.getMessage()]
+    # a third query on the same table continues the sequence; its replay keeps its number
+    opts = HiveSinkOptions(table=table, query_name="later", event_time_column="event_time")
+
+    def crash(step: str, batch_id: int) -> None:
+        if step == "published":
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        HiveTableSink(opts, fault_hook=crash).write_batch(df, 0)
+    assert HiveTableSink(opts).write_batch(df, 0) is True
+    assert len(_visible(spark, table)) == 30
+    numbers = {r[0] for r in spark.table(table).select(BATCH_COLUMN).distinct().collect()}
+    assert numbers == {0, 1, 2}
 
 
 def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ignore[no-untyped-def]
