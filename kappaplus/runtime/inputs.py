@@ -289,6 +289,8 @@ def bind_input(
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
         _check_event_time(spec, hive)
         options = hive_options(hive, run, watermark_delay)
+        # read only the declared columns from the files (conform keeps nothing else)
+        options["columns"] = ",".join(spec.job_struct_type().fieldNames())
         raw = read_hive_stream(spark, hive.table, **options)
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:

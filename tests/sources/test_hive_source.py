@@ -13,6 +13,7 @@ from hive_tables import BASE, DAY, events, iso, write_arrival_time_table, write_
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kappaplus.errors import ConfigError
 from kappaplus.sources.hive import read_hive_stream
 
 HOUR = 3600
@@ -272,3 +273,38 @@ def test_arrival_time_partitions_deliver_late_events_in_their_slice(
     dead_ids = [r.id for r in dead.select("id").collect()]
     assert sorted(dead_ids) == sorted(too_late), "events later than maxLateness are dead-lettered"
     assert dead.where(~F.col("_kappa_reason").contains("outside the range")).count() == 0
+
+
+def test_column_pruning_reads_and_delivers_only_the_named_columns(
+    spark: SparkSession, event_table: str, scratch: Path
+):
+    start, end = BASE + 2 * HOUR, BASE + 14 * HOUR
+    table_columns = spark.table(event_table).columns
+    stream = read_hive_stream(
+        spark,
+        event_table,
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="6 hours",
+        manifestDir=str(scratch / "manifests"),
+        columns="kind,key",
+    )
+    # table order, the event-time column always included
+    assert stream.columns == [c for c in table_columns if c in ("key", "kind", "ts")]
+    assert len(stream.columns) < len(table_columns)
+    run_available_now(stream, scratch / "ck", "pruned_out")
+    truth = (
+        spark.table(event_table)
+        .where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
+        .select(*stream.columns)
+    )
+    assert_same(spark.table("pruned_out"), truth)
+
+    with pytest.raises(ConfigError, match="'columns' = 'colour'.*no such column"):
+        read_hive_stream(
+            spark, event_table, event_time_column="ts", columns="kind,colour", start=iso(start)
+        )

@@ -124,7 +124,8 @@ def read_hive_stream(
 
     With ``watermark_delay`` the watermark is applied here and a bounded run (``end`` or
     ``Trigger.AvailableNow``) finishes with every window ending at or before its end
-    emitted; the returned DataFrame has exactly the table's columns either way.
+    emitted; the returned DataFrame has exactly the table's columns (or ``columns``) either
+    way.
 
     >>> rides = read_hive_stream(spark, "lake.rides", event_time_column="event_time",
     ...                          start="2024-01-01", end="2024-01-08",
@@ -134,7 +135,9 @@ def read_hive_stream(
     Further options (camelCase, as the data source takes them): ``maxRowsPerTrigger``,
     ``maxBytesPerTrigger``, ``partitionTimeFormat``, ``partitionTimeKind`` (event |
     arrival), ``maxLateness``, ``completenessDelay``, ``nullEventTimePolicy`` (fail |
-    deadLetter), ``deadLetterPath``, ``manifestDir``, ``rowsPerPartition``.
+    deadLetter), ``deadLetterPath``, ``manifestDir``, ``rowsPerPartition``, ``columns``
+    (comma-separated: read and deliver only these columns and the event-time column;
+    dead-lettered rows keep all of theirs).
     """
     resolved = hive_stream_options(
         resolve_table(spark, table),

@@ -62,6 +62,16 @@ class HiveSourceOptions:
     manifest_dir: str
     watermark_delay: int | None
     rows_per_partition: int
+    columns: tuple[str, ...] | None = None
+
+    @property
+    def output_schema(self) -> StructType:
+        """The columns the source delivers, in table order: ``columns`` and the event-time
+        column when ``columns`` is set (column pruning), else every column of the table."""
+        if self.columns is None:
+            return self.schema
+        keep = {*self.columns, self.event_time_column}
+        return StructType([f for f in self.schema.fields if f.name in keep])
 
     @property
     def emits_end_marker(self) -> bool:
@@ -71,6 +81,11 @@ class HiveSourceOptions:
     @property
     def data_columns(self) -> list[str]:
         """Columns stored in the files (partition columns come from directory names)."""
+        return [f.name for f in self.output_schema.fields if f.name not in self.partition_columns]
+
+    @property
+    def table_data_columns(self) -> list[str]:
+        """Every column stored in the files: what a dead-lettered row keeps, pruned or not."""
         return [f.name for f in self.schema.fields if f.name not in self.partition_columns]
 
     @classmethod
@@ -163,6 +178,17 @@ class HiveSourceOptions:
                 "deadLetterPath", None, "is required when nullEventTimePolicy=deadLetter"
             )
         watermark = get("watermarkDelay")
+        columns = None
+        if get("columns") is not None:
+            columns = tuple(c.strip() for c in (get("columns") or "").split(",") if c.strip())
+            for column in columns:
+                if column not in schema.fieldNames():
+                    raise ConfigError(
+                        "columns",
+                        column,
+                        f"table {table!r} has no such column "
+                        f"(columns: {', '.join(schema.fieldNames())})",
+                    )
         return cls(
             table=table,
             location=location,
@@ -189,6 +215,7 @@ class HiveSourceOptions:
             else parse_duration(watermark, "watermarkDelay"),
             rows_per_partition=_positive_int(get("rowsPerPartition", "1000000"), "rowsPerPartition")
             or 1_000_000,
+            columns=columns,
         )
 
 

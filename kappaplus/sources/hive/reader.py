@@ -45,10 +45,10 @@ class SlicePartition(InputPartition):
 
 
 def output_arrow_schema(options: HiveSourceOptions) -> pa.Schema:
-    """The Arrow schema of every batch: the table's columns (+ the marker column)."""
+    """The Arrow schema of every batch: the delivered columns (+ the marker column)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(options.schema, timezone="UTC")
+    schema = to_arrow_schema(options.output_schema, timezone="UTC")
     if options.emits_end_marker:
         schema = schema.append(pa.field(MARKER_COLUMN, pa.bool_()))
     return schema
@@ -99,7 +99,9 @@ def _read_entry(
     end = options.ending_timestamp if options.ending_timestamp is not None else UNBOUNDED_HI
     ts_name = options.event_time_column
     routed: list[pa.Table] = []
-    for batch in read_columns(fs, entry.path, options.format, groups, options.data_columns):
+    # rows routed to dead letters keep every column, whatever the query reads
+    columns = options.table_data_columns if owner else options.data_columns
+    for batch in read_columns(fs, entry.path, options.format, groups, columns):
         table = pa.Table.from_batches([batch])
         if ts_name not in table.column_names:
             raise DataError(

@@ -54,8 +54,9 @@ class HiveStreamDataSource(DataSource):
 
 
 def source_schema(options: HiveSourceOptions) -> StructType:
-    """The table's columns, all nullable (marker rows are null but for the event time)."""
-    fields = [StructField(f.name, f.dataType, True, f.metadata) for f in options.schema.fields]
+    """The delivered columns, all nullable (marker rows are null but for the event time)."""
+    delivered = options.output_schema.fields
+    fields = [StructField(f.name, f.dataType, True, f.metadata) for f in delivered]
     if options.emits_end_marker:
         fields.append(StructField(MARKER_COLUMN, BooleanType(), True))
     return StructType(fields)
