@@ -16,6 +16,7 @@ False
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import subprocess
@@ -29,6 +30,11 @@ from kappaplus.errors import KappaError
 from kappaplus.local.processes import log_tail, pid_alive, terminate
 
 log = logging.getLogger(__name__)
+
+# fork/exec failures seen to pass on a retry: EAGAIN and ENOMEM under load, and one EFAULT
+# from execve of a valid java binary on a busy 2-core VM that never came back on a rerun
+TRANSIENT_SPAWN_ERRORS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EFAULT, errno.EINTR})
+SPAWN_ATTEMPTS = 3
 
 
 def runs_command(pid: int, marker: bytes) -> bool:
@@ -94,16 +100,7 @@ class DetachedService:
         file and wait with ``wait_ready(process)``; if that raises, the process is killed
         and the pid file removed before the error goes on."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as log_handle:
-            process = subprocess.Popen(  # noqa: S603 - fixed command, no shell
-                command,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # outlives the shell or test that started it
-                env=None if env is None else dict(env),
-            )
+        process = self._spawn(command, cwd, env)
         self.pid_file.write_text(json.dumps({"pid": process.pid, **state, "started": time.time()}))
         try:
             wait_ready(process)
@@ -115,6 +112,38 @@ class DetachedService:
         self._started_here = True
         log.info("%s started: pid %s (log %s)", self.name, process.pid, self.log_file)
         return process
+
+    def _spawn(
+        self, command: list[str], cwd: Path | None, env: Mapping[str, str] | None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` in a session of its own, output appended to the log; retried
+        on a transient fork/exec error, any other error names the command."""
+        for attempt in range(1, SPAWN_ATTEMPTS + 1):
+            try:
+                with open(self.log_file, "ab") as log_handle:
+                    return subprocess.Popen(  # noqa: S603 - fixed command, no shell
+                        command,
+                        cwd=cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log_handle,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # outlives the shell or test that started it
+                        env=None if env is None else dict(env),
+                    )
+            except OSError as error:
+                if error.errno not in TRANSIENT_SPAWN_ERRORS or attempt == SPAWN_ATTEMPTS:
+                    raise self.error(
+                        f"could not start the {self.name} ({command[0]}): {error}"
+                    ) from error
+                log.warning(
+                    "starting the %s failed (%s), attempt %d of %d: retrying",
+                    self.name,
+                    error,
+                    attempt,
+                    SPAWN_ATTEMPTS,
+                )
+                time.sleep(0.5 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _log_tail(self, lines: int = 20) -> str:
         return log_tail(self.log_file, lines)
