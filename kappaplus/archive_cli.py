@@ -80,6 +80,7 @@ def archive_command(
     from kappaplus.archive import ArchiveOptions, archive_job, archive_partition_format
     from kappaplus.runtime.cli import print_summary
     from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import run_job
     from kappaplus.session import create_session, stop_session
 
@@ -125,8 +126,9 @@ def archive_command(
         f"partition_format = {archive_partition_format(options)!r}, partition_time = {kind!r}"
         + (", max_lateness = '<how late events arrive>'" if kind == "arrival" else "")
     )
-    if result.status == "failed":
-        raise typer.Exit(1)
+    code = exit_code(result.record)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -134,6 +134,7 @@ def run_command(
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
     from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import run_job
     from kappaplus.session import create_session, stop_session
 
@@ -186,16 +187,18 @@ def run_command(
     finally:
         stop_session(spark)
     print_summary(result.record)
-    if result.status == "failed":
-        raise typer.Exit(1)
+    code = exit_code(result.record)
+    if code:
+        raise typer.Exit(code)
 
 
 def print_summary(record: Any) -> None:
     """The final summary of a run."""
     elapsed = (record.ended_at or time.time()) - record.started_at
     _console.print()
+    why = f" ({record.stopped_by})" if record.stopped_by else ""
     _console.print(
-        f"[bold]{record.run_id}[/bold]: {record.status} after {format_seconds(elapsed)}"
+        f"[bold]{record.run_id}[/bold]: {record.status}{why} after {format_seconds(elapsed)}"
         f" ({record.mode}, trigger {record.trigger})"
     )
     table = Table("output", "targets", "batches", "rows in", "late dropped", "state rows", "done")
@@ -219,6 +222,8 @@ def print_summary(record: Any) -> None:
     for name, counts in record.inputs.items():
         _console.print(f"input {name}: {json.dumps(counts, sort_keys=True)}")
     _console.print(f"rows dropped as late (watermark): {record.rows_dropped_late}")
+    if record.status == "stopped":
+        _console.print("the checkpoints are intact: the same command resumes this run")
 
 
 def status_command(
@@ -240,6 +245,7 @@ def status_command(
                 "job": record.job,
                 "mode": record.mode,
                 "status": record.effective_status(),
+                "stopped_by": record.stopped_by,
                 "range": f"[{record.start or '-'}, {record.end or '-'})",
                 "done": min(done) if done else record.done,
                 "rows_dropped_late": record.rows_dropped_late,
@@ -275,7 +281,7 @@ def status_command(
             row["run_id"],
             row["job"],
             row["mode"],
-            row["status"],
+            row["status"] + (f" ({row['stopped_by']})" if row["stopped_by"] else ""),
             row["range"],
             "-" if row["done"] is None else f"{row['done']:.1%}",
             str(row["rows_dropped_late"]),

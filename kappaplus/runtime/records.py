@@ -74,6 +74,8 @@ class RunRecord:
     done: float | None = None
     ended_at: float | None = None
     error: str | None = None
+    stopped_by: str | None = None
+    """Why a ``stopped`` run stopped: ``ctrl-c``, ``sigterm`` or ``timeout``."""
 
     def path(self, home: str | os.PathLike[str] | None = None) -> Path:
         return runs_dir(home) / f"{self.run_id}.json"
@@ -98,6 +100,33 @@ class RunRecord:
         if self.status == RUNNING and not pid_alive(self.pid):
             return INTERRUPTED
         return self.status
+
+
+def exit_code(record: RunRecord) -> int:
+    """The exit status of ``kappa run`` for a run that ended as ``record`` says.
+
+    0 when the run did what was asked: it finished, or a stream/bootstrap (which never
+    finishes by itself) or a backfill that had covered its whole range stopped at
+    ``--timeout``. 1 when it failed. A run stopped before its work was done says so, so a
+    scheduler does not take a partial backfill for a complete one: 130 after Ctrl-C and
+    143 after SIGTERM (128 + the signal, the shell's and the JVM's convention), 124 for a
+    backfill that ``--timeout`` stopped part way (GNU ``timeout``'s code). Running the same
+    command again resumes from the checkpoints.
+
+    >>> exit_code(replace(record, status="stopped", stopped_by="ctrl-c"))   # doctest: +SKIP
+    130
+    """
+    if record.status == FINISHED:
+        return 0
+    if record.status != STOPPED:
+        return 1
+    if record.stopped_by == "ctrl-c":
+        return 130
+    if record.stopped_by == "sigterm":
+        return 143
+    if record.mode == "backfill" and (record.done is None or record.done < 1.0):
+        return 124
+    return 0
 
 
 def list_runs(home: str | os.PathLike[str] | None = None) -> list[RunRecord]:

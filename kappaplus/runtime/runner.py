@@ -218,8 +218,10 @@ def run_job(
             ", ".join(queries),
         )
         status = _wait(queries, tracker, record, run, console)
-    except (KeyboardInterrupt, _Stop):
-        status = STOPPED
+    except KeyboardInterrupt:
+        status, record.stopped_by = STOPPED, "ctrl-c"
+    except _Stop:
+        status, record.stopped_by = STOPPED, "sigterm"
     except Exception as exc:
         record.error = f"{type(exc).__name__}: {exc}"
         status = FAILED
@@ -384,6 +386,7 @@ def _wait(
                     return FINISHED
                 if run.timeout is not None and now - started >= run.timeout:
                     log.warning("timeout after %s: stopping", format_seconds(now - started))
+                    record.stopped_by = "timeout"
                     return STOPPED
                 time.sleep(run.poll_seconds)
         finally:

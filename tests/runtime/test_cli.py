@@ -7,12 +7,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
 from kappaplus.runtime.cli import job_path
 from kappaplus.runtime.options import RunOptions, trigger_args
-from kappaplus.runtime.records import RUNNING, RunRecord
+from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, exit_code
 
 runner = CliRunner()
 
@@ -84,3 +85,35 @@ def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path)
     assert "slice" in row["checkpoints"]["out"]["position"]
     table = runner.invoke(app, ["status", "--job", "cli-test"], env={"COLUMNS": "250"})
     assert table.exit_code == 0 and "interrupted" in table.output
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "stopped_by", "done", "code"),
+    [
+        ("backfill", FINISHED, None, 1.0, 0),
+        ("stream", FAILED, None, None, 1),
+        ("backfill", STOPPED, "ctrl-c", 0.4, 130),
+        ("stream", STOPPED, "sigterm", None, 143),
+        ("backfill", STOPPED, "timeout", 0.4, 124),  # a partial backfill is not a success
+        ("backfill", STOPPED, "timeout", 1.0, 0),  # its whole range was done
+        ("stream", STOPPED, "timeout", None, 0),  # a stream never finishes by itself
+        ("bootstrap", STOPPED, "timeout", 0.2, 0),
+    ],
+)
+def test_exit_code_says_whether_the_run_did_its_work(
+    mode: str, status: str, stopped_by: str | None, done: float | None, code: int
+) -> None:
+    record = RunRecord(
+        run_id="r",
+        job="j",
+        job_path=None,
+        mode=mode,
+        status=status,
+        trigger="available-now",
+        started_at=0.0,
+        updated_at=0.0,
+        pid=1,
+        done=done,
+        stopped_by=stopped_by,
+    )
+    assert exit_code(record) == code

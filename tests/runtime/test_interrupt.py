@@ -14,7 +14,7 @@ from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.records import STOPPED, list_runs, read_checkpoint
+from kappaplus.runtime.records import STOPPED, exit_code, list_runs, read_checkpoint
 from kappaplus.runtime.runner import run_job
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
@@ -70,6 +70,7 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(spark, scratch: Path) -> Non
     assert not [q for q in spark.streams.active], "Ctrl-C stops every query of the run"
     recorded = {r.run_id: r for r in list_runs()}[first.record.run_id]
     assert recorded.status == STOPPED and recorded.ended_at is not None
+    assert recorded.stopped_by == "ctrl-c" and exit_code(recorded) == 130
     state = read_checkpoint(first.record.checkpoints["sessions"])
     stopped_at = state.done()
     assert stopped_at is not None and 0 < stopped_at < 1, "stopped part way"
