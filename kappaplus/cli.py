@@ -7,6 +7,7 @@ broker, ``kappaplus/runtime/cli.py`` for jobs) and are mounted here.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import sys
 from typing import TextIO
@@ -38,6 +39,34 @@ def _mount() -> None:
         app.add_typer(getattr(importlib.import_module(module_name), attribute), name=name)
     for module_name in _COMMANDS:
         importlib.import_module(module_name).register(app)
+    _reflow_help(app)
+
+
+def reflowed(doc: str) -> str:
+    r"""A docstring as help text: each paragraph's lines joined into one, so the terminal
+    wraps it (typer keeps a docstring's line breaks); indented lines are kept as they are.
+
+    >>> reflowed("Run a job.\n\n  The same code\n  in every mode.\n")
+    'Run a job.\n\nThe same code in every mode.'
+    """
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines = paragraph.split("\n")
+        if any(line.startswith((" ", "\b")) for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    """Reflow the docstring help of every command of ``typer_app`` and its groups."""
+    for command in typer_app.registered_commands:
+        if command.help is None and command.callback is not None and command.callback.__doc__:
+            command.help = reflowed(command.callback.__doc__)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
 
 
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]

@@ -129,7 +129,9 @@ def run_command(
     (`<table>_backfill` by default) and resumes from its checkpoint when run again; a
     bootstrap writes the production targets and keeps running on Kafka (run it again
     with the same --start/--cutoff to resume).
+
     Ctrl-C stops cleanly. Progress: event time done, rows/s, ETA, state rows, late rows.
+
     Exit status: 0 done (or a stream stopped by --timeout), 1 failed, 2 bad command line or
     config, 124 a backfill --timeout stopped part way, 130/143 stopped by Ctrl-C/SIGTERM.
     """
