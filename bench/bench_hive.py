@@ -39,9 +39,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -117,6 +119,19 @@ class PeakRss:
         self.peak = max(self.peak, tree_rss(self.root))
 
 
+DRIVER_RSS = "driver JVM + Python workers (RSS sum)"
+
+
+def timed_in_driver(jvm_pid: int, run: Callable[[], Any]) -> tuple[Any, float, float, float]:
+    """``run()``'s value, its wall seconds, and the peak and starting RSS (MB) of the
+    driver JVM's process tree while it ran."""
+    with PeakRss(jvm_pid) as mem:
+        t0 = time.perf_counter()
+        value = run()
+        seconds = time.perf_counter() - t0
+    return value, seconds, mem.peak / 2**20, mem.start / 2**20
+
+
 # -- measurements -----------------------------------------------------------------------------
 
 
@@ -129,6 +144,8 @@ class Measure:
     start_mb: float | None
     memory_note: str
     result: list[Row] = field(default_factory=list, repr=False)
+    files: int = 0  # (c) only: files scanned
+    read_seconds: float = 0.0  # (c) only: of ``seconds``, the time spent reading files
 
     @property
     def rows_per_s(self) -> float:
@@ -309,7 +326,7 @@ def run_raw(location: str, start: int, end: int, work: Path) -> Measure:
         check=True,
     )
     data = json.loads(out.read_text())
-    measure = Measure(
+    return Measure(
         "(c) raw pyarrow scan + pyarrow group_by (1 process)",
         data["seconds"],
         data["rows_read"],
@@ -317,10 +334,9 @@ def run_raw(location: str, start: int, end: int, work: Path) -> Measure:
         None,
         "ru_maxrss of the scan process",
         [tuple(r) for r in data["rows"]],  # type: ignore[misc]
+        files=data["files"],
+        read_seconds=data["read_seconds"],
     )
-    measure.files = data["files"]  # type: ignore[attr-defined]
-    measure.read_seconds = data["read_seconds"]  # type: ignore[attr-defined]
-    return measure
 
 
 def breakdown(progress: list[dict]) -> tuple[dict[str, int], list[str]]:
@@ -415,59 +431,56 @@ def main() -> None:
         run_stream(spark, start, start + 6 * HOUR, "3 hours", work, "warmup_stream")
         run_batch(spark, start, start + 6 * HOUR)
 
-        with PeakRss(jvm_pid) as mem:
-            t0 = time.perf_counter()
-            progress = run_stream(spark, start, end, args.slice, work, "bench_stream")
-            stream_s = time.perf_counter() - t0
-        stream_rows = rows_of(spark.table("bench_stream"))
+        progress, secs, peak, at_start = timed_in_driver(
+            jvm_pid, lambda: run_stream(spark, start, end, args.slice, work, "bench_stream")
+        )
         read = sum(p["numInputRows"] for p in progress)
         stream = Measure(
             f"(a) kappa_hive AvailableNow, {args.slice} slices -> memory sink",
-            stream_s,
+            secs,
             read,
-            mem.peak / 2**20,
-            mem.start / 2**20,
-            "driver JVM + Python workers (RSS sum)",
-            stream_rows,
+            peak,
+            at_start,
+            DRIVER_RSS,
+            rows_of(spark.table("bench_stream")),
         )
-        with PeakRss(jvm_pid) as mem:
-            t0 = time.perf_counter()
-            run_stream(
-                spark, start, end, args.slice, work, "bench_pruned", columns=",".join(RAW_COLUMNS)
-            )
-            pruned_s = time.perf_counter() - t0
+        pruned_columns = ",".join(RAW_COLUMNS)
+        _, secs, peak, at_start = timed_in_driver(
+            jvm_pid,
+            lambda: run_stream(
+                spark, start, end, args.slice, work, "bench_pruned", columns=pruned_columns
+            ),
+        )
         pruned = Measure(
             f"(a1) = (a) reading only {', '.join(RAW_COLUMNS)} (option `columns`)",
-            pruned_s,
+            secs,
             read,
-            mem.peak / 2**20,
-            mem.start / 2**20,
-            "driver JVM + Python workers (RSS sum)",
+            peak,
+            at_start,
+            DRIVER_RSS,
             rows_of(spark.table("bench_pruned")),
         )
-        with PeakRss(jvm_pid) as mem:
-            t0 = time.perf_counter()
-            read_progress = run_read_only(spark, start, end, args.slice, work, "bench_read")
-            read_s = time.perf_counter() - t0
+        read_progress, secs, peak, at_start = timed_in_driver(
+            jvm_pid, lambda: run_read_only(spark, start, end, args.slice, work, "bench_read")
+        )
         read_only = Measure(
             f"(a0) kappa_hive alone: same {args.slice} slices -> noop sink, no aggregation",
-            read_s,
+            secs,
             sum(p["numInputRows"] for p in read_progress),
-            mem.peak / 2**20,
-            mem.start / 2**20,
-            "driver JVM + Python workers (RSS sum)",
+            peak,
+            at_start,
+            DRIVER_RSS,
         )
-        with PeakRss(jvm_pid) as mem:
-            t0 = time.perf_counter()
-            batch_rows = run_batch(spark, start, end)
-            batch_s = time.perf_counter() - t0
+        batch_rows, secs, peak, at_start = timed_in_driver(
+            jvm_pid, lambda: run_batch(spark, start, end)
+        )
         batch = Measure(
             "(b) Spark batch query over the table, collected",
-            batch_s,
+            secs,
             n,
-            mem.peak / 2**20,
-            mem.start / 2**20,
-            "driver JVM + Python workers (RSS sum)",
+            peak,
+            at_start,
+            DRIVER_RSS,
             batch_rows,
         )
         spark.stop()

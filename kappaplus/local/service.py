@@ -21,6 +21,7 @@ import json
 import logging
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -46,7 +47,7 @@ def runs_command(pid: int, marker: bytes) -> bool:
         return pid_alive(pid)
 
 
-class DetachedService:
+class DetachedService(ABC):
     """A local server run as a detached process, found again through its pid file.
 
     Class attributes of a subclass: ``name`` (file names and log lines), ``marker`` (bytes
@@ -165,8 +166,9 @@ class DetachedService:
         log.info("%s pid %s stopped", self.name, pid)
         return True
 
-    def start(self) -> str:  # pragma: no cover - every subclass defines it
-        raise NotImplementedError
+    @abstractmethod
+    def start(self) -> str:
+        """Start the server (or reuse the running one) and return its address."""
 
     # -- context manager: stops the server only if this object started it ----------------
     def __enter__(self) -> str:

@@ -383,11 +383,7 @@ class _Fs:
     def write_atomically(self, location: str, text: str) -> None:
         parent, name = location.rsplit("/", 1)
         tmp = f"{parent}/.{name}.{time.time_ns()}.tmp"
-        out = self.fs.create(self.path(tmp), True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
+        self.write_text(tmp, text)
         if self.exists(location):  # a previous attempt got there first; same content
             self.delete(tmp)
             return
