@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hive_tables import BASE, DAY, events, iso, write_arrival_time_table, write_event_time_table
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.errors import ConfigError
@@ -53,6 +53,13 @@ def collect_batches(stream: DataFrame, checkpoint: Path) -> tuple[list[dict], li
     return batches, list(query.recentProgress)
 
 
+def in_event_range(start: int, end: int) -> Column:
+    """``start <= ts < end``: the rows a bounded read of ``[start, end)`` must deliver."""
+    return (F.col("ts") >= F.lit(iso(start)).cast("timestamp")) & (
+        F.col("ts") < F.lit(iso(end)).cast("timestamp")
+    )
+
+
 def data_offsets(progress: list[dict]) -> list[dict]:
     ends = [json.loads(p["sources"][0]["endOffset"]) for p in progress]
     return [o for o in ends if o["phase"] == "data" and o["lo"] != o["hi"]]
@@ -93,10 +100,7 @@ def test_tumbling_windows_equal_batch_query(spark: SparkSession, event_table: st
     progress = run_available_now(counts, scratch / "ck", "tumbling_out")
     assert len(data_offsets(progress)) >= 8
 
-    inside = spark.table(event_table).where(
-        (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-        & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
-    )
+    inside = spark.table(event_table).where(in_event_range(start, end))
     truth = (
         inside.where(F.col("kind") != "pay")
         .groupBy(F.window("ts", "1 hour"), "key")
@@ -159,10 +163,7 @@ def test_session_windows_equal_ground_truth(spark: SparkSession, event_table: st
     rows = [
         (r.key, int(r.t), r.id)
         for r in spark.table(event_table)
-        .where(
-            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
-        )
+        .where(in_event_range(start, end))
         .select("key", F.col("ts").cast("long").alias("t"), "id")
         .collect()
     ]
@@ -203,13 +204,7 @@ def test_slices_never_overlap_and_respect_budgets(
     delivered = [i for b in batches for i in b["ids"]]
     expected = {
         r.id
-        for r in spark.table(event_table)
-        .where(
-            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
-        )
-        .select("id")
-        .collect()
+        for r in spark.table(event_table).where(in_event_range(start, end)).select("id").collect()
     }
     assert len(delivered) == len(set(delivered)), "no duplicates"
     assert set(delivered) == expected, "no loss"
@@ -253,9 +248,7 @@ def test_arrival_time_partitions_deliver_late_events_in_their_slice(
         offset = by_batch[batch["id"]]
         assert all(offset["lo"] <= t * 1_000_000 < offset["hi"] for t in batch["ts"])
 
-    in_range = (F.col("ts") >= F.lit(iso(start)).cast("timestamp")) & (
-        F.col("ts") < F.lit(iso(end)).cast("timestamp")
-    )
+    in_range = in_event_range(start, end)
     on_time = {r.id for r in arrived.where(in_range).select("id").collect()}
     # Very late rows are dead-lettered by the slice that reads their arrival partition;
     # partitions whose admitted range lies past end + lateness are outside this run.
@@ -294,14 +287,7 @@ def test_column_pruning_reads_and_delivers_only_the_named_columns(
     assert stream.columns == [c for c in table_columns if c in ("key", "kind", "ts")]
     assert len(stream.columns) < len(table_columns)
     run_available_now(stream, scratch / "ck", "pruned_out")
-    truth = (
-        spark.table(event_table)
-        .where(
-            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
-            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
-        )
-        .select(*stream.columns)
-    )
+    truth = spark.table(event_table).where(in_event_range(start, end)).select(*stream.columns)
     assert_same(spark.table("pruned_out"), truth)
 
     with pytest.raises(ConfigError, match="'columns' = 'colour'.*no such column"):
