@@ -200,21 +200,28 @@ def rows_of(df) -> list[Row]:  # type: ignore[no-untyped-def]
     )
 
 
-def run_stream(spark, start: int, end: int, span: str, work: Path, name: str, **pruning):  # type: ignore[no-untyped-def]
-    """(a): the aggregation over the source; ``columns=...`` prunes columns, as (a1)."""
+def bench_source(spark, start: int, end: int, span: str, work: Path, name: str, **options):  # type: ignore[no-untyped-def]
+    """The ``kappa_hive`` stream over the bench table, ``span`` of event time per trigger,
+    with its own fresh manifest directory under ``work/name``."""
     from kappaplus.sources.hive import read_hive_stream
 
     shutil.rmtree(work / name, ignore_errors=True)
-    stream = read_hive_stream(
+    return read_hive_stream(
         spark,
         TABLE,
         event_time_column="ts",
         start=iso(start),
         end=iso(end),
         max_event_time_per_trigger=span,
-        watermark_delay="10 minutes",
         manifestDir=str(work / name / "manifests"),
-        **pruning,
+        **options,
+    )
+
+
+def run_stream(spark, start: int, end: int, span: str, work: Path, name: str, **pruning):  # type: ignore[no-untyped-def]
+    """(a): the aggregation over the source; ``columns=...`` prunes columns, as (a1)."""
+    stream = bench_source(
+        spark, start, end, span, work, name, watermark_delay="10 minutes", **pruning
     )
     query = (
         aggregate(stream)
@@ -231,18 +238,7 @@ def run_stream(spark, start: int, end: int, span: str, work: Path, name: str, **
 
 def run_read_only(spark, start: int, end: int, span: str, work: Path, name: str):  # type: ignore[no-untyped-def]
     """The source alone: the same slices into the ``noop`` sink, no watermark, no state."""
-    from kappaplus.sources.hive import read_hive_stream
-
-    shutil.rmtree(work / name, ignore_errors=True)
-    stream = read_hive_stream(
-        spark,
-        TABLE,
-        event_time_column="ts",
-        start=iso(start),
-        end=iso(end),
-        max_event_time_per_trigger=span,
-        manifestDir=str(work / name / "manifests"),
-    )
+    stream = bench_source(spark, start, end, span, work, name)
     query = (
         stream.writeStream.format("noop")
         .option("checkpointLocation", str(work / name / "ck"))
