@@ -139,7 +139,7 @@ def run_command(
     from kappaplus.jobs import load_job
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
-    from kappaplus.runtime.runner import run_job
+    from kappaplus.runtime.runner import check_before_spark, run_job
     from kappaplus.session import create_session, stop_session
 
     if list_jobs:
@@ -168,6 +168,7 @@ def run_command(
             fresh=fresh,
             progress=progress,
         )
+        check_before_spark(loaded, job_config, options)
     except KappaError as exc:
         raise _fail(exc) from exc
     spark = create_session(

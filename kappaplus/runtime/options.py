@@ -79,7 +79,8 @@ class RunOptions:
       run that drains what is there, e.g. for a demo or a test).
     - ``timeout``: seconds; stop (cleanly) after that long whatever the state.
     - ``checkpoint_root``: default the config's ``checkpoint_dir``, else
-      ``state_dir()/checkpoints``; a run writes under ``<root>/<job>/<mode>/<output>``.
+      ``state_dir()/checkpoints``; a run writes under
+      ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.identity`).
     - ``fresh``: delete this mode's checkpoints first (start over instead of resuming).
     - ``progress``: draw a live progress table (``rich``); off, progress is logged.
     """

@@ -63,6 +63,8 @@ class OutputPlan:
     hive: HiveOutput | None
     checkpoint: Path
     query_name: str
+    provenance: dict[str, Any] | None = None
+    """Recorded with every batch committed to the Hive table (run identity, checkpoint)."""
 
     def targets(self) -> list[str]:
         found = []
@@ -74,19 +76,30 @@ class OutputPlan:
 
 
 def plan_output(
-    job_name: str, mode: str, spec: OutputSpec, binding: ResolvedOutput, root: Path
+    job_name: str,
+    mode: str,
+    spec: OutputSpec,
+    binding: ResolvedOutput,
+    run_dir: Path,
+    identity: dict[str, Any] | None = None,
 ) -> OutputPlan:
-    """Checkpoint ``<root>/<job>/<mode>/<output>`` and a query name unique to it."""
+    """Checkpoint ``<run_dir>/<output>`` and a query name unique to it (``run_dir`` is the
+    run's checkpoint directory, :func:`kappaplus.runtime.identity.run_dir`)."""
     if binding.kafka is not None and binding.kafka.format != "json":
         raise ConfigError(
             f"outputs.{spec.name}.kafka.format",
             binding.kafka.format,
             "the runtime writes outputs to Kafka as JSON; use format = 'json'",
         )
-    checkpoint = root / slug(job_name) / mode / spec.name
+    checkpoint = run_dir / spec.name
     ident = checkpoint_id(checkpoint)
     query_name = f"{slug(job_name)}-{mode}-{spec.name}-{ident}"
-    return OutputPlan(spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name)
+    provenance = None
+    if identity is not None:
+        provenance = {**identity, "output": spec.name, "checkpoint": str(checkpoint)}
+    return OutputPlan(
+        spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name, provenance
+    )
 
 
 class OutputWriter:
@@ -103,6 +116,7 @@ class OutputWriter:
                     plan.hive,
                     query_name=plan.query_name,
                     event_time_column=plan.spec.event_time_column,
+                    provenance=plan.provenance,
                 )
             )
 

@@ -76,6 +76,8 @@ class RunRecord:
     error: str | None = None
     stopped_by: str | None = None
     """Why a ``stopped`` run stopped: ``ctrl-c``, ``sigterm`` or ``timeout``."""
+    identity: dict[str, Any] = field(default_factory=dict)
+    """The run identity (:mod:`kappaplus.runtime.identity`): bindings, targets, range."""
 
     def path(self, home: str | os.PathLike[str] | None = None) -> Path:
         return runs_dir(home) / f"{self.run_id}.json"

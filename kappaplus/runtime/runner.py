@@ -39,7 +39,14 @@ from rich.console import Console
 from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
-from kappaplus.errors import ConfigError, KappaError
+from kappaplus.errors import KappaError
+from kappaplus.runtime.identity import (
+    RunIdentity,
+    check_identity,
+    check_targets,
+    run_dir,
+    run_identity,
+)
 from kappaplus.runtime.inputs import (
     BoundInput,
     bind_inputs,
@@ -105,26 +112,24 @@ def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
     return state_dir() / "checkpoints"
 
 
-def _check_resume(mode_dir: Path, run: RunOptions, trigger: str) -> None:
-    """A backfill checkpoint belongs to one range, a bootstrap's to one start and cutoff:
-    refuse to resume it over another."""
-    import json
+def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity) -> Path:
+    """The run's checkpoint directory (derived from its identity), emptied by ``--fresh``;
+    :class:`~kappaplus.runtime.identity.IdentityError` if it belongs to another run.
 
-    marker = mode_dir / "_kappa_range.json"
-    last = "cutoff" if run.mode == "bootstrap" else "end"
-    wanted = {"start": run.start, last: getattr(run, last)}
-    if marker.is_file():
-        had = json.loads(marker.read_text())
-        if had != wanted:
-            raise ConfigError(
-                f"start/{last}",
-                f"[{run.start}, {getattr(run, last)})",
-                f"checkpoints under {mode_dir} belong to the range [{had.get('start')}, "
-                f"{had.get(last)}); resume with that range, or pass --fresh to start over",
-            )
-        return
-    mode_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(wanted))
+    Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
+    directory = run_dir(checkpoint_root(config, run), identity)
+    if run.fresh and directory.exists():
+        log.warning("--fresh: deleting checkpoints %s", directory)
+        shutil.rmtree(directory)
+    check_identity(directory, identity)
+    return directory
+
+
+def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
+    """Everything about a run that can be checked without Spark: bindings resolve and the
+    checkpoint belongs to this run. Returns the run's checkpoint directory."""
+    resolved = resolve(config, run.mode, job)
+    return prepare_checkpoint(config, run, run_identity(job, resolved, run))
 
 
 @contextmanager
@@ -158,24 +163,28 @@ def run_job(
     params = job.make_params(dict(resolved.params))
     delay = resolved.watermark_delay or job.watermark_delay
     trigger = run.effective_trigger(resolved.trigger_interval)
-    root = checkpoint_root(config, run)
-    mode_dir = root / slug(job.name) / run.mode
-    if run.fresh and mode_dir.exists():
-        log.warning("--fresh: deleting checkpoints %s", mode_dir)
-        shutil.rmtree(mode_dir)
-    if run.mode in ("backfill", "bootstrap"):
-        _check_resume(mode_dir, run, trigger)
+    identity = run_identity(job, resolved, run)
+    mode_dir = prepare_checkpoint(config, run, identity)
 
     inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run)
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
-        spec.name: plan_output(job.name, run.mode, spec, resolved.outputs[spec.name], root)
+        spec.name: plan_output(
+            job.name,
+            run.mode,
+            spec,
+            resolved.outputs[spec.name],
+            mode_dir,
+            identity.as_json(),
+        )
         for spec in job.outputs
     }
+    check_targets(spark, plans, identity)
     dlq_names: dict[str, str] = {}
     record = RunRecord(
         run_id=run.run_id or new_run_id(slug(job.name), run.mode),
         job=job.name,
+        identity=identity.as_json(),
         job_path=job_path,
         mode=run.mode,
         status=RUNNING,

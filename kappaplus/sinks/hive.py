@@ -203,6 +203,9 @@ class HiveSinkOptions:
     files_per_partition: int = 1
     visibility: Visibility = "batch"
     extra_partitions: tuple[tuple[str, str], ...] = ()
+    provenance: dict[str, Any] | None = None
+    """Recorded in every commit marker: the run identity and range the batch came from
+    (:mod:`kappaplus.runtime.identity`), so a later run can tell what the table holds."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str) or not _TABLE.match(self.table):
@@ -267,7 +270,12 @@ class HiveSinkOptions:
 
     @classmethod
     def from_config(
-        cls, output: HiveOutput, *, query_name: str, event_time_column: str | None = None
+        cls,
+        output: HiveOutput,
+        *,
+        query_name: str,
+        event_time_column: str | None = None,
+        provenance: dict[str, Any] | None = None,
     ) -> HiveSinkOptions:
         """Options for a resolved ``[outputs.<name>.hive]`` binding of a job config.
 
@@ -291,6 +299,7 @@ class HiveSinkOptions:
             event_time_column=event_time_column,
             visibility=output.visibility,
             extra_partitions=extra,
+            provenance=provenance,
         )
 
     def partition_expression(self) -> str | None:
@@ -501,6 +510,8 @@ class HiveTableSink:
             "partitions": partitions,
             "committed_at": time.time(),
         }
+        if opts.provenance is not None:
+            record["provenance"] = opts.provenance
         fs.write_atomically(marker, json.dumps(record))
         self._step("committed", batch_id)
         fs.delete(staging)
@@ -835,6 +846,38 @@ class HiveTableSink:
             spark.sql(statement)
         finally:
             spark.conf.set(_ADD_PARTITION_BATCH, str(batch_size))
+
+
+@dataclass(frozen=True)
+class CommittedRun:
+    """What one query (one checkpoint) committed to a table, from its last commit marker."""
+
+    query: str
+    batches: int
+    provenance: dict[str, Any] | None
+
+
+def committed_runs(spark: SparkSession, table: str) -> list[CommittedRun]:
+    """Every query that committed batches to ``table`` (empty if the table does not exist),
+    with the provenance its last commit marker records (None for markers written before
+    provenance was recorded)."""
+    if not spark.catalog.tableExists(table):
+        return []
+    location = table_location(spark, table)
+    fs = _Fs(spark, location)
+    base = f"{location}/{COMMITS_DIR}"
+    found = []
+    for query in fs.list_dirs(base):
+        batches = sorted(int(n) for n in fs.list_files(f"{base}/{query}") if n.isdigit())
+        if not batches:
+            continue
+        try:
+            record = json.loads(fs.read_text(f"{base}/{query}/{batches[-1]}"))
+        except ValueError:
+            record = {}
+        provenance = record.get("provenance") if isinstance(record, dict) else None
+        found.append(CommittedRun(query, len(batches), provenance))
+    return found
 
 
 def table_location(spark: SparkSession, table: str) -> str:

@@ -1,0 +1,264 @@
+"""Run identity: what makes a checkpoint's offsets (and a table's committed batches) mean
+something.
+
+A checkpoint holds offsets of *some* inputs, read for *some* outputs over *some* event-time
+range. Resuming it with another table, topic, event-time column or output would silently
+skip or repeat rows, so every checkpoint directory records the identity of the run that
+created it (``_kappa_identity.json``) and a run whose identity differs refuses, naming each
+difference and the way out.
+
+The identity has two parts:
+
+- the *binding*: job, mode, each input binding (topic and servers, or table, partition
+  scheme and event-time column) and each output target. Its hash names the default
+  checkpoint directory ``<root>/<job>/<mode>/<hash>``, so two configs of one job never
+  share a checkpoint by accident;
+- the *range*: ``start``/``end`` of a backfill, ``start``/``cutoff`` of a bootstrap. A
+  run over another range of the same binding finds the checkpoint and refuses (resume
+  with the recorded range, or ``--fresh``).
+
+Everything here is pure Python: the check runs before Spark starts.
+
+>>> a = RunIdentity("j", "backfill", {"in": {"hive.table": "t"}}, {"out": ["hive o"]}, {})
+>>> b = RunIdentity("j", "backfill", {"in": {"hive.table": "u"}}, {"out": ["hive o"]}, {})
+>>> a.key() == b.key(), differences(a.as_json(), b.as_json())
+(False, ["inputs.in.hive.table: 't' in the checkpoint, 'u' now"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.errors import ConfigError
+from kappaplus.runtime.options import RunOptions, slug
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import SparkSession
+
+    from kappaplus.config import ResolvedConfig
+    from kappaplus.jobs import Job
+    from kappaplus.runtime.outputs import OutputPlan
+
+IDENTITY_FILE = "_kappa_identity.json"
+"""The identity record in a run's checkpoint directory."""
+
+
+class IdentityError(ConfigError):
+    """A checkpoint (or a table's committed batches) belongs to a run of another identity."""
+
+    def __init__(self, option: str, value: object, problem: str) -> None:
+        super().__init__(option, value, problem)
+        self.args = (problem,)
+
+    def __str__(self) -> str:
+        return self.problem
+
+
+def _mask_servers(servers: str) -> str:
+    """Broker addresses without any ``user:password@`` part."""
+    return ",".join(part.rsplit("@", 1)[-1].strip() for part in servers.split(","))
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Job, mode, input bindings, output targets and range of one run."""
+
+    job: str
+    mode: str
+    inputs: dict[str, dict[str, Any]]
+    outputs: dict[str, list[str]]
+    range: dict[str, str | None] = field(default_factory=dict)
+
+    def binding(self) -> dict[str, Any]:
+        """Everything but the range."""
+        return {"job": self.job, "mode": self.mode, "inputs": self.inputs, "outputs": self.outputs}
+
+    def key(self) -> str:
+        """A short stable hash of :meth:`binding` (names the checkpoint directory)."""
+        text = json.dumps(self.binding(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.binding(), "range": self.range, "key": self.key()}
+
+
+def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIdentity:
+    """The identity of running ``job`` with ``resolved`` bindings as ``run`` says."""
+    inputs: dict[str, dict[str, Any]] = {}
+    start: str | None = run.start
+    last: str | None = None
+    for spec in job.inputs:
+        binding = resolved.inputs[spec.name]
+        entry: dict[str, Any] = {}
+        if run.mode in ("stream", "bootstrap") and binding.kafka is not None:
+            entry["kafka.topic"] = binding.kafka.topic
+            entry["kafka.servers"] = _mask_servers(binding.kafka.bootstrap_servers)
+        if run.mode in ("backfill", "bootstrap") and binding.hive is not None:
+            hive = binding.hive
+            entry["hive.table"] = hive.table
+            entry["hive.event_time_column"] = hive.event_time_column
+            entry["hive.partition_format"] = hive.partition_format
+            entry["hive.partition_time"] = hive.partition_time
+            start = start if start is not None else hive.start
+            if run.mode == "backfill":
+                last = run.end if run.end is not None else (last or hive.end)
+            else:
+                last = run.cutoff if run.cutoff is not None else (last or hive.end)
+        entry["event_time_column"] = spec.event_time_column
+        inputs[spec.name] = entry
+    outputs: dict[str, list[str]] = {}
+    for output in job.outputs:
+        out = resolved.outputs[output.name]
+        targets = []
+        if out.hive is not None:
+            targets.append(f"hive {out.hive.table}")
+        if out.kafka is not None:
+            targets.append(f"kafka {out.kafka.topic}")
+        outputs[output.name] = targets
+    span: dict[str, str | None] = {}
+    if run.mode == "backfill":
+        span = {"start": start, "end": last}
+    elif run.mode == "bootstrap":
+        span = {"start": start, "cutoff": last}
+    return RunIdentity(job.name, run.mode, inputs, outputs, span)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def differences(recorded: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """One line per field where ``wanted`` differs from ``recorded`` (``key`` ignored)."""
+    had = _flatten({k: v for k, v in recorded.items() if k != "key"})
+    now = _flatten({k: v for k, v in wanted.items() if k != "key"})
+    return [
+        f"{name}: {had.get(name)!r} in the checkpoint, {now.get(name)!r} now"
+        for name in sorted(set(had) | set(now))
+        if had.get(name) != now.get(name)
+    ]
+
+
+def run_dir(root: Path, identity: RunIdentity) -> Path:
+    """The default checkpoint directory of a run: ``<root>/<job>/<mode>/<binding hash>``."""
+    return Path(root) / slug(identity.job) / identity.mode / identity.key()
+
+
+def check_identity(directory: Path, identity: RunIdentity, *, create: bool = True) -> None:
+    """Refuse (:class:`IdentityError`) if ``directory`` holds a checkpoint of another
+    identity; record ``identity`` there if it holds none yet (and ``create``)."""
+    marker = directory / IDENTITY_FILE
+    wanted = identity.as_json()
+    if marker.is_file():
+        try:
+            recorded = json.loads(marker.read_text())
+            if not isinstance(recorded, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            raise IdentityError(
+                "checkpoint",
+                str(marker),
+                f"the checkpoint identity file {marker} is unreadable ({exc}); it is not a "
+                f"kappaplus checkpoint or it is damaged: remove {directory} (or pass --fresh) "
+                "to start over",
+            ) from None
+        diff = differences(recorded, wanted)
+        if diff:
+            only_range = all(line.startswith("range.") for line in diff)
+            way_out = (
+                "resume with the recorded range, or pass --fresh to start over"
+                if only_range
+                else "use another --checkpoint root, or pass --fresh to start over"
+            )
+            raise IdentityError(
+                "checkpoint",
+                str(directory),
+                f"the checkpoint {directory} belongs to another run ("
+                + "; ".join(diff)
+                + f"): {way_out}",
+            )
+        return
+    if not create:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(f".{marker.name}.tmp")
+    tmp.write_text(json.dumps(wanted, sort_keys=True))
+    tmp.replace(marker)
+
+
+def _span(range_: Mapping[str, Any] | None) -> tuple[int | None, int | None]:
+    """``(start, end)`` in microseconds of a recorded range; None is unbounded (a stream,
+    or the Kafka part of a bootstrap after its cutoff)."""
+    from kappaplus.timeutil import parse_timestamp
+
+    range_ = range_ or {}
+    start = range_.get("start")
+    end = range_.get("end")
+    return (
+        parse_timestamp(start, "start") if start else None,
+        parse_timestamp(end, "end") if end else None,
+    )
+
+
+def ranges_overlap(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two recorded ranges share an event time (unbounded ends overlap everything).
+
+    >>> ranges_overlap({"start": "2024-01-01", "end": "2024-01-02"},
+    ...                {"start": "2024-01-02", "end": "2024-01-03"})
+    False
+    >>> ranges_overlap({"start": "2024-01-01", "cutoff": "2024-01-02"}, {})
+    True
+    """
+    a_start, a_end = _span(a)
+    b_start, b_end = _span(b)
+    if a_end is not None and b_start is not None and a_end <= b_start:
+        return False
+    return not (b_end is not None and a_start is not None and b_end <= a_start)
+
+
+def check_targets(
+    spark: SparkSession, plans: Mapping[str, OutputPlan], identity: RunIdentity
+) -> None:
+    """Refuse (:class:`IdentityError`) to write a Hive target that already holds batches
+    this same run identity committed from ANOTHER checkpoint over an overlapping range.
+
+    That is what a lost checkpoint, a moved checkpoint root or ``--fresh`` over a written
+    table looks like: the new checkpoint would read the same input again and commit its
+    rows a second time. Refusing (rather than replacing) keeps every row a reader already
+    saw; the error names the table, the earlier checkpoint and the way out."""
+    from kappaplus.sinks.hive import committed_runs
+
+    for plan in plans.values():
+        if plan.hive is None:
+            continue
+        table = plan.hive.table
+        for other in committed_runs(spark, table):
+            prov = other.provenance
+            if other.query == plan.query_name or not prov:
+                continue
+            if prov.get("key") != identity.key() or prov.get("output") != plan.name:
+                continue
+            if not ranges_overlap(prov.get("range"), identity.range):
+                continue
+            span = prov.get("range") or {}
+            last = span.get("end") or span.get("cutoff") or "-"
+            shown = f" over [{span.get('start') or '-'}, {last})" if span else ""
+            raise IdentityError(
+                "output",
+                table,
+                f"table {table} already holds {other.batches} batch(es) this run committed"
+                f"{shown} from the checkpoint {prov.get('checkpoint')} (query {other.query}), "
+                f"which is gone or was started over (--fresh): running again would write "
+                f"those rows twice. Restore that checkpoint, or drop the table "
+                f"(DROP TABLE {table}) to rewrite it, or write to another table",
+            )
