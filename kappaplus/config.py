@@ -235,11 +235,68 @@ class HiveInput(_Model):
         return self
 
 
+def _moment(value: Any) -> str | None:
+    from kappaplus.timeutil import parse_timestamp
+
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = str(value)  # a TOML date or datetime
+    if value.strip().lower() in ("none", "off", ""):
+        return None
+    try:
+        parse_timestamp(value)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+    return value
+
+
+def _optional_duration(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip().lower() in ("none", "off", ""):
+        return None
+    return _duration(value)
+
+
+DEFAULT_MIN_EVENT_TIME = "1970-01-02T00:00:00"
+DEFAULT_MAX_FUTURE = "1 day"
+
+
+class EventTimeBounds(_Model):
+    """``[inputs.<name>.event_time_bounds]``: event times a row may plausibly carry.
+
+    A row outside them (an event dated 9999-12-31 or 1970-01-01) would move the watermark
+    to where every later row is late, forever; it goes to the dead letters instead (in
+    ``stream`` mode, reason ``event time ... outside ...``), counted as ``out_of_bounds``,
+    and the watermark never sees it.
+
+    - ``min``: the earliest valid event time, inclusive (default ``1970-01-02``: epoch-zero
+      placeholders are not events); ``"none"`` for no bound.
+    - ``max``: the first invalid event time (exclusive); default none.
+    - ``max_future``: how far ahead of processing time (the micro-batch's timestamp) an
+      event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
+    """
+
+    min: Annotated[Any, AfterValidator(_moment)] = DEFAULT_MIN_EVENT_TIME
+    max: Annotated[Any, AfterValidator(_moment)] = None
+    max_future: Annotated[Any, AfterValidator(_optional_duration)] = DEFAULT_MAX_FUTURE
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EventTimeBounds:
+        from kappaplus.timeutil import parse_timestamp
+
+        low, high = self.min, self.max
+        if low is not None and high is not None and parse_timestamp(low) >= parse_timestamp(high):
+            raise ValueError(f"min {self.min!r} must be before max {self.max!r}")
+        return self
+
+
 class InputBinding(_Model):
-    """One logical input: its Kafka binding, its Hive binding, or both."""
+    """One logical input: its Kafka binding, its Hive binding, or both, and the
+    :class:`EventTimeBounds` of its rows."""
 
     kafka: KafkaInput | None = None
     hive: HiveInput | None = None
+    event_time_bounds: EventTimeBounds = Field(default_factory=EventTimeBounds)
 
     @model_validator(mode="after")
     def _some(self) -> InputBinding:
@@ -581,6 +638,7 @@ class ResolvedInput:
     name: str
     kafka: KafkaInput | None
     hive: HiveInput | None
+    bounds: EventTimeBounds = field(default_factory=EventTimeBounds)
 
 
 @dataclass(frozen=True)
@@ -658,7 +716,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive is not None and patch.hive is not None:
             hive = _update(hive, dict(patch.hive))
             note(f"mode.{mode}.inputs.{name}.hive", dict(patch.hive))
-        inputs[name] = ResolvedInput(name, kafka, hive)
+        inputs[name] = ResolvedInput(name, kafka, hive, binding.event_time_bounds)
 
     outputs: dict[str, ResolvedOutput] = {}
     for name, out in config.outputs.items():

@@ -250,15 +250,25 @@ def bind_input(
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
     from kappaplus.decode import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
+    from kappaplus.runtime.bounds import (
+        bounds_metrics_name,
+        drop_out_of_bounds,
+        mark_out_of_bounds,
+    )
 
     if mode == "stream":
         kafka = binding.kafka
         if kafka is None:
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
-        decoded = decode_kafka(
-            read_kafka_records(spark, kafka),
-            decoder_spec(spec, kafka),
-            metrics=decode_metrics_name(spec.name),
+        decoded = mark_out_of_bounds(
+            decode_kafka(
+                read_kafka_records(spark, kafka),
+                decoder_spec(spec, kafka),
+                metrics=decode_metrics_name(spec.name),
+            ),
+            spec.event_time_column,
+            binding.bounds,
+            bounds_metrics_name(spec.name),
         )
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
@@ -295,8 +305,13 @@ def bind_input(
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    conformed = conform(raw, spec)
+    if mode != "stream":  # a stream's out-of-bounds records are dead letters already
+        conformed = drop_out_of_bounds(
+            conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
+        )
     watermarked = apply_watermark(
-        conform(raw, spec),
+        conformed,
         spec.event_time_column,
         watermark_delay,
         observe_as=input_metrics_name(spec.name),

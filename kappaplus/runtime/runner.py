@@ -289,6 +289,7 @@ def _start_dlq(
     """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
     from kappaplus.decode import dead_letters, decode_kafka
     from kappaplus.dlq import dead_letter_writer
+    from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
 
     kafka = resolved.inputs[input_name].kafka
     if kafka is None:
@@ -298,10 +299,16 @@ def _start_dlq(
         return None
     checkpoint = mode_dir / f"_dlq_{input_name}"
     ident = checkpoint_id(checkpoint)
-    decoded = decode_kafka(
-        read_kafka_records(spark, kafka),
-        decoder_spec(job.input(input_name), kafka),
-        metrics=dlq_metrics_name(input_name),
+    spec = job.input(input_name)
+    decoded = mark_out_of_bounds(
+        decode_kafka(
+            read_kafka_records(spark, kafka),
+            decoder_spec(spec, kafka),
+            metrics=dlq_metrics_name(input_name),
+        ),
+        spec.event_time_column,
+        resolved.inputs[input_name].bounds,
+        bounds_metrics_name(input_name, "kappa_dlq_bounds"),
     )
     sink_id = f"{slug(job.name)}-{input_name}-{ident}"[:100]
     writer = dead_letter_writer(target, sink_id=sink_id)
@@ -432,7 +439,18 @@ def _finish(
     if first is not None:
         for metric, counts in tracker.stats[first].observed.items():
             if metric.startswith("kappa_decode_"):
-                inputs[metric.removeprefix("kappa_decode_")] = dict(counts)
+                inputs.setdefault(metric.removeprefix("kappa_decode_"), {}).update(counts)
+            elif metric.startswith("kappa_bounds_"):
+                name = metric.removeprefix("kappa_bounds_")
+                out = int(counts.get("out_of_bounds", 0))
+                inputs.setdefault(name, {})["out_of_bounds"] = out
+                if out:
+                    log.warning(
+                        "input %s: %d row(s) with an event time outside the sanity bounds %s",
+                        name,
+                        out,
+                        "went to the dead letters" if dlq_names else "were left out",
+                    )
     for key, input_name in dlq_names.items():
         stats = tracker.stats.get(key)
         if stats is None:
