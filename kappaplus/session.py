@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2]"
+LOCAL_TASK_RETRIES = 4
+"""Attempts of a task in local mode (``local[N, retries]``): Spark's default there is one,
+so a Python worker that misses its connect-back under load would fail the whole run."""
+_LOCAL = re.compile(r"^local\[(\*|\d+)\]$")
+
+
+def with_task_retries(master: str, retries: int = LOCAL_TASK_RETRIES) -> str:
+    """``local[N]`` / ``local`` as ``local[N,retries]``; any other master unchanged.
+
+    >>> with_task_retries("local[2]"), with_task_retries("local"), with_task_retries("yarn")
+    ('local[2,4]', 'local[1,4]', 'yarn')
+    """
+    if master == "local":
+        return f"local[1,{retries}]"
+    match = _LOCAL.match(master.strip())
+    return f"local[{match[1]},{retries}]" if match else master
+
+
 LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 """Driver logging: Spark's defaults at WARN without the warnings every run triggers by design."""
 
@@ -173,9 +192,11 @@ def create_session(
         f"{java_options} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}".strip()
     )
     settings.update(conf or {})
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
-    )
+    chosen = with_task_retries(master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER)
+    from kappaplus.jvm import launch_detached_gateway
+
+    launch_detached_gateway(chosen, app_name, settings)  # group signals reach only the driver
+    builder = SparkSession.builder.appName(app_name).master(chosen)
     for key, value in settings.items():
         builder = builder.config(key, value)
     if hive:

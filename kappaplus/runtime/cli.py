@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from kappaplus.errors import ConfigError, KappaError
 from kappaplus.runtime.progress import format_seconds
 
 _console = Console()
+log = logging.getLogger(__name__)
 
 REFERENCE_JOBS: dict[str, str] = {
     "sessionization": "kappaplus.examples.sessionization:JOB",
@@ -67,6 +69,19 @@ def default_config(path: str) -> Path | None:
         return None
     candidate = Path(file).with_suffix(".toml")
     return candidate if candidate.is_file() else None
+
+
+def _stop_quietly(spark: Any) -> None:
+    """Stop Spark, then wait until its JVM and Python workers have exited, so the next
+    command of a script finds the metastore and the ports free."""
+    from kappaplus.jvm import shutdown_jvm
+    from kappaplus.session import stop_session
+
+    try:
+        stop_session(spark)
+    except Exception as exc:  # noqa: BLE001 - the run's outcome is already decided
+        log.debug("stopping Spark: %s", exc, exc_info=True)
+    shutdown_jvm()
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -133,14 +148,17 @@ def run_command(
     Ctrl-C stops cleanly. Progress: event time done, rows/s, ETA, state rows, late rows.
 
     Exit status: 0 done (or a stream stopped by --timeout), 1 failed, 2 bad command line or
-    config, 124 a backfill --timeout stopped part way, 130/143 stopped by Ctrl-C/SIGTERM.
+    config, 124 a backfill (or a bootstrap's lake phase) --timeout stopped part way, 130/143
+    stopped by Ctrl-C/SIGTERM (also when sent to the whole process group).
     """
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
+    from kappaplus.jvm import shutdown_jvm
+    from kappaplus.runtime.failures import explain
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import check_before_spark, run_job
-    from kappaplus.session import create_session, stop_session
+    from kappaplus.session import create_session
 
     if list_jobs:
         for name, path in REFERENCE_JOBS.items():
@@ -171,12 +189,18 @@ def run_command(
         check_before_spark(loaded, job_config, options)
     except KappaError as exc:
         raise _fail(exc) from exc
-    spark = create_session(
-        f"kappa-{loaded.name}-{mode}",
-        master=master,
-        metastore_uri=metastore_uri,
-        conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
-    )
+    try:
+        spark = create_session(
+            f"kappa-{loaded.name}-{mode}",
+            master=master,
+            metastore_uri=metastore_uri,
+            conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    except KeyboardInterrupt:
+        shutdown_jvm()
+        raise typer.Exit(130) from None
     try:
         result = run_job(
             spark,
@@ -189,8 +213,11 @@ def run_command(
         )
     except KappaError as exc:
         raise _fail(exc) from exc
+    except Exception as exc:  # a Spark or py4j failure: one line here, the rest in the log
+        log.debug("run failed", exc_info=True)
+        raise _fail(KappaError(explain(f"{type(exc).__name__}: {exc}"))) from exc
     finally:
-        stop_session(spark)
+        _stop_quietly(spark)
     print_summary(result.record)
     code = exit_code(result.record)
     if code:

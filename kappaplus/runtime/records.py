@@ -112,7 +112,8 @@ def exit_code(record: RunRecord) -> int:
     ``--timeout``. 1 when it failed. A run stopped before its work was done says so, so a
     scheduler does not take a partial backfill for a complete one: 130 after Ctrl-C and
     143 after SIGTERM (128 + the signal, the shell's and the JVM's convention), 124 for a
-    backfill that ``--timeout`` stopped part way (GNU ``timeout``'s code). Running the same
+    backfill that ``--timeout`` stopped part way, or a bootstrap it stopped before the end
+    of its lake phase (GNU ``timeout``'s code). Running the same
     command again resumes from the checkpoints.
 
     >>> exit_code(replace(record, status="stopped", stopped_by="ctrl-c"))   # doctest: +SKIP
@@ -126,8 +127,8 @@ def exit_code(record: RunRecord) -> int:
         return 130
     if record.stopped_by == "sigterm":
         return 143
-    if record.mode == "backfill" and (record.done is None or record.done < 1.0):
-        return 124
+    if record.mode in ("backfill", "bootstrap") and (record.done is None or record.done < 1.0):
+        return 124  # a bootstrap still in its lake phase has not reached the live stream
     return 0
 
 

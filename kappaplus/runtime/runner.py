@@ -40,6 +40,7 @@ from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
 from kappaplus.errors import KappaError
+from kappaplus.runtime.failures import check_checkpoint_files, explain
 from kappaplus.runtime.identity import (
     RunIdentity,
     check_identity,
@@ -56,6 +57,7 @@ from kappaplus.runtime.inputs import (
     dlq_metrics_name,
     read_kafka_records,
 )
+from kappaplus.runtime.locks import hold
 from kappaplus.runtime.options import RunOptions, slug, trigger_args
 from kappaplus.runtime.outputs import OutputPlan, checkpoint_id, plan_output, start_output
 from kappaplus.runtime.progress import ProgressTracker, format_seconds
@@ -70,10 +72,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECORD_EVERY = 5.0
-
-
-class _Stop(Exception):
-    """Raised in the main thread by the SIGTERM handler: stop cleanly, like Ctrl-C."""
 
 
 @dataclass
@@ -122,6 +120,7 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
         log.warning("--fresh: deleting checkpoints %s", directory)
         shutil.rmtree(directory)
     check_identity(directory, identity)
+    check_checkpoint_files(directory)
     return directory
 
 
@@ -132,20 +131,43 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
     return prepare_checkpoint(config, run, run_identity(job, resolved, run))
 
 
+@dataclass
+class StopRequest:
+    """The first SIGTERM/SIGINT received while a run is under way (None: none yet)."""
+
+    signum: int | None = None
+
+    @property
+    def stopped_by(self) -> str | None:
+        if self.signum is None:
+            return None
+        return "ctrl-c" if self.signum == signal.SIGINT else "sigterm"
+
+
 @contextmanager
-def _sigterm_stops() -> Iterator[None]:
+def signals_stop() -> Iterator[StopRequest]:
+    """While inside, SIGTERM and SIGINT only record a stop request; the run's poll loop
+    sees it and stops every query at a clean point. The handler raises nothing: raising in
+    the middle of a py4j call would leave the gateway connection with an unread answer.
+    Later signals are ignored. Restores the previous handlers on the way out."""
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield request
         return
 
     def handler(signum: int, frame: Any) -> None:
-        raise _Stop()
+        if request.signum is not None:
+            log.warning("signal %d: already stopping", signum)
+            return
+        request.signum = signum
+        log.warning("signal %d: stopping at the next clean point", signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        yield request
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def run_job(
@@ -206,6 +228,11 @@ def run_job(
     queries: dict[str, StreamingQuery] = {}
     tracker = ProgressTracker([*plans])
     status = FAILED
+    paths, names = _lock_paths(mode_dir, plans)
+    locks = hold(paths, record.run_id, names)
+    locks.__enter__()
+    stopping = signals_stop()
+    request = stopping.__enter__()
     try:
         if run.mode == "stream":
             for spec in job.inputs:
@@ -226,11 +253,9 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console)
+        status = _wait(queries, tracker, record, run, console, request)
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
-    except _Stop:
-        status, record.stopped_by = STOPPED, "sigterm"
     except Exception as exc:
         record.error = f"{type(exc).__name__}: {exc}"
         status = FAILED
@@ -240,8 +265,24 @@ def run_job(
             _stop_quietly(query)
         for name, query in queries.items():
             tracker.update(name, _progress(query))
-        _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
+        try:
+            _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
+        finally:
+            stopping.__exit__(None, None, None)
+            locks.__exit__(None, None, None)
     return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:
+    """The lock files of a run (:mod:`kappaplus.runtime.locks`): its checkpoint, then
+    each output target, in a stable order."""
+    paths, names = [mode_dir / "_kappa.lock"], [f"the checkpoint {mode_dir}"]
+    targets = sorted({t for plan in plans.values() for t in plan.targets()})
+    for target in targets:
+        kind, _, name = target.partition(" ")
+        paths.append(state_dir() / "locks" / f"{kind}-{slug(name.lower())}.lock")
+        names.append(f"the output {kind} {name}")
+    return paths, names
 
 
 def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
@@ -361,8 +402,10 @@ def _wait(
     record: RunRecord,
     run: RunOptions,
     console: Console | None,
+    request: StopRequest | None = None,
 ) -> str:
-    """Poll the queries until the run ends; keep progress and the run record current."""
+    """Poll the queries until the run ends (or ``request`` says a signal came); keep
+    progress and the run record current."""
     started = time.monotonic()
     last_saved = 0.0
     last_logged = 0.0
@@ -371,46 +414,50 @@ def _wait(
         if run.progress
         else None
     )
-    with _sigterm_stops():
-        if live is not None:
-            live.start()
-        try:
-            while True:
-                for name, query in queries.items():
-                    tracker.update(name, _progress(query))
-                    if not query.isActive and query.exception() is not None:
-                        raise KappaError(f"query {name} failed: {query.exception()}")
-                now = time.monotonic()
-                if live is not None:
-                    live.update(tracker.table(record.run_id))
-                elif now - last_logged >= 10:
-                    log.info("%s", tracker.line())
-                    last_logged = now
-                if now - last_saved >= RECORD_EVERY:
-                    _update_record(record, tracker)
-                    record.save()
-                    last_saved = now
-                if all(not q.isActive for q in queries.values()):
-                    return FINISHED
-                if (
-                    run.until_idle is not None
-                    and tracker.idle_for() >= run.until_idle
-                    and (all(s.batches > 0 for s in tracker.stats.values()))
-                    and not any(_busy(q) for q in queries.values())
-                ):
-                    log.info("no input for %.0f s: stopping", tracker.idle_for())
-                    return FINISHED
-                if run.timeout is not None and now - started >= run.timeout:
-                    log.warning("timeout after %s: stopping", format_seconds(now - started))
-                    record.stopped_by = "timeout"
-                    return STOPPED
-                time.sleep(run.poll_seconds)
-        finally:
+    if live is not None:
+        live.start()
+    try:
+        while True:
+            if request is not None and request.stopped_by is not None:
+                record.stopped_by = request.stopped_by
+                return STOPPED
+            for name, query in queries.items():
+                tracker.update(name, _progress(query))
+                if not query.isActive and query.exception() is not None:
+                    detail = str(query.exception())
+                    log.debug("query %s failed: %s", name, detail)
+                    raise KappaError(f"query {name} failed: {explain(detail)}")
+            now = time.monotonic()
             if live is not None:
                 live.update(tracker.table(record.run_id))
-                live.stop()
-                if not live.console.is_terminal:
-                    live.console.line()  # a log or pipe gets no newline after the last frame
+            elif now - last_logged >= 10:
+                log.info("%s", tracker.line())
+                last_logged = now
+            if now - last_saved >= RECORD_EVERY:
+                _update_record(record, tracker)
+                record.save()
+                last_saved = now
+            if all(not q.isActive for q in queries.values()):
+                return FINISHED
+            if (
+                run.until_idle is not None
+                and tracker.idle_for() >= run.until_idle
+                and (all(s.batches > 0 for s in tracker.stats.values()))
+                and not any(_busy(q) for q in queries.values())
+            ):
+                log.info("no input for %.0f s: stopping", tracker.idle_for())
+                return FINISHED
+            if run.timeout is not None and now - started >= run.timeout:
+                log.warning("timeout after %s: stopping", format_seconds(now - started))
+                record.stopped_by = "timeout"
+                return STOPPED
+            time.sleep(run.poll_seconds)
+    finally:
+        if live is not None:
+            live.update(tracker.table(record.run_id))
+            live.stop()
+            if not live.console.is_terminal:
+                live.console.line()  # a log or pipe gets no newline after the last frame
 
 
 def _update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:

@@ -97,7 +97,9 @@ def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path)
         ("backfill", STOPPED, "timeout", 0.4, 124),  # a partial backfill is not a success
         ("backfill", STOPPED, "timeout", 1.0, 0),  # its whole range was done
         ("stream", STOPPED, "timeout", None, 0),  # a stream never finishes by itself
-        ("bootstrap", STOPPED, "timeout", 0.2, 0),
+        ("bootstrap", STOPPED, "timeout", 0.2, 124),  # stopped in its lake phase: not done
+        ("bootstrap", STOPPED, "timeout", None, 124),  # not one batch done
+        ("bootstrap", STOPPED, "timeout", 1.0, 0),  # on the live stream: a timeout is fine
     ],
 )
 def test_exit_code_says_whether_the_run_did_its_work(

@@ -1,0 +1,104 @@
+"""Clean failures: a checkpoint damaged before Spark reads it, and one line (with the way
+out) for the failures a run meets most, instead of pages of Java frames.
+
+>>> print(explain("org.apache.spark.SparkException: Python worker failed to connect back."))
+a Spark Python worker failed to connect back in time (the machine is overloaded, or the \
+Python workers cannot start): run the same command again, it resumes from its checkpoint; \
+run fewer jobs at once if it recurs
+>>> explain("java.lang.IllegalStateException: boom\\n\\tat org.Foo(Foo.java:1)")
+'java.lang.IllegalStateException: boom (run with -v for the stack trace)'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kappaplus.errors import ConfigError
+
+_KNOWN = (
+    (
+        "Python worker failed to connect back",
+        "a Spark Python worker failed to connect back in time (the machine is overloaded, "
+        "or the Python workers cannot start): run the same command again, it resumes from "
+        "its checkpoint; run fewer jobs at once if it recurs",
+    ),
+    (
+        "Python worker exited unexpectedly",
+        "a Spark Python worker died (out of memory, or killed): run the same command again, "
+        "it resumes from its checkpoint",
+    ),
+)
+
+
+def explain(text: str) -> str:
+    """One line saying what failed: a known cause with its way out, else the first line."""
+    for needle, message in _KNOWN:
+        if needle in text:
+            return message
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    first = lines[0] if lines else str(text)
+    if len(first) > 400:
+        first = first[:400] + "..."
+    return f"{first} (run with -v for the stack trace)" if len(lines) > 1 else first
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint file is damaged or not a Spark checkpoint file."""
+
+    def __init__(self, file: Path, problem: str, directory: Path) -> None:
+        super().__init__("checkpoint", str(file), problem)
+        self.args = (
+            f"checkpoint file {file} is {problem}: restore it from a backup, or remove the "
+            f"checkpoint {directory} (or pass --fresh) to start that query over",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _latest(directory: Path) -> Path | None:
+    if not directory.is_dir():
+        return None
+    numbered = [p for p in directory.iterdir() if p.name.isdigit()]
+    return max(numbered, key=lambda p: int(p.name)) if numbered else None
+
+
+def _check_log_file(file: Path, query_dir: Path, *, json_lines_from: int) -> None:
+    try:
+        lines = file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(file, f"unreadable ({exc})", query_dir) from None
+    if not lines or not lines[0].startswith("v"):
+        raise CheckpointError(file, "empty or truncated (no version line)", query_dir)
+    for number, line in enumerate(lines[json_lines_from:], start=json_lines_from + 1):
+        if line.strip() in ("", "-"):
+            continue
+        try:
+            json.loads(line)
+        except ValueError:
+            raise CheckpointError(
+                file, f"truncated or corrupt (line {number} is not JSON)", query_dir
+            ) from None
+
+
+def check_checkpoint_files(run_dir: Path) -> None:
+    """Check the files Spark reads first when it resumes each query checkpoint under
+    ``run_dir`` (``metadata``, the latest ``offsets/N`` and ``commits/N``), before Spark
+    starts: a damaged one is a :class:`CheckpointError` naming the file and the way out
+    instead of a Jackson ``Unexpected end-of-input`` naming none."""
+    if not run_dir.is_dir():
+        return
+    for query_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        metadata = query_dir / "metadata"
+        if metadata.is_file():
+            try:
+                json.loads(metadata.read_text().splitlines()[0])
+            except (OSError, ValueError, IndexError, UnicodeDecodeError):
+                raise CheckpointError(metadata, "truncated or corrupt", query_dir) from None
+        offsets = _latest(query_dir / "offsets")
+        if offsets is not None:
+            _check_log_file(offsets, query_dir, json_lines_from=1)
+        commits = _latest(query_dir / "commits")
+        if commits is not None:
+            _check_log_file(commits, query_dir, json_lines_from=1)

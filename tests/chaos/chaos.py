@@ -1,0 +1,359 @@
+"""Chaos suite: interrupt real ``kappa run`` processes at random moments and check that
+nothing is lost, nothing doubled, nothing silent.
+
+Each scenario runs the reference sessionization backfill as an operator would (``kappa run``
+in its own process group, its own state directory) into its own output table, interrupts
+it, runs the same command again, and compares the output with an uninterrupted run, row
+for row. A scenario passes when the output equals the uninterrupted one (0 lost, 0
+duplicated), or when the run refused with a named error (exit 2, one line, no traceback).
+
+    python tests/chaos/chaos.py --scenarios 8 --seed 1      # make chaos
+
+Scenarios: ``sigterm-group`` (SIGTERM to the whole process group, as ``timeout``,
+systemd and Kubernetes do), ``sigint-group``, ``sigkill`` (the driver only; its JVM must
+follow), ``lost-checkpoint`` (kill, move the checkpoint away, run again: must refuse),
+each at a random moment: before the first commit, or after 1-3 committed micro-batches.
+Broker and metastore restarts are not covered here yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KAPPA = [sys.executable, "-m", "kappaplus.cli"]
+START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
+COLUMNS = "rider_id, session_start, session_end, event_count, event_types"
+SCENARIOS = ("sigterm-group", "sigint-group", "sigkill", "lost-checkpoint")
+
+
+@dataclass
+class Outcome:
+    name: str
+    moment: str
+    first_exit: int | None
+    second_exit: int | None
+    rows: int = 0
+    expected: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    refused: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def line(self) -> str:
+        verdict = "ok" if self.ok else "FAIL: " + "; ".join(self.problems)
+        what = (
+            f"refused ({self.refused})"
+            if self.refused
+            else f"{self.rows} rows, {self.lost} lost, {self.duplicated} duplicated"
+        )
+        return (
+            f"{self.name:16} {self.moment:18} exits {self.first_exit}/{self.second_exit}: "
+            f"{what} -- {verdict}"
+        )
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KAPPA_HOME"] = str(home)
+    env.pop("KAPPA_METASTORE_URI", None)
+    return env
+
+
+def _python(home: Path, code: str, timeout: float = 600) -> str:
+    """Run ``code`` in a fresh Python process with state directory ``home``; its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"helper failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def prepare(home: Path, table: str, riders: int, seed: int) -> None:
+    """Create the input table in ``home``'s metastore."""
+    _python(
+        home,
+        f"""
+        from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
+        from kappaplus.jvm import shutdown_jvm
+        from kappaplus.session import create_session, stop_session
+        spark = create_session("chaos-prepare")
+        events = rider_events(riders={riders}, start={START!r}, hours=12, seed={seed},
+                              late_fraction=0.2)
+        write_table(spark, {table!r}, events, RIDER_EVENT_DDL)
+        stop_session(spark)
+        shutdown_jvm()
+        """,
+    )
+
+
+def read_outputs(home: Path, tables: list[str]) -> dict[str, list[list[object]]]:
+    """Rows of each table (a missing table: no rows), as JSON-able lists."""
+    out = _python(
+        home,
+        f"""
+        import json
+        from kappaplus.jvm import shutdown_jvm
+        from kappaplus.session import create_session, stop_session
+        spark = create_session("chaos-read")
+        found = {{}}
+        for table in {tables!r}:
+            if not spark.catalog.tableExists(table):
+                found[table] = []
+                continue
+            rows = spark.sql(f"SELECT {COLUMNS} FROM {{table}}").collect()
+            found[table] = [[str(v) for v in row] for row in rows]
+        print(json.dumps(found))
+        stop_session(spark)
+        shutdown_jvm()
+        """,
+    )
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def write_config(home: Path, table: str, out: str) -> Path:
+    config = home / f"{out}.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            job = "kappaplus.examples.sessionization:JOB"
+            checkpoint_dir = "{home / "checkpoints" / out}"
+            [params]
+            session_gap = "30 minutes"
+            [inputs.rider_events.kafka]
+            topic = "rider-events"
+            bootstrap_servers = "127.0.0.1:9092"
+            [inputs.rider_events.hive]
+            table = "{table}"
+            event_time_column = "event_time"
+            partition_format = "dt=%Y-%m-%d/hr=%H"
+            [outputs.sessions.hive]
+            table = "{out}"
+            [mode.backfill]
+            watermark_delay = "1 hour"
+            [mode.backfill.inputs.rider_events.hive]
+            maxEventTimePerTrigger = "1 hour"
+            """
+        )
+    )
+    return config
+
+
+def kappa_run(
+    home: Path,
+    config: Path,
+    *,
+    interrupt: tuple[int, int] | None = None,
+    timeout: float = 900,
+) -> tuple[int, str]:
+    """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
+    commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
+    the first offsets are planned). SIGTERM/SIGINT go to the whole group, SIGKILL to the
+    driver only (its JVM must not outlive it). Returns (exit code, stderr)."""
+    command = [
+        *KAPPA,
+        "run",
+        "sessionization",
+        "-c",
+        str(config),
+        "--mode",
+        "backfill",
+        "--start",
+        START,
+        "--end",
+        END,
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        command,
+        env=_env(home),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    root = home / "checkpoints" / config.stem
+    deadline = time.monotonic() + timeout
+    if interrupt is not None:
+        sig, commits = interrupt
+        pattern = f"**/commits/{commits - 1}" if commits > 0 else "**/offsets/0"
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any(root.glob(pattern)):
+                if sig == signal.SIGKILL:
+                    proc.kill()
+                else:
+                    os.killpg(proc.pid, sig)
+                break
+            time.sleep(0.05)
+    try:
+        _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    if interrupt is not None and interrupt[0] == signal.SIGKILL:
+        _wait_for_jvm_exit(home)
+    return proc.returncode, err
+
+
+def jvms_of(home: Path) -> list[int]:
+    """Pids of processes whose command line names ``home`` (the JVMs of its sessions)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"java" in cmdline and str(home).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _wait_for_jvm_exit(home: Path, timeout: float = 60) -> None:
+    """After a SIGKILL of the driver, its JVM exits on its own (stdin closed)."""
+    deadline = time.monotonic() + timeout
+    while jvms_of(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def check(outcome: Outcome, rows: list[list[object]], baseline: list[list[object]]) -> Outcome:
+    got = [tuple(r) for r in rows]
+    want = {tuple(r) for r in baseline}
+    outcome.rows, outcome.expected = len(got), len(want)
+    outcome.duplicated = len(got) - len(set(got))
+    outcome.lost = len(want - set(got))
+    extra = len(set(got) - want)
+    if outcome.duplicated:
+        outcome.problems.append(f"{outcome.duplicated} duplicated")
+    if outcome.lost:
+        outcome.problems.append(f"{outcome.lost} lost")
+    if extra:
+        outcome.problems.append(f"{extra} rows not in the uninterrupted run")
+    return outcome
+
+
+def scenario(
+    home: Path, table: str, name: str, out: str, commits: int
+) -> tuple[Outcome, str | None]:
+    """Run one scenario; returns the outcome (rows checked later) and the table to read."""
+    config = write_config(home, table, out)
+    moment = "before 1st commit" if commits == 0 else f"after {commits} commit(s)"
+    sig = {
+        "sigterm-group": signal.SIGTERM,
+        "sigint-group": signal.SIGINT,
+        "sigkill": signal.SIGKILL,
+        "lost-checkpoint": signal.SIGKILL,
+    }[name]
+    first, err1 = kappa_run(home, config, interrupt=(sig, commits))
+    outcome = Outcome(name, moment, first, None)
+    if "Traceback" in err1:
+        outcome.problems.append("a traceback on the terminal: " + err1[-300:])
+    if sig == signal.SIGTERM and first not in (0, 143):
+        outcome.problems.append(f"SIGTERM exit {first}, expected 143 (or 0 if it had finished)")
+    if sig == signal.SIGINT and first not in (0, 130):
+        outcome.problems.append(f"SIGINT exit {first}, expected 130 (or 0 if it had finished)")
+    if jvms_of(home):
+        outcome.problems.append(f"a JVM outlived kappa run: {jvms_of(home)}")
+    if name == "lost-checkpoint":
+        moved = home / f"{out}.moved"
+        shutil.move(str(home / "checkpoints" / out), str(moved))
+    second, err2 = kappa_run(home, config)
+    outcome.second_exit = second
+    if "Traceback" in err2:
+        outcome.problems.append("a traceback on the rerun: " + err2[-300:])
+    if name == "lost-checkpoint" and second == 2:
+        lines = [line for line in err2.splitlines() if "error" in line.lower()]
+        outcome.refused = (lines[-1] if lines else err2.strip()[-200:])[:160]
+        if "DROP TABLE" not in err2 and "already holds" not in err2:
+            outcome.problems.append("refused without naming the table and the way out")
+        return outcome, out
+    if second != 0:
+        outcome.problems.append(f"the rerun exited {second}: {err2[-300:]}")
+    return outcome, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--riders", type=int, default=30)
+    parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=None)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    home = Path(tempfile.mkdtemp(prefix="kappa-chaos-"))
+    try:
+        table = "chaos_events"
+        started = time.monotonic()
+        prepare(home, table, args.riders, args.seed)
+        code, err = kappa_run(home, write_config(home, table, "chaos_base"))
+        if code != 0:
+            print(f"the uninterrupted run failed ({code}): {err[-2000:]}")
+            return 1
+        planned = []
+        names = args.only or list(SCENARIOS)
+        for index in range(args.scenarios):
+            name = names[index % len(names)] if index < len(names) else rng.choice(names)
+            planned.append((name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3])))
+        outcomes: list[tuple[Outcome, str | None]] = []
+        for name, out, commits in planned:
+            outcomes.append(scenario(home, table, name, out, commits))
+            print(outcomes[-1][0].moment, name, "run", flush=True)
+        tables = ["chaos_base", *(t for _, t in outcomes if t)]
+        rows = read_outputs(home, tables)
+        baseline = rows["chaos_base"]
+        print(f"\nuninterrupted run: {len(baseline)} rows")
+        failed = 0
+        totals = {"rows": 0, "lost": 0, "duplicated": 0, "refused": 0}
+        for outcome, out in outcomes:
+            if outcome.refused is None and out is not None:
+                check(outcome, rows[out], baseline)
+            elif out is not None and outcome.refused is not None:
+                # refused: the table keeps what the interrupted run committed, once
+                kept = [tuple(r) for r in rows[out]]
+                outcome.rows = len(kept)
+                outcome.duplicated = len(kept) - len(set(kept))
+                if outcome.duplicated:
+                    outcome.problems.append(f"{outcome.duplicated} duplicated")
+            print(outcome.line())
+            failed += not outcome.ok
+            totals["rows"] += outcome.rows
+            totals["lost"] += outcome.lost
+            totals["duplicated"] += outcome.duplicated
+            totals["refused"] += outcome.refused is not None
+        print(
+            f"\n{len(outcomes)} scenarios in {time.monotonic() - started:.0f} s: "
+            f"{len(outcomes) - failed} ok, {failed} failed; {totals['rows']} rows checked, "
+            f"{totals['lost']} lost, {totals['duplicated']} duplicated, "
+            f"{totals['refused']} refused with a named error"
+        )
+        return 1 if failed else 0
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
