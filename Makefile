@@ -1,5 +1,5 @@
 # The README's two commands: `make demo` and `make test`.
-.PHONY: setup demo test test-all lint bench down
+.PHONY: setup demo test test-all lint bench down chaos
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,9 @@ lint: setup
 bench: setup
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
+
+chaos: setup
+	.venv/bin/python tests/chaos/chaos.py --scenarios 8
 
 down: setup
 	.venv/bin/kappa down

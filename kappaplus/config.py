@@ -504,6 +504,10 @@ def _describe(error: Mapping[str, Any], raw: Mapping[str, Any]) -> ConfigError:
 
 
 def _redact_deep(value: Any) -> Any:
+    from kappaplus.masking import mask_credentials
+
+    if isinstance(value, str):
+        return mask_credentials(value)
     if isinstance(value, Mapping):
         return {
             key: "***" if isinstance(key, str) and is_secret_key(key) else _redact_deep(item)

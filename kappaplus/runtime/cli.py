@@ -85,7 +85,11 @@ def _stop_quietly(spark: Any) -> None:
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {exc}")
+    from rich.markup import escape
+
+    from kappaplus.masking import mask_credentials
+
+    _console.print(f"[red]error:[/red] {escape(mask_credentials(str(exc)))}")
     return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
 
 

@@ -228,7 +228,8 @@ def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
     )
 
 
-def _check_event_time(spec: InputSpec, hive: HiveInput) -> None:
+def check_event_time(spec: InputSpec, hive: HiveInput) -> None:
+    """The Hive binding's event-time column must be the job's (checked before Spark)."""
     if hive.event_time_column != spec.event_time_column:
         raise ConfigError(
             f"inputs.{spec.name}.hive.event_time_column",
@@ -286,7 +287,7 @@ def bind_input(
             raise ConfigError(
                 f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
             )
-        _check_event_time(spec, hive)
+        check_event_time(spec, hive)
         options = hybrid_options(spec, hive, kafka, run, job_name)
         raw = read_hybrid_stream(spark, **options)
         source = (
@@ -297,7 +298,7 @@ def bind_input(
         hive = binding.hive
         if hive is None:
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
-        _check_event_time(spec, hive)
+        check_event_time(spec, hive)
         options = hive_options(hive, run, watermark_delay)
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())

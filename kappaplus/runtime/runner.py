@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
-from kappaplus.errors import KappaError
+from kappaplus.errors import ConfigError, KappaError
 from kappaplus.runtime.failures import check_checkpoint_files, explain
 from kappaplus.runtime.identity import (
     RunIdentity,
@@ -127,8 +127,33 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
 def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
     """Everything about a run that can be checked without Spark: bindings resolve and the
     checkpoint belongs to this run. Returns the run's checkpoint directory."""
+    from kappaplus.runtime.inputs import check_event_time
+
     resolved = resolve(config, run.mode, job)
+    for spec in job.inputs:
+        hive = resolved.inputs[spec.name].hive
+        if hive is not None:
+            check_event_time(spec, hive)
     return prepare_checkpoint(config, run, run_identity(job, resolved, run))
+
+
+def check_sql(plans: dict[str, OutputPlan]) -> None:
+    """Parse every SQL expression of the outputs' config (``partition_expr``) now, so a bad
+    one is one line naming its key, not a failure at the first batch."""
+    from pyspark.sql import functions as F
+
+    for name, plan in plans.items():
+        if plan.hive is None or not plan.hive.partition_expr:
+            continue
+        try:
+            F.expr(plan.hive.partition_expr)
+        except Exception as exc:  # noqa: BLE001 - Spark's ParseException, as one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"outputs.{name}.hive.partition_expr",
+                plan.hive.partition_expr,
+                f"not a SQL expression ({first[:200]})",
+            ) from None
 
 
 @dataclass
@@ -201,6 +226,7 @@ def run_job(
         )
         for spec in job.outputs
     }
+    check_sql(plans)
     check_targets(spark, plans, identity)
     dlq_names: dict[str, str] = {}
     record = RunRecord(

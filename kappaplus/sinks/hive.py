@@ -465,6 +465,7 @@ class HiveTableSink:
         if fs.exists(marker):
             if fs.exists(staging):
                 fs.delete(staging)
+                self._remove_empty_staging(fs, location)
             log.info(
                 "%s: batch %d of %s already committed, skipped",
                 opts.table,
@@ -515,8 +516,16 @@ class HiveTableSink:
         fs.write_atomically(marker, json.dumps(record))
         self._step("committed", batch_id)
         fs.delete(staging)
+        self._remove_empty_staging(fs, location)
         spark.catalog.refreshTable(opts.table)
         return True
+
+    def _remove_empty_staging(self, fs: _Fs, location: str) -> None:
+        """Remove ``_kappa_staging/<query>`` once it holds no batch (one query per name
+        writes there, so nothing else can be staging into it now)."""
+        query_dir = f"{location}/{STAGING_DIR}/{self.options.query_name}"
+        if fs.exists(query_dir) and not list(fs.fs.listStatus(fs.path(query_dir))):
+            fs.delete(query_dir)
 
     def committed_batches(self, spark: SparkSession) -> list[int]:
         """Ids of this query's batches committed to the table, ascending."""
