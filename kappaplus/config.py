@@ -55,7 +55,7 @@ from pydantic import (
 )
 
 from kappaplus.errors import ConfigError
-from kappaplus.sinks.hive import BATCH_COLUMN
+from kappaplus.table import BATCH_COLUMN
 from kappaplus.timeutil import parse_duration
 
 if TYPE_CHECKING:

@@ -137,6 +137,7 @@ def run_command(
     """
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import run_job
@@ -174,6 +175,7 @@ def run_command(
         f"kappa-{loaded.name}-{mode}",
         master=master,
         metastore_uri=metastore_uri,
+        metastore_discovery=LOCAL_DISCOVERY,
         conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
     )
     try:
