@@ -92,7 +92,7 @@ def raw_consume(bootstrap: str, topic: str, records: int, partitions: int) -> fl
 
 
 def source_consume(spark, bootstrap: str, topic: str, records: int) -> float:  # type: ignore[no-untyped-def]
-    from kappaplus.sources.kafka import read_kafka_stream
+    from kappaplus.connectors.kafka import read_kafka_stream
 
     checkpoint = tempfile.mkdtemp(prefix="bench-kafka-ckpt-")
     started = time.perf_counter()

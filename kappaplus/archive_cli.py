@@ -78,6 +78,7 @@ def archive_command(
     Run it again to resume from its checkpoint.
     """
     from kappaplus.archive import ArchiveOptions, archive_job, archive_partition_format
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.cli import print_summary
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
@@ -111,7 +112,12 @@ def archive_command(
     except KappaError as exc:
         _console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from exc
-    spark = create_session(f"kappa-{job.name}", master=master, metastore_uri=metastore_uri)
+    spark = create_session(
+        f"kappa-{job.name}",
+        master=master,
+        metastore_uri=metastore_uri,
+        metastore_discovery=LOCAL_DISCOVERY,
+    )
     try:
         result = run_job(spark, job, config, run, job_path="kappaplus.archive", console=_console)
     except KappaError as exc:

@@ -55,7 +55,10 @@ from pydantic import (
 )
 
 from kappaplus.errors import ConfigError
-from kappaplus.sinks.hive import BATCH_COLUMN
+from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS
+from kappaplus.secrets import is_secret
+from kappaplus.secrets import redact as redact_secrets
+from kappaplus.table import BATCH_COLUMN
 from kappaplus.timeutil import parse_duration
 
 if TYPE_CHECKING:
@@ -64,13 +67,12 @@ if TYPE_CHECKING:
 Mode = Literal["stream", "backfill", "bootstrap"]
 MODES: tuple[str, ...] = ("stream", "backfill", "bootstrap")
 AVAILABLE_NOW = "available-now"
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "credential", "key.password", "api.key")
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a setting name looks like it carries a secret (its value is never shown)."""
-    lowered = key.lower()
-    return any(hint in lowered for hint in _SECRET_HINTS)
+    """Whether a setting carries a secret (its value is never shown): one of
+    :data:`kappaplus.secrets.SECRET_SETTINGS`, with any prefix."""
+    return is_secret(key)
 
 
 def _duration(value: Any) -> str:
@@ -163,6 +165,9 @@ class KafkaInput(_Model):
         for key in value:
             if not key.startswith("kafka."):
                 raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
+            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
+            if way_out is not None:
+                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
         return value
 
     @model_validator(mode="after")
@@ -179,8 +184,8 @@ class KafkaInput(_Model):
 
 
 def redact(options: Mapping[str, str]) -> dict[str, str]:
-    """``options`` with secret-looking values replaced by ``***`` (for logs and errors)."""
-    return {key: ("***" if is_secret_key(key) else value) for key, value in options.items()}
+    """``options`` with secret values replaced by ``***`` (for logs and errors)."""
+    return dict(redact_secrets(options))
 
 
 class HiveInput(_Model):
@@ -323,6 +328,9 @@ class KafkaOutput(_Model):
         for key in value:
             if not key.startswith("kafka."):
                 raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
+            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
+            if way_out is not None:
+                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
         return value
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
@@ -504,16 +512,7 @@ def _describe(error: Mapping[str, Any], raw: Mapping[str, Any]) -> ConfigError:
 
 
 def _redact_deep(value: Any) -> Any:
-    from kappaplus.masking import mask_credentials
-
-    if isinstance(value, str):
-        return mask_credentials(value)
-    if isinstance(value, Mapping):
-        return {
-            key: "***" if isinstance(key, str) and is_secret_key(key) else _redact_deep(item)
-            for key, item in value.items()
-        }
-    return value
+    return redact_secrets(value)
 
 
 def _errors(exc: ValidationError, raw: Mapping[str, Any]) -> ConfigError:

@@ -2,12 +2,18 @@
 
 Local mode with Spark's built-in Hive support; production settings (master URL, metastore
 URI, any Spark conf) pass through unchanged. The Hive metastore is, in this order: the
-``metastore_uri`` argument, ``$KAPPA_METASTORE_URI``, the local metastore server of the
-state directory if one runs (``kappa up`` / ``kappa metastore start``), else an embedded
-Derby database that only one process at a time can open.
+``metastore_uri`` argument, ``$KAPPA_METASTORE_URI``, what the caller's
+``metastore_discovery`` finds (the ``kappa`` commands pass the local stack's, which finds the
+metastore server of the state directory if one runs: ``kappa up`` / ``kappa metastore
+start``), else an embedded Derby database that only one process at a time can open.
+
+This module is production code: it imports nothing of the local development stack
+(:mod:`kappaplus.local`); that stack plugs in through :class:`MetastoreDiscovery`.
 
 >>> from kappaplus.session import create_session
 >>> spark = create_session("my-job")                      # doctest: +SKIP
+>>> from kappaplus.local.metastore import LOCAL_DISCOVERY
+>>> spark = create_session("my-job", metastore_discovery=LOCAL_DISCOVERY)  # doctest: +SKIP
 >>> spark = create_session(
 ...     "my-job",
 ...     master="spark://10.0.0.5:7077",
@@ -23,9 +29,8 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from kappaplus.local.metastore import check_embedded_free, discover, embedded_database
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -54,6 +59,36 @@ def with_task_retries(master: str, retries: int = LOCAL_TASK_RETRIES) -> str:
 
 LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
 """Driver logging: Spark's defaults at WARN without the warnings every run triggers by design."""
+
+
+EMBEDDED_DATABASE = "metastore_db"
+
+
+class MetastoreDiscovery(Protocol):
+    """How a session finds a metastore server nobody named, and checks the embedded one.
+
+    :data:`kappaplus.local.metastore.LOCAL_DISCOVERY` is the local stack's; production
+    callers name their metastore (``metastore_uri``, ``$KAPPA_METASTORE_URI`` or Spark
+    settings) and pass none.
+    """
+
+    def discover(self, home: Path) -> str | None:
+        """The thrift URI of a metastore server for state directory ``home``, or None."""
+        ...
+
+    def check_embedded_free(self, home: Path) -> None:
+        """Raise :class:`~kappaplus.errors.MetastoreError` if another process holds the
+        embedded Derby metastore of ``home``."""
+        ...
+
+
+def embedded_database(home: str | os.PathLike[str] | None = None) -> Path:
+    """The Derby database a session of ``home`` opens without a server: ``home/metastore_db``.
+
+    It is not the local server's database (``home/metastore/metastore_db``): the two catalogs
+    are separate, only the warehouse directory ``home/warehouse`` is shared.
+    """
+    return state_dir(home) / EMBEDDED_DATABASE
 
 
 def _python_env() -> None:
@@ -101,19 +136,21 @@ def resolve_metastore_uri(
     home: Path,
     metastore_uri: str | None = None,
     conf: Mapping[str, str] | None = None,
+    discovery: MetastoreDiscovery | None = None,
 ) -> str | None:
     """The metastore server a session of state directory ``home`` uses; None: embedded Derby.
 
     ``metastore_uri``, else ``$KAPPA_METASTORE_URI``, else -- unless ``conf`` sets the
-    metastore itself -- the local server of ``home`` if it runs (found from its status
-    file, pid and port; no JVM is started). Logs at INFO when it picks the local server.
+    metastore itself -- what ``discovery`` finds for ``home`` (the local stack's finds its
+    server from the status file, pid and port; no JVM is started). Logs at INFO when it
+    picks a discovered server.
     """
     explicit = metastore_uri or os.environ.get(METASTORE_URI_ENV)
     if explicit:
         return explicit
-    if _sets_metastore(conf):
+    if _sets_metastore(conf) or discovery is None:
         return None
-    found = discover(home)
+    found = discovery.discover(home)
     if found:
         note = ""
         if embedded_database(home).is_dir():
@@ -144,15 +181,18 @@ def create_session(
     conf: Mapping[str, str] | None = None,
     hive: bool = True,
     metastore_uri: str | None = None,
+    metastore_discovery: MetastoreDiscovery | None = None,
 ) -> SparkSession:
     """Return a SparkSession configured for kappaplus and register its data sources.
 
     - ``master``: Spark master URL; default ``$KAPPA_SPARK_MASTER`` or ``local[2]``.
     - ``home``: state directory for warehouse, metastore and checkpoints (``$KAPPA_HOME``).
     - ``conf``: any Spark settings; they win over the defaults set here.
-    - ``metastore_uri``: a Hive metastore server (``$KAPPA_METASTORE_URI``); default is the
-      local metastore server of ``home`` if one runs (``kappa up``), else the embedded Derby
-      metastore under ``home``.
+    - ``metastore_uri``: a Hive metastore server (``$KAPPA_METASTORE_URI``); default is what
+      ``metastore_discovery`` finds, else the embedded Derby metastore under ``home``.
+    - ``metastore_discovery``: how to find a metastore server nobody named and to check the
+      embedded one before Spark starts; the ``kappa`` commands pass
+      :data:`kappaplus.local.metastore.LOCAL_DISCOVERY` (the server ``kappa up`` starts).
 
     Several processes at once (a stream run and a backfill run of one job) need the
     metastore server: embedded Derby admits one process, and a second one fails with
@@ -183,9 +223,15 @@ def create_session(
         "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
     }
     if hive:
-        uri = resolve_metastore_uri(root, metastore_uri, conf)
-        if uri is None and not _sets_metastore(conf) and not _has_active_context():
-            check_embedded_free(root)  # fail fast instead of a Java stack trace from Derby
+        uri = resolve_metastore_uri(root, metastore_uri, conf, metastore_discovery)
+        if (
+            uri is None
+            and metastore_discovery is not None
+            and not _sets_metastore(conf)
+            and not _has_active_context()
+        ):
+            # fail fast instead of a Java stack trace from Derby
+            metastore_discovery.check_embedded_free(root)
         settings.update(hive_conf(root, uri))
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     settings["spark.driver.extraJavaOptions"] = (
@@ -230,7 +276,7 @@ def stop_session(spark: SparkSession) -> None:
 
 def register_data_sources(spark: SparkSession) -> None:
     """Register every kappaplus Python data source with ``spark`` (idempotent)."""
-    from kappaplus.sources import registered_sources
+    from kappaplus.connectors import registered_sources
 
     for source in registered_sources():
         spark.dataSource.register(source)

@@ -25,9 +25,12 @@ def kappa_home() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
     """The one SparkSession of the test session."""
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.session import create_session, stop_session
 
-    session = create_session("kappaplus-tests", home=kappa_home)
+    session = create_session(
+        "kappaplus-tests", home=kappa_home, metastore_discovery=LOCAL_DISCOVERY
+    )
     yield session
     stop_session(session)
 

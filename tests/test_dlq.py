@@ -202,7 +202,7 @@ def replay_last_batch(checkpoint: Path) -> int:
 def test_kafka_stream_decode_to_good_sink_and_dlq_with_replay(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic: Callable[..., str], scratch: Path
 ) -> None:
-    kafka = pytest.importorskip("kappaplus.sources.kafka")
+    kafka = pytest.importorskip("kappaplus.connectors.kafka")
     partitions = 2
     source_topic = new_topic(partitions=partitions, prefix="trips")
     dlq_topic = new_topic(prefix="trips-dlq")

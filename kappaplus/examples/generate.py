@@ -255,9 +255,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         drivers=args.drivers, start=args.start, hours=args.hours, seed=args.seed
     )
     if args.tables:
+        from kappaplus.local.metastore import LOCAL_DISCOVERY
         from kappaplus.session import create_session
 
-        spark = create_session("kappa-generate")
+        spark = create_session("kappa-generate", metastore_discovery=LOCAL_DISCOVERY)
         write_table(spark, "rider_events", riders, RIDER_EVENT_DDL)
         write_table(spark, "driver_status", drivers, DRIVER_EVENT_DDL)
         spark.stop()

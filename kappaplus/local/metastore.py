@@ -18,8 +18,9 @@ Two settings make the pyspark jars work as a server: ``hive.async.log.enabled=fa
 (Hive's async logging needs the LMAX disruptor, which pyspark does not ship) and
 ``hive.metastore.schema.verification=false`` (there is no schema tool to stamp a version).
 
-``create_session`` finds a running server of its state directory by itself
-(:func:`discover`: the status file, a live pid, an open port -- no JVM is started), so
+``create_session(..., metastore_discovery=LOCAL_DISCOVERY)`` (what the ``kappa`` commands
+do) finds a running server of its state directory by itself (:func:`discover`: the status
+file, a live pid, an open port -- no JVM is started), so
 ``kappa metastore start`` (or ``kappa up``) once is all several processes need. Without a
 server, :func:`check_embedded_free` turns "another process has the embedded Derby database
 open" into a :class:`~kappaplus.errors.MetastoreError` before Spark starts.
@@ -43,6 +44,7 @@ from xml.sax.saxutils import escape
 from kappaplus.errors import MetastoreError
 from kappaplus.local.processes import free_port, listens_on, pid_alive, port_open
 from kappaplus.local.service import DetachedService
+from kappaplus.session import embedded_database
 from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
@@ -268,19 +270,9 @@ def status(home: str | os.PathLike[str] | None = None) -> MetastoreStatus:
 
 
 # -- discovery and the embedded database -----------------------------------------------------
-EMBEDDED_DATABASE = "metastore_db"
 DERBY_LOCK_FILE = "dbex.lck"
 """Derby's exclusive lock: the process that boots the database holds a write lock on it
 (``FileChannel.tryLock``, a POSIX ``fcntl`` lock on Linux) until its JVM exits."""
-
-
-def embedded_database(home: str | os.PathLike[str] | None = None) -> Path:
-    """The Derby database a session of ``home`` opens without a server: ``home/metastore_db``.
-
-    It is not the server's database (``home/metastore/metastore_db``): the two catalogs are
-    separate, only the warehouse directory ``home/warehouse`` is shared.
-    """
-    return state_dir(home) / EMBEDDED_DATABASE
 
 
 def discover(home: str | os.PathLike[str] | None = None, *, wait: float = 120.0) -> str | None:
@@ -418,3 +410,19 @@ def check_embedded_free(home: str | os.PathLike[str] | None = None) -> None:
         "metastore server (sessions find it by themselves); the server keeps its own catalog, "
         "tables registered in the embedded one are not in it."
     )
+
+
+class LocalMetastoreDiscovery:
+    """The local stack's :class:`~kappaplus.session.MetastoreDiscovery`: the server
+    ``kappa up`` / ``kappa metastore start`` runs for a state directory, and the early error
+    when another process holds the embedded Derby metastore."""
+
+    def discover(self, home: Path) -> str | None:
+        return discover(home)
+
+    def check_embedded_free(self, home: Path) -> None:
+        check_embedded_free(home)
+
+
+LOCAL_DISCOVERY = LocalMetastoreDiscovery()
+"""What ``kappa`` commands pass to :func:`~kappaplus.session.create_session`."""

@@ -9,6 +9,8 @@ import socket
 import time
 from pathlib import Path
 
+from kappaplus.procs import pid_alive
+
 HOST = "127.0.0.1"
 
 
@@ -26,21 +28,6 @@ def port_open(port: int, timeout: float = 0.2) -> bool:
             return True
     except OSError:
         return False
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def terminate(pid: int, timeout: float = 5.0) -> bool:

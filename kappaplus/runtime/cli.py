@@ -158,6 +158,7 @@ def run_command(
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
     from kappaplus.jvm import shutdown_jvm
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.failures import explain
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
@@ -198,6 +199,7 @@ def run_command(
             f"kappa-{loaded.name}-{mode}",
             master=master,
             metastore_uri=metastore_uri,
+            metastore_discovery=LOCAL_DISCOVERY,
             conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
         )
     except KappaError as exc:

@@ -1,6 +1,6 @@
 """Bind a job's logical inputs to streaming DataFrames for one mode.
 
-- ``stream``: Kafka topic -> :func:`~kappaplus.sources.kafka.read_kafka_stream` ->
+- ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
   :func:`~kappaplus.decode.decode_kafka` -> :func:`~kappaplus.decode.good_events`. The
   decode counts (``records``, ``good``, ``dead``) are observed under
   ``kappa_decode_<input>``; the dead letters themselves are written by a separate DLQ
@@ -93,7 +93,7 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
 
 def read_kafka_records(spark: SparkSession, kafka: KafkaInput) -> DataFrame:
     """The raw Kafka records of an input binding (Spark's Kafka schema)."""
-    from kappaplus.sources.kafka import read_kafka_stream
+    from kappaplus.connectors.kafka import read_kafka_stream
 
     return read_kafka_stream(spark, **kafka_options(kafka))
 

@@ -143,7 +143,7 @@ def kafka_records(batch: DataFrame) -> DataFrame:
 
 def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
     """Produce the batch to ``kafka.topic`` (``kappa_kafka`` batch writer, idempotent producer)."""
-    from kappaplus.sources.kafka import SHORT_NAME, KafkaDataSource
+    from kappaplus.connectors.kafka import SHORT_NAME, KafkaDataSource
 
     batch.sparkSession.dataSource.register(KafkaDataSource)
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}

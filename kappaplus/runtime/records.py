@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kappaplus.local.processes import pid_alive
+from kappaplus.procs import pid_alive
 from kappaplus.settings import state_dir
 
 RUNNING, FINISHED, STOPPED, FAILED, INTERRUPTED = (

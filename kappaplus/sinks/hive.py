@@ -92,7 +92,7 @@ that need whole batches there can compare with :meth:`HiveTableSink.committed_ba
 Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``)
 see files as they are renamed, in both modes; the ``kappa_hive`` streaming source lists
 files too but counts a published file only once its batch's commit marker exists
-(:mod:`kappaplus.sinks.commit_log`), so it sees whole committed batches in both modes.
+(:mod:`kappaplus.table.commit_log`), so it sees whole committed batches in both modes.
 
 The price of ``"batch"`` mode: one metastore partition per (date[, hour], batch). At a
 10 s trigger that is up to 8640 partitions a day for each date written (an hour partition
@@ -142,7 +142,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import unquote
 
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
-from kappaplus.sinks.commit_log import COMMITS_DIR, commit_marker, published_name
+from kappaplus.table import BATCH_COLUMN
+from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -159,8 +160,6 @@ after the step completes; tests raise from it to simulate a crash at that point.
 
 Visibility = Literal["batch", "partition"]
 VISIBILITIES: tuple[str, ...] = get_args(Visibility)
-BATCH_COLUMN = "kappa_batch"
-"""The last partition column of a table written in ``"batch"`` visibility: the batch id."""
 
 _TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
 )
 
 from kappaplus.errors import ConfigError, DataError, KafkaError
-from kappaplus.sources.kafka_options import (
+from kappaplus.kafka_conf import (
     client_conf,
     parse_positive_float,
     parse_positive_int,

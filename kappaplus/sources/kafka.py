@@ -1,4 +1,4 @@
-"""Kafka as a Spark Python data source (``kappa_kafka``): streaming and batch read, and write.
+"""The reading half of the ``kappa_kafka`` data source: streaming and batch readers.
 
 Spark's JVM Kafka connector is not needed: this source speaks Kafka through ``confluent-kafka``
 and produces the same schema as Spark's built-in Kafka source::
@@ -15,9 +15,8 @@ Streaming offsets are per partition, ``{"topic": {"0": 123}}``, checkpointed by 
 checkpoint and an idempotent sink each record is processed exactly once. ``Trigger.AvailableNow``
 reads what exists when the query starts and stops. ``endingOffsets`` also bounds a stream.
 
->>> df = read_kafka_stream(spark, bootstrap="127.0.0.1:9092", subscribe="events",
-...                        startingOffsets="earliest")           # doctest: +SKIP
->>> df.writeStream.trigger(availableNow=True).format("console").start()  # doctest: +SKIP
+The data source itself (reading and writing), ``read_kafka_stream`` and ``read_kafka`` are in
+:mod:`kappaplus.connectors.kafka`; the writing half is :mod:`kappaplus.sinks.kafka`.
 """
 
 from __future__ import annotations
@@ -28,11 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -41,7 +37,6 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
 from kappaplus.errors import KafkaError
 from kappaplus.sources.kafka_offsets import (
@@ -54,8 +49,6 @@ from kappaplus.sources.kafka_offsets import (
 )
 from kappaplus.sources.kafka_options import EARLIEST, LATEST, KafkaSourceOptions
 from kappaplus.sources.kafka_reader import (
-    SCHEMA_DDL,
-    SCHEMA_DDL_HEADERS,
     OffsetRange,
     read_range,
     report_data_loss,
@@ -63,7 +56,6 @@ from kappaplus.sources.kafka_reader import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -322,37 +314,6 @@ class KafkaBatchReader(DataSourceReader):
         return read_range(self.options, partition.range)
 
 
-class KafkaDataSource(DataSource):
-    """``spark.readStream.format("kappa_kafka")`` / ``df.writeStream.format("kappa_kafka")``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SHORT_NAME
-
-    def _source_options(self, streaming: bool) -> KafkaSourceOptions:
-        return KafkaSourceOptions.parse(self.options, streaming=streaming)
-
-    def schema(self) -> str:
-        opts = self._source_options(streaming=True)
-        return SCHEMA_DDL_HEADERS if opts.include_headers else SCHEMA_DDL
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(self._source_options(streaming=True))
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(self._source_options(streaming=False))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from kappaplus.sinks.kafka import KafkaStreamWriter
-
-        return KafkaStreamWriter(self.options, schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from kappaplus.sinks.kafka import KafkaBatchWriter
-
-        return KafkaBatchWriter(self.options, schema)
-
-
 def spark_options(options: Mapping[str, Any]) -> dict[str, str]:
     """Python values -> Spark option strings (bools lower-case, dicts/lists as JSON).
 
@@ -372,31 +333,11 @@ def spark_options(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def read_kafka_stream(spark: SparkSession, **options: Any) -> DataFrame:
-    """A streaming DataFrame over Kafka; options are validated here, before Spark sees them.
-
-    >>> df = read_kafka_stream(spark, bootstrap="127.0.0.1:9092", subscribe="events",
-    ...     startingOffsets="earliest", maxOffsetsPerTrigger=10_000)  # doctest: +SKIP
-    """
-    opts = spark_options(options)
-    KafkaSourceOptions.parse(opts, streaming=True)  # raises ConfigError naming the option
-    spark.dataSource.register(KafkaDataSource)
-    return spark.readStream.format(SHORT_NAME).options(**opts).load()
-
-
-def read_kafka(spark: SparkSession, **options: Any) -> DataFrame:
-    """A batch DataFrame of ``[startingOffsets, endingOffsets)`` (default: everything)."""
-    opts = spark_options(options)
-    KafkaSourceOptions.parse(opts, streaming=False)
-    spark.dataSource.register(KafkaDataSource)
-    return spark.read.format(SHORT_NAME).options(**opts).load()
-
-
 __all__ = [
-    "KafkaDataSource",
+    "SHORT_NAME",
+    "KafkaBatchReader",
     "KafkaError",
     "KafkaInputPartition",
     "KafkaStreamReader",
-    "read_kafka",
-    "read_kafka_stream",
+    "spark_options",
 ]

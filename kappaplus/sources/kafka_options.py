@@ -14,9 +14,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from kappaplus.errors import ConfigError
+from kappaplus.kafka_conf import (
+    client_conf,
+    parse_bool,
+    parse_positive_int,
+)
 
 # Spark offsets JSON uses -2 for earliest and -1 for latest.
 EARLIEST = -2
@@ -30,78 +35,6 @@ _FORBIDDEN_CLIENT_KEYS = {
     "value.deserializer": "values are always returned as binary",
     "group.instance.id": "the source never joins a consumer group",
 }
-
-_SECRET_HINTS = ("password", "secret", "jaas", "token", "credential", "key.pem", "private")
-
-
-def is_secret(key: str) -> bool:
-    """True for client settings whose values must never be logged (SASL/SSL secrets)."""
-    lowered = key.lower()
-    return any(hint in lowered for hint in _SECRET_HINTS) or lowered.endswith(".key")
-
-
-def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a client configuration with secret values replaced by ``'***'``."""
-    return {k: ("***" if is_secret(k) else v) for k, v in conf.items()}
-
-
-def client_conf(
-    options: Mapping[str, str], *, forbidden: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The ``kafka.*`` options without their prefix, for the confluent-kafka client."""
-    conf: dict[str, str] = {}
-    for key, value in options.items():
-        if not key.lower().startswith("kafka."):
-            continue
-        name = key[len("kafka.") :]
-        if forbidden and name.lower() in forbidden:
-            raise ConfigError(key, "***" if is_secret(name) else value, forbidden[name.lower()])
-        conf[name] = value
-    if not conf.get("bootstrap.servers", "").strip():
-        raise ConfigError(
-            "kafka.bootstrap.servers",
-            conf.get("bootstrap.servers"),
-            "required: a comma-separated list of host:port",
-        )
-    return conf
-
-
-def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    lowered = str(raw).strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ConfigError(name, raw, "expected true or false")
-
-
-def parse_positive_int(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(name, raw, "expected a positive integer") from None
-    if value <= 0:
-        raise ConfigError(name, raw, "expected a positive integer")
-    return value
-
-
-def parse_positive_float(options: Mapping[str, str], name: str) -> float | None:
-    raw = options.get(name.lower())
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise ConfigError(name, raw, "expected a positive number") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(name, raw, "expected a positive number")
-    return value
 
 
 @dataclass(frozen=True)
@@ -163,7 +96,7 @@ class KafkaSourceOptions:
     - ``starting`` / ``ending`` offsets, ``max_offsets_per_trigger``, ``min_partitions``;
     - ``fail_on_data_loss``, ``include_headers``, ``poll_timeout_ms`` (bounded wait for an
       offset that should exist), ``client`` (the ``kafka.*`` settings, secrets included: never
-      log it, use :func:`redact`).
+      log it, use :func:`kappaplus.secrets.redact`).
     """
 
     client: dict[str, str]

@@ -29,6 +29,7 @@ import kappaplus.local.metastore as metastore_module
 from kappaplus.errors import MetastoreError
 from kappaplus.local.broker import EmbeddedBroker
 from kappaplus.local.metastore import (
+    LOCAL_DISCOVERY,
     MAIN_CLASS,
     MetastoreServer,
     check_embedded_free,
@@ -109,7 +110,7 @@ def hold_lock(path: Path, spawn: Callable[..., subprocess.Popen[str]], **kw: str
 def test_no_server_means_embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KAPPA_METASTORE_URI", raising=False)
     assert discover(tmp_path) is None
-    assert resolve_metastore_uri(tmp_path) is None
+    assert resolve_metastore_uri(tmp_path, discovery=LOCAL_DISCOVERY) is None
     # a status file left by a crashed server is ignored and removed
     status = tmp_path / "metastore" / "metastore.pid"
     status.parent.mkdir(parents=True)
@@ -149,7 +150,7 @@ def test_running_server_is_discovered(
     proc, uri = fake_server(tmp_path, processes)
     began = time.monotonic()
     with caplog.at_level(logging.INFO, logger="kappaplus.session"):
-        assert resolve_metastore_uri(tmp_path) == uri
+        assert resolve_metastore_uri(tmp_path, discovery=LOCAL_DISCOVERY) == uri
     assert time.monotonic() - began < 5, "discovery must be cheap"
     assert f"using the local metastore server at {uri}" in caplog.text
     conf = hive_conf(tmp_path, uri)
@@ -158,21 +159,29 @@ def test_running_server_is_discovered(
     assert conf["spark.sql.warehouse.dir"] == str(tmp_path / "warehouse")
 
     # an explicit choice wins over the local server: argument, environment, Spark conf
-    assert resolve_metastore_uri(tmp_path, "thrift://elsewhere:9083") == "thrift://elsewhere:9083"
+    assert (
+        resolve_metastore_uri(tmp_path, "thrift://elsewhere:9083", discovery=LOCAL_DISCOVERY)
+        == "thrift://elsewhere:9083"
+    )
     monkeypatch.setenv("KAPPA_METASTORE_URI", "thrift://env:9083")
-    assert resolve_metastore_uri(tmp_path) == "thrift://env:9083"
+    assert resolve_metastore_uri(tmp_path, discovery=LOCAL_DISCOVERY) == "thrift://env:9083"
     monkeypatch.delenv("KAPPA_METASTORE_URI")
-    assert resolve_metastore_uri(tmp_path, conf={"spark.hadoop.hive.metastore.uris": "x"}) is None
+    assert (
+        resolve_metastore_uri(
+            tmp_path, conf={"spark.hadoop.hive.metastore.uris": "x"}, discovery=LOCAL_DISCOVERY
+        )
+        is None
+    )
 
     # the embedded database existing too is pointed out: it is another catalog
     (tmp_path / "metastore_db").mkdir()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="kappaplus.session"):
-        assert resolve_metastore_uri(tmp_path) == uri
+        assert resolve_metastore_uri(tmp_path, discovery=LOCAL_DISCOVERY) == uri
     assert "separate catalog" in caplog.text
 
     terminate(proc.pid)
-    assert resolve_metastore_uri(tmp_path) is None
+    assert resolve_metastore_uri(tmp_path, discovery=LOCAL_DISCOVERY) is None
 
 
 def test_starting_server_is_waited_for(
@@ -258,7 +267,13 @@ def test_embedded_metastore_held_elsewhere_is_an_error(
     env.pop("KAPPA_METASTORE_URI", None)
     began = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-c", "from kappaplus.session import create_session; create_session()"],
+        [
+            sys.executable,
+            "-c",
+            "from kappaplus.local.metastore import LOCAL_DISCOVERY\n"
+            "from kappaplus.session import create_session\n"
+            "create_session(metastore_discovery=LOCAL_DISCOVERY)",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -297,8 +312,9 @@ def test_second_embedded_spark_process_fails_early(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
+            "from kappaplus.local.metastore import LOCAL_DISCOVERY\n"
             "from kappaplus.session import create_session\n"
-            "spark = create_session('first')\n"
+            "spark = create_session('first', metastore_discovery=LOCAL_DISCOVERY)\n"
             "spark.sql('SHOW DATABASES').collect()\n"
             "print('ready', flush=True)\n"
             "input()\n"
@@ -320,7 +336,9 @@ def test_second_embedded_spark_process_fails_early(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-c",
-                "from kappaplus.session import create_session\ncreate_session('second')",
+                "from kappaplus.local.metastore import LOCAL_DISCOVERY\n"
+                "from kappaplus.session import create_session\n"
+                "create_session('second', metastore_discovery=LOCAL_DISCOVERY)",
             ],
             capture_output=True,
             text=True,
@@ -409,7 +427,7 @@ def test_up_starts_both_and_sessions_discover_the_metastore(
     assert broker.pid is not None and metastore.pid is not None
 
     # a session of this state directory uses the server by itself
-    assert resolve_metastore_uri(stack_home) == uri
+    assert resolve_metastore_uri(stack_home, discovery=LOCAL_DISCOVERY) == uri
 
     # up again reuses both
     again = runner.invoke(app, ["up", "--home", str(stack_home)])
@@ -422,5 +440,5 @@ def test_up_starts_both_and_sessions_discover_the_metastore(
     assert result.exit_code == 0, result.output
     assert "metastore stopped" in result.output and "broker stopped" in result.output
     assert not pid_alive(broker.pid) and not pid_alive(metastore.pid)
-    assert resolve_metastore_uri(stack_home) is None
+    assert resolve_metastore_uri(stack_home, discovery=LOCAL_DISCOVERY) is None
     print(f"kappa up started broker + metastore in {took:.1f}s")

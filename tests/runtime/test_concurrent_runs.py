@@ -62,9 +62,10 @@ CATALOG = textwrap.dedent(
     f"""
     import json, sys
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.session import create_session
 
-    spark = create_session("catalog")
+    spark = create_session("catalog", metastore_discovery=LOCAL_DISCOVERY)
     uri = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris", None)
     params = json.loads(sys.argv[1])
     params["late_delay"] = tuple(params["late_delay"])

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kappaplus.connectors.kafka import read_kafka_stream
 from kappaplus.errors import ConfigError, DataError
 from kappaplus.local.broker import list_topics
 from kappaplus.sinks.kafka import KafkaSinkOptions, TokenBucket
-from kappaplus.sources.kafka import read_kafka_stream
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:  # type: ignore[type-arg]

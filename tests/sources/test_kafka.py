@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from kappaplus.connectors.kafka import read_kafka, read_kafka_stream
 from kappaplus.errors import ConfigError
 from kappaplus.local.broker import create_topic, delete_topic
-from kappaplus.sources.kafka import read_kafka, read_kafka_stream, split_ranges
+from kappaplus.secrets import redact
+from kappaplus.sources.kafka import split_ranges
 from kappaplus.sources.kafka_offsets import OffsetOracle, fair_split
-from kappaplus.sources.kafka_options import KafkaSourceOptions, redact
+from kappaplus.sources.kafka_options import KafkaSourceOptions
 from kappaplus.sources.kafka_reader import OffsetRange
 
 

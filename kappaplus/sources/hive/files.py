@@ -21,12 +21,12 @@ import pyarrow.orc as orc
 import pyarrow.parquet as pq
 
 from kappaplus.errors import DataError
-from kappaplus.sinks.commit_log import COMMITS_DIR, parse_published
 from kappaplus.sources.hive.layout import (
     PartitionTimeLayout,
     is_hidden,
     parse_partition_values,
 )
+from kappaplus.table.commit_log import COMMITS_DIR, parse_published
 from kappaplus.timeutil import to_micros
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def list_data_files(
     file the sink published counts only once its batch's commit marker exists, so this
     reader, which lists files rather than asking the metastore, sees whole committed
     batches only: never a batch the sink was still moving or registering, nor one a crash
-    left half published (:mod:`kappaplus.sinks.commit_log`).
+    left half published (:mod:`kappaplus.table.commit_log`).
     """
     fs, root = filesystem_for(location)
     try:

@@ -1,0 +1,21 @@
+"""Process facts production code needs (is a run's process alive?), apart from the local
+development stack that also uses them (:mod:`kappaplus.local.processes`)."""
+
+from __future__ import annotations
+
+import os
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except OSError:
+        return True

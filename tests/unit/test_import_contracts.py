@@ -1,0 +1,196 @@
+"""Import contracts of the package, read from the source (every import: module level,
+function level and ``TYPE_CHECKING`` blocks alike, so no cycle hides in a function).
+
+- the local development stack (``kappaplus.local``) is imported only by the command-line
+  entry points, never by production modules;
+- sources and sinks never import each other (``kappaplus.connectors`` joins them);
+- the shared layers import none of sources, sinks, connectors, runtime, job config or local;
+- module-level imports between kappaplus modules form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__import__("kappaplus").__file__).parent
+
+ENTRY_POINTS = {
+    "kappaplus.cli",
+    "kappaplus.runtime.cli",
+    "kappaplus.archive_cli",
+    "kappaplus.demo",
+}
+"""Command-line entry points: they compose the local stack with production code."""
+
+SHARED = (
+    "kappaplus.errors",
+    "kappaplus.settings",
+    "kappaplus.timeutil",
+    "kappaplus.event_time",
+    "kappaplus.secrets",
+    "kappaplus.procs",
+    "kappaplus.kafka_conf",
+    "kappaplus.table",
+    "kappaplus.codecs",
+)
+"""Layers every other module may use; they use none of the layers above them."""
+
+ABOVE_SHARED = (
+    "kappaplus.sources",
+    "kappaplus.sinks",
+    "kappaplus.connectors",
+    "kappaplus.runtime",
+    "kappaplus.local",
+    "kappaplus.config",
+    "kappaplus.jobs",
+    "kappaplus.session",
+    "kappaplus.archive",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _in(name: str, prefixes: tuple[str, ...] | set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """``(imported module, line, at module level at run time)`` for each kappaplus import."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                found.extend(
+                    (a.name, child.lineno, top) for a in child.names if _in(a.name, ("kappaplus",))
+                )
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                if _in(child.module, ("kappaplus",)):
+                    found.append((child.module, child.lineno, top))
+                    # ``from kappaplus.table import commit_log`` imports a submodule
+                    for alias in child.names:
+                        sub = f"{child.module}.{alias.name}"
+                        if (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists():
+                            found.append((sub, child.lineno, top))
+            elif isinstance(child, ast.If) and _is_type_checking(child):
+                visit(child, False)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, False if not isinstance(child, ast.ClassDef) else top)
+            else:
+                visit(child, top)
+
+    visit(tree, True)
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def violations(rule) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    for name, path in MODULES.items():
+        for target, line, _ in imports(path):
+            reason = rule(name, target)
+            if reason:
+                out.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line}: {name} -> {target}: {reason}"
+                )
+    return out
+
+
+def test_contract_checker_sees_imports() -> None:
+    # the checker itself must see function-level and TYPE_CHECKING imports
+    targets = {t for t, _, _ in imports(PACKAGE / "runtime" / "runner.py")}
+    assert "kappaplus.config" in targets and "kappaplus.runtime.inputs" in targets
+    assert len(MODULES) > 40
+
+
+def test_local_stack_only_in_entry_points() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if _in(target, ("kappaplus.local",)) and not (
+            _in(name, ("kappaplus.local", "kappaplus.examples")) or name in ENTRY_POINTS
+        ):
+            return "production code must not import the local development stack"
+        return None
+
+    assert violations(rule) == []
+
+
+def test_sources_and_sinks_do_not_import_each_other() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if _in(name, ("kappaplus.sources",)) and _in(target, ("kappaplus.sinks",)):
+            return "a source imports a sink"
+        if _in(name, ("kappaplus.sinks",)) and _in(target, ("kappaplus.sources",)):
+            return "a sink imports a source"
+        return None
+
+    assert violations(rule) == []
+
+
+def test_shared_layers_import_no_upper_layer() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if _in(name, SHARED) and _in(target, ABOVE_SHARED):
+            return "a shared layer imports a layer above it"
+        return None
+
+    assert violations(rule) == []
+
+
+def test_job_config_imports_no_connector() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if name == "kappaplus.config" and _in(
+            target,
+            ("kappaplus.sources", "kappaplus.sinks", "kappaplus.connectors", "kappaplus.runtime"),
+        ):
+            return "the job configuration imports a connector or the runtime"
+        return None
+
+    assert violations(rule) == []
+
+
+def test_no_module_level_cycles() -> None:
+    graph = {
+        name: {t for t, _, top in imports(path) if top and t in MODULES and t != name}
+        for name, path in MODULES.items()
+    }
+    # importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first
+    for name, targets in graph.items():
+        for target in list(targets):
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in MODULES and parent != name and not _in(name, (parent,)):
+                    targets.add(parent)
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node)
+    assert cycles == []
