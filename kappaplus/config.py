@@ -145,6 +145,12 @@ class DeadLetterTarget(_Model):
         return self
 
 
+class HiveDeadLetters(_Model):
+    """Where a backfill puts the rows of its Hive table that no slice can place."""
+
+    table: TableName
+
+
 class KafkaInput(_Model):
     """A logical input bound to a Kafka topic."""
 
@@ -190,6 +196,13 @@ class HiveInput(_Model):
     ``dt=%Y-%m-%d/hr=%H``; ``partition_time`` says whether partitions hold events by event
     time or by arrival time; with ``arrival`` partitions ``max_lateness`` bounds how long
     after its event time a record can land (which partitions a slice must scan).
+    ``max_earliness`` is the clock skew the other way: how far after its arrival partition
+    (arrival stamps ahead of event stamps) or before its event partition an event may sit.
+
+    Rows no slice can place (null event time, or outside what their partition admits) fail
+    the run (``unplaceable = "fail"``, the default) or go with their reason to the Hive
+    dead-letter table ``dlq.table`` (``unplaceable = "dead_letter"``; default table
+    ``<table>_dead_letters``), the same table layout as a Kafka input's dead letters.
     """
 
     table: TableName
@@ -197,6 +210,9 @@ class HiveInput(_Model):
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
     max_lateness: Duration | None = None
+    max_earliness: Duration | None = None
+    unplaceable: Literal["fail", "dead_letter"] = "fail"
+    dlq: HiveDeadLetters | None = None
     start: str | None = None
     end: str | None = None
     max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
@@ -232,7 +248,18 @@ class HiveInput(_Model):
     def _arrival(self) -> HiveInput:
         if self.partition_time == "arrival" and self.max_lateness is None:
             raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
+        if self.dlq is not None and self.unplaceable != "dead_letter":
+            raise ValueError(
+                "'dlq' is only used with unplaceable = \"dead_letter\" (set it, or drop 'dlq')"
+            )
         return self
+
+    @property
+    def dead_letter_table(self) -> str | None:
+        """The table unplaceable rows go to, or None when they fail the run."""
+        if self.unplaceable != "dead_letter":
+            return None
+        return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
 
 
 class InputBinding(_Model):

@@ -379,3 +379,22 @@ def test_hive_output_visibility_and_hour_partition() -> None:
     with pytest.raises(ConfigError) as err:
         check_job(parse_config(hourly), no_time)
     assert err.value.option == "outputs.counts.hive.hour_partition"
+
+
+def test_hive_binding_clock_skew_and_unplaceable_rows() -> None:
+    from kappaplus.config import HiveInput
+
+    base = {"table": "lake.rides", "event_time_column": "event_time"}
+    assert HiveInput.model_validate(base).dead_letter_table is None
+    skewed = HiveInput.model_validate({**base, "max_earliness": "40 minutes"})
+    assert skewed.max_earliness == "40 minutes"
+    routed = HiveInput.model_validate({**base, "unplaceable": "dead_letter"})
+    assert routed.dead_letter_table == "lake.rides_dead_letters"
+    named = HiveInput.model_validate(
+        {**base, "unplaceable": "dead_letter", "dlq": {"table": "ops.dead"}}
+    )
+    assert named.dead_letter_table == "ops.dead"
+    with pytest.raises(ValueError, match="unplaceable"):
+        HiveInput.model_validate({**base, "dlq": {"table": "ops.dead"}})
+    with pytest.raises(ValueError):
+        HiveInput.model_validate({**base, "unplaceable": "drop"})

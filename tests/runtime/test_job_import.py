@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-JOB = '''
+JOB = """
 from pyspark.sql import functions as F
 from kappaplus.jobs import InputSpec, Job, OutputSpec
 
@@ -20,7 +20,7 @@ JOB = Job(
     transform=counts,
     watermark_delay="10 seconds",
 )
-'''
+"""
 
 
 def test_kappa_run_imports_the_job_module_from_the_working_directory(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_kappa_run_imports_the_job_module_from_the_working_directory(tmp_path: P
     (package / "rides.py").write_text(JOB)
     # the TOML next to the module is found and validated: its unknown key is the error,
     # so the module was imported (and nothing started Spark)
-    (package / "rides.toml").write_text('no_such_key = 1\n')
+    (package / "rides.toml").write_text("no_such_key = 1\n")
     kappa = Path(sys.executable).with_name("kappa")
     result = subprocess.run(
         [str(kappa), "run", "myjobs.rides:JOB", "--mode", "backfill"],
