@@ -549,9 +549,60 @@ def _absolutize(raw: dict[str, Any], base: Path) -> None:
         raw["checkpoint_dir"] = str((base / raw["checkpoint_dir"]).resolve())
 
 
+_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str, key: str, env: Mapping[str, str] | None = None) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` in a configuration string, from the environment
+    (``$$`` is a literal ``$``). An unset variable without a default is an error naming the
+    key and the variable.
+
+    >>> expand_env("${HOST:-127.0.0.1}:${PORT}", "bootstrap_servers", {"PORT": "9093"})
+    '127.0.0.1:9093'
+    >>> expand_env("${PORT}", "bootstrap_servers", {})  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    kappaplus.errors.ConfigError: option 'bootstrap_servers' = '${PORT}': ...
+    """
+    import os
+
+    environ = os.environ if env is None else env
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if found is not None and (found != "" or default is None):
+            return found
+        if default is not None:
+            return default
+        raise ConfigError(
+            key,
+            value,
+            f"environment variable {name!r} is not set (export it, e.g. the values `kappa up` "
+            f"prints, or give a default: ${{{name}:-value}})",
+        )
+
+    return _REFERENCE.sub(substitute, value)
+
+
+def _expand_deep(value: Any, path: tuple[str, ...] = ()) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _expand_deep(v, (*path, str(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_deep(v, (*path, str(i))) for i, v in enumerate(value)]
+    if isinstance(value, str) and "$" in value:
+        return expand_env(value, ".".join(path))
+    return value
+
+
 def config_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> JobConfig:
-    """Validate a configuration mapping; relative file paths resolve against ``base``."""
-    data = _deep_copy(raw)
+    """Validate a configuration mapping; relative file paths resolve against ``base``.
+
+    String values may refer to environment variables: ``${VAR}`` or ``${VAR:-default}``
+    (:func:`expand_env`), so one file follows e.g. the broker address ``kappa up`` prints.
+    """
+    data = _expand_deep(_deep_copy(raw))
     if base is not None:
         _absolutize(data, base)
     try:
