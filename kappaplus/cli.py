@@ -24,6 +24,7 @@ app = typer.Typer(
 # (module, attribute, name): typer sub-apps mounted as `kappa NAME ...`.
 _GROUPS = [
     ("kappaplus.local.broker_cli", "app", "broker"),
+    ("kappaplus.local.topic_cli", "app", "topic"),
 ]
 # (module, attribute): modules whose `register(app)` adds top-level commands.
 _COMMANDS = [

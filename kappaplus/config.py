@@ -147,6 +147,12 @@ class DeadLetterTarget(_Model):
         return self
 
 
+class HiveDeadLetters(_Model):
+    """Where a backfill puts the rows of its Hive table that no slice can place."""
+
+    table: TableName
+
+
 class KafkaInput(_Model):
     """A logical input bound to a Kafka topic."""
 
@@ -195,6 +201,13 @@ class HiveInput(_Model):
     ``dt=%Y-%m-%d/hr=%H``; ``partition_time`` says whether partitions hold events by event
     time or by arrival time; with ``arrival`` partitions ``max_lateness`` bounds how long
     after its event time a record can land (which partitions a slice must scan).
+    ``max_earliness`` is the clock skew the other way: how far after its arrival partition
+    (arrival stamps ahead of event stamps) or before its event partition an event may sit.
+
+    Rows no slice can place (null event time, or outside what their partition admits) fail
+    the run (``unplaceable = "fail"``, the default) or go with their reason to the Hive
+    dead-letter table ``dlq.table`` (``unplaceable = "dead_letter"``; default table
+    ``<table>_dead_letters``), the same table layout as a Kafka input's dead letters.
     """
 
     table: TableName
@@ -202,6 +215,9 @@ class HiveInput(_Model):
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
     max_lateness: Duration | None = None
+    max_earliness: Duration | None = None
+    unplaceable: Literal["fail", "dead_letter"] = "fail"
+    dlq: HiveDeadLetters | None = None
     start: str | None = None
     end: str | None = None
     max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
@@ -237,7 +253,18 @@ class HiveInput(_Model):
     def _arrival(self) -> HiveInput:
         if self.partition_time == "arrival" and self.max_lateness is None:
             raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
+        if self.dlq is not None and self.unplaceable != "dead_letter":
+            raise ValueError(
+                "'dlq' is only used with unplaceable = \"dead_letter\" (set it, or drop 'dlq')"
+            )
         return self
+
+    @property
+    def dead_letter_table(self) -> str | None:
+        """The table unplaceable rows go to, or None when they fail the run."""
+        if self.unplaceable != "dead_letter":
+            return None
+        return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
 
 
 def _moment(value: Any) -> str | None:
@@ -582,9 +609,60 @@ def _absolutize(raw: dict[str, Any], base: Path) -> None:
         raw["checkpoint_dir"] = str((base / raw["checkpoint_dir"]).resolve())
 
 
+_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str, key: str, env: Mapping[str, str] | None = None) -> str:
+    """``${VAR}`` and ``${VAR:-default}`` in a configuration string, from the environment
+    (``$$`` is a literal ``$``). An unset variable without a default is an error naming the
+    key and the variable.
+
+    >>> expand_env("${HOST:-127.0.0.1}:${PORT}", "bootstrap_servers", {"PORT": "9093"})
+    '127.0.0.1:9093'
+    >>> expand_env("${PORT}", "bootstrap_servers", {})  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    kappaplus.errors.ConfigError: option 'bootstrap_servers' = '${PORT}': ...
+    """
+    import os
+
+    environ = os.environ if env is None else env
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        found = environ.get(name)
+        if found is not None and (found != "" or default is None):
+            return found
+        if default is not None:
+            return default
+        raise ConfigError(
+            key,
+            value,
+            f"environment variable {name!r} is not set (export it, e.g. the values `kappa up` "
+            f"prints, or give a default: ${{{name}:-value}})",
+        )
+
+    return _REFERENCE.sub(substitute, value)
+
+
+def _expand_deep(value: Any, path: tuple[str, ...] = ()) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _expand_deep(v, (*path, str(k))) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_deep(v, (*path, str(i))) for i, v in enumerate(value)]
+    if isinstance(value, str) and "$" in value:
+        return expand_env(value, ".".join(path))
+    return value
+
+
 def config_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> JobConfig:
-    """Validate a configuration mapping; relative file paths resolve against ``base``."""
-    data = _deep_copy(raw)
+    """Validate a configuration mapping; relative file paths resolve against ``base``.
+
+    String values may refer to environment variables: ``${VAR}`` or ``${VAR:-default}``
+    (:func:`expand_env`), so one file follows e.g. the broker address ``kappa up`` prints.
+    """
+    data = _expand_deep(_deep_copy(raw))
     if base is not None:
         _absolutize(data, base)
     try:

@@ -94,7 +94,10 @@ def _start_broker(home: Path) -> str:
     for topic in (TOPIC, DLQ_TOPIC):
         if topic in existing:
             delete_topic(bootstrap, topic)
-        create_topic(bootstrap, topic)
+        # one partition: the stream reads the events in the one arrival order they were
+        # produced in, which the reconciliation's account of late events relies on (a topic
+        # the broker auto-creates has 4, and Kafka orders records within a partition only)
+        create_topic(bootstrap, topic, partitions=1)
     return bootstrap
 
 

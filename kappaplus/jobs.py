@@ -371,7 +371,12 @@ def load_job(path: str) -> Job:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise ConfigError("job", path, f"cannot import module {exc.name!r}") from exc
+        raise ConfigError(
+            "job",
+            path,
+            f"cannot import module {exc.name!r} (run from the folder that holds it, or add "
+            "that folder to PYTHONPATH)",
+        ) from exc
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):

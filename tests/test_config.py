@@ -379,3 +379,47 @@ def test_hive_output_visibility_and_hour_partition() -> None:
     with pytest.raises(ConfigError) as err:
         check_job(parse_config(hourly), no_time)
     assert err.value.option == "outputs.counts.hive.hour_partition"
+
+
+def test_hive_binding_clock_skew_and_unplaceable_rows() -> None:
+    from kappaplus.config import HiveInput
+
+    base = {"table": "lake.rides", "event_time_column": "event_time"}
+    assert HiveInput.model_validate(base).dead_letter_table is None
+    skewed = HiveInput.model_validate({**base, "max_earliness": "40 minutes"})
+    assert skewed.max_earliness == "40 minutes"
+    routed = HiveInput.model_validate({**base, "unplaceable": "dead_letter"})
+    assert routed.dead_letter_table == "lake.rides_dead_letters"
+    named = HiveInput.model_validate(
+        {**base, "unplaceable": "dead_letter", "dlq": {"table": "ops.dead"}}
+    )
+    assert named.dead_letter_table == "ops.dead"
+    with pytest.raises(ValueError, match="unplaceable"):
+        HiveInput.model_validate({**base, "dlq": {"table": "ops.dead"}})
+    with pytest.raises(ValueError):
+        HiveInput.model_validate({**base, "unplaceable": "drop"})
+
+
+def test_environment_references_in_a_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kappaplus.config import parse_config
+
+    text = """
+job = "kappaplus.examples.rides:JOB"
+[inputs.rides.kafka]
+topic = "${TOPIC:-rides}"
+bootstrap_servers = "${KAPPA_BOOTSTRAP}"
+options = { "kafka.sasl.password" = "$${literal}" }
+[outputs.counts.hive]
+table = "agg.counts"
+"""
+    monkeypatch.setenv("KAPPA_BOOTSTRAP", "127.0.0.1:39092")
+    monkeypatch.delenv("TOPIC", raising=False)
+    kafka = parse_config(text).inputs["rides"].kafka
+    assert kafka is not None
+    assert kafka.bootstrap_servers == "127.0.0.1:39092" and kafka.topic == "rides"
+    assert kafka.options["kafka.sasl.password"] == "${literal}"
+    monkeypatch.delenv("KAPPA_BOOTSTRAP")
+    with pytest.raises(ConfigError) as unset:
+        parse_config(text)
+    message = str(unset.value)
+    assert "inputs.rides.kafka.bootstrap_servers" in message and "'KAPPA_BOOTSTRAP'" in message

@@ -101,6 +101,11 @@ def up(
     metastore_port: int = typer.Option(
         None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
     ),
+    print_env: bool = typer.Option(
+        False,
+        "--print-env",
+        help='Print only the export lines (for eval "$(kappa up --print-env)").',
+    ),
 ) -> None:
     """Start (or reuse) the embedded broker and the metastore server; see ``UP_HELP``."""
     if not (broker or metastore):
@@ -120,6 +125,9 @@ def up(
     for key, label, service, what in wanted:
         try:
             was_running = service.status().running
+            if print_env:
+                addresses[key] = service.start()
+                continue
             with _console.status(f"starting {what}"):
                 addresses[key] = service.start()
             state = "already running" if was_running else "started"
@@ -129,6 +137,10 @@ def up(
             _console.print(f"[red]error:[/red] {key}: {exc}")
             table.add_row(label, "[red]failed[/red]", "-", "-")
             failed = True
+    exports = export_lines(addresses, root)
+    if print_env:
+        print("\n".join(exports))
+        raise typer.Exit(1 if failed else 0)
     _console.print(table)
     _console.print(f"state directory: {root}")
     if "broker" in addresses:
@@ -142,11 +154,35 @@ def up(
             "kappa run and create_session pick this metastore up automatically when they use "
             f"the same state directory (KAPPA_HOME={root})"
         )
+    if exports:
+        _console.print(
+            'for job configs (bootstrap_servers = "${KAPPA_BOOTSTRAP}") and other shells, '
+            'export (or eval "$(kappa up --print-env)"):'
+        )
+        for line in exports:
+            print(f"  {line}")
     for line in logs:
         _console.print(line, style="dim")
     _console.print("stop with: kappa down" + (f" --home {home}" if home else ""))
     if failed:
         raise typer.Exit(1)
+
+
+def export_lines(addresses: dict[str, str], home: Path) -> list[str]:
+    """The shell lines exporting where the services listen, for configs that say
+    ``${KAPPA_BOOTSTRAP}`` and for processes of other state directories.
+
+    >>> export_lines({"broker": "127.0.0.1:39092"}, Path("/tmp/k"))
+    ['export KAPPA_HOME=/tmp/k', 'export KAPPA_BOOTSTRAP=127.0.0.1:39092']
+    """
+    import shlex
+
+    lines = [f"export KAPPA_HOME={shlex.quote(str(home))}"] if addresses else []
+    if "broker" in addresses:
+        lines.append(f"export KAPPA_BOOTSTRAP={addresses['broker']}")
+    if "metastore" in addresses:
+        lines.append(f"export KAPPA_METASTORE_URI={addresses['metastore']}")
+    return lines
 
 
 def down(home: Path = _HOME) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,18 @@ _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
 )
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def import_from_cwd() -> None:
+    """Let job modules import from the working directory, as ``python -m`` does.
+
+    The ``kappa`` console script puts its own directory on ``sys.path``, not the working
+    directory, so ``kappa run myjobs.rides:JOB`` run from the folder holding ``myjobs/``
+    would not find the module otherwise.
+    """
+    cwd = os.getcwd()
+    if not any(entry in ("", cwd) or os.path.abspath(entry) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def job_path(job: str) -> str:
@@ -171,6 +185,7 @@ def run_command(
         return
     if job is None:
         raise _fail(ConfigError("JOB", None, "name the job to run (or --list)"))
+    import_from_cwd()
     try:
         path = job_path(job)
         loaded = load_job(path)

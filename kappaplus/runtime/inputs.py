@@ -23,6 +23,7 @@ receives exactly the declared columns and never learns the mode (principles 1-3)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.errors import ConfigError
@@ -133,9 +134,25 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
+        "maxEarliness": hive.max_earliness,
     }
     if hive.partition_format:
         options["partitionTimeFormat"] = hive.partition_format
+    return options
+
+
+def unplaceable_options(input_name: str, hive: HiveInput, staging: str | None) -> dict[str, Any]:
+    """Source options routing the rows no slice can place as the binding says: the errors
+    advise the binding's keys; with ``unplaceable = "dead_letter"`` the source stages the
+    rows under ``staging`` and the runner moves them into the dead-letter table."""
+    options: dict[str, Any] = {"adviceConfigPrefix": f"inputs.{input_name}.hive"}
+    if hive.dead_letter_table is not None:
+        if staging is None:
+            raise ConfigError(
+                f"inputs.{input_name}.hive.unplaceable", "dead_letter", "needs a staging directory"
+            )
+        options["nullEventTimePolicy"] = "deadLetter"
+        options["deadLetterPath"] = staging
     return options
 
 
@@ -185,6 +202,7 @@ def hybrid_options(
     lake = {
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
+        "maxEarliness": hive.max_earliness,
         "maxRowsPerTrigger": hive.max_rows_per_trigger,
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "partitionTimeFormat": hive.partition_format,
@@ -247,6 +265,7 @@ def bind_input(
     run: RunOptions,
     watermark_delay: str,
     job_name: str = "job",
+    dead_letter_staging: str | None = None,
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
     from kappaplus.decode import decode_kafka, good_events
@@ -300,6 +319,7 @@ def bind_input(
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
         check_event_time(spec, hive)
         options = hive_options(hive, run, watermark_delay)
+        options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())
         raw = read_hive_stream(spark, hive.table, **options)
@@ -321,13 +341,34 @@ def bind_input(
 
 
 def bind_inputs(
-    spark: SparkSession, job: Job, resolved: ResolvedConfig, run: RunOptions
+    spark: SparkSession,
+    job: Job,
+    resolved: ResolvedConfig,
+    run: RunOptions,
+    staging: Path | None = None,
 ) -> dict[str, BoundInput]:
-    """Every input of ``job`` bound for ``run.mode`` (see the module docstring)."""
+    """Every input of ``job`` bound for ``run.mode`` (see the module docstring).
+
+    ``staging``: where a backfill's source stages the rows no slice can place, one
+    directory per input (see :func:`dead_letter_staging`).
+    """
     delay = resolved.watermark_delay or job.watermark_delay
     return {
         spec.name: bind_input(
-            spark, spec, resolved.inputs[spec.name], run.mode, run, delay, job.name
+            spark,
+            spec,
+            resolved.inputs[spec.name],
+            run.mode,
+            run,
+            delay,
+            job.name,
+            None if staging is None else dead_letter_staging(staging, spec.name),
         )
         for spec in job.inputs
     }
+
+
+def dead_letter_staging(mode_dir: Path, input_name: str) -> str:
+    """Where a backfill stages the unplaceable rows of ``input_name`` before they go to the
+    dead-letter table: beside its checkpoints, so ``--fresh`` starts it over too."""
+    return str(mode_dir / "_dead_letters" / input_name)

@@ -213,7 +213,8 @@ def run_job(
     identity = run_identity(job, resolved, run)
     mode_dir = prepare_checkpoint(config, run, identity)
 
-    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run)
+    staging = mode_dir if run.mode == "backfill" else None
+    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, staging)
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(
@@ -292,7 +293,10 @@ def run_job(
         for name, query in queries.items():
             tracker.update(name, _progress(query))
         try:
-            _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
+            extra = _bootstrap_counts(job, run)
+            if staging is not None:
+                extra.update(_publish_dead_letters(spark, job, resolved, run, staging))
+            _finish(record, tracker, plans, dlq_names, status, extra)
         finally:
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
@@ -329,6 +333,38 @@ def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
             continue
         counts["dead_letter_path"] = path
         out[spec.name] = counts
+    return out
+
+
+def _publish_dead_letters(
+    spark: SparkSession, job: Job, resolved: Any, run: RunOptions, mode_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """Move the rows a backfill's sources could not place into each input's dead-letter
+    table (``unplaceable = "dead_letter"``); their counts per input for the run record."""
+    from kappaplus.runtime.dead_letters import publish_staged
+    from kappaplus.runtime.inputs import dead_letter_staging
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in job.inputs:
+        hive = resolved.inputs[spec.name].hive
+        table = None if hive is None else hive.dead_letter_table
+        if table is None:
+            continue
+        try:
+            count = publish_staged(
+                spark,
+                job=job.name,
+                input_name=spec.name,
+                staging=dead_letter_staging(mode_dir, spec.name),
+                table=table,
+                start=run.start if run.start is not None else hive.start,
+                end=run.end if run.end is not None else hive.end,
+            )
+        except Exception as exc:  # noqa: BLE001 - must not hide the run's outcome
+            log.error("publishing the dead letters of input %s to %s: %s", spec.name, table, exc)
+            out[spec.name] = {"dead_letter_table": table, "dead_letter_error": str(exc)}
+            continue
+        out[spec.name] = {"dead_letters": count, "dead_letter_table": table}
     return out
 
 

@@ -134,7 +134,8 @@ def read_hive_stream(
 
     Further options (camelCase, as the data source takes them): ``maxRowsPerTrigger``,
     ``maxBytesPerTrigger``, ``partitionTimeFormat``, ``partitionTimeKind`` (event |
-    arrival), ``maxLateness``, ``completenessDelay``, ``nullEventTimePolicy`` (fail |
+    arrival), ``maxLateness``, ``maxEarliness`` (clock skew), ``completenessDelay``,
+    ``nullEventTimePolicy`` (fail |
     deadLetter), ``deadLetterPath``, ``manifestDir``, ``rowsPerPartition``, ``columns``
     (comma-separated: read and deliver only these columns and the event-time column;
     dead-lettered rows keep all of theirs).

@@ -80,6 +80,7 @@ def list_data_files(
     max_lateness: int,
     arrival_time: bool,
     table: str,
+    max_earliness: int = 0,
 ) -> list[DataFile]:
     """Every visible data file below ``location`` with its partition's admissible time range.
 
@@ -124,10 +125,12 @@ def list_data_files(
             if partition_dir not in ranges:
                 ranges[partition_dir] = layout.range_of(partition_dir)
             lo, hi = ranges[partition_dir]
+            # arrival partitions: events up to max_lateness before the partition, and up to
+            # max_earliness after it (skewed clocks); event partitions the other way round
             if arrival_time:
-                lo -= max_lateness
-            elif max_lateness:
-                hi += max_lateness
+                lo, hi = lo - max_lateness, hi + max_earliness
+            else:
+                lo, hi = lo - max_earliness, hi + max_lateness
         files.append(
             DataFile(
                 path=info.path,

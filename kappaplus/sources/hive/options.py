@@ -63,6 +63,13 @@ class HiveSourceOptions:
     watermark_delay: int | None
     rows_per_partition: int
     columns: tuple[str, ...] | None = None
+    max_earliness: int = 0
+    """Clock skew allowed the other way round: how far an event may sit before its
+    event-time partition, or after its arrival-time partition (a producer's clock ahead of
+    the one stamping the arrival)."""
+    advice_prefix: str | None = None
+    """Where a job configuration sets this source up (``inputs.<name>.hive``): errors then
+    advise its keys instead of the source options."""
 
     @property
     def output_schema(self) -> StructType:
@@ -204,6 +211,8 @@ class HiveSourceOptions:
             partition_time_format=get("partitionTimeFormat"),
             partition_time_kind=kind,
             max_lateness=parse_duration(get("maxLateness", "0") or "0", "maxLateness"),
+            max_earliness=_non_negative(get("maxEarliness"), "maxEarliness"),
+            advice_prefix=get("adviceConfigPrefix"),
             completeness_delay=parse_duration(
                 get("completenessDelay", "0") or "0", "completenessDelay"
             ),
@@ -221,6 +230,13 @@ class HiveSourceOptions:
 
 def _timestamp(value: str | None, option: str) -> int | None:
     return None if value is None else parse_timestamp(value, option)
+
+
+def _non_negative(value: str | None, option: str) -> int:
+    duration = parse_duration(value or "0", option)
+    if duration < 0:
+        raise ConfigError(option, value, "must not be negative")
+    return duration
 
 
 def _positive_int(value: str | None, option: str) -> int | None:

@@ -92,6 +92,7 @@ class SlicePlanner:
             o.max_lateness,
             o.partition_time_kind is PartitionTimeKind.ARRIVAL,
             o.table,
+            max_earliness=o.max_earliness,
         )
 
     def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
@@ -143,7 +144,10 @@ class SlicePlanner:
         if self.layout is not None and files:
             # Event-time partitions: admissible_hi was widened by the lateness. Arrival-time
             # partitions: events before hi - L may still arrive in the newest partition.
+            # Arrival-time partitions also admit max_earliness after their end.
             newest = max(f.admissible_hi for f in files) - o.max_lateness
+            if o.partition_time_kind is PartitionTimeKind.ARRIVAL:
+                newest -= o.max_earliness
             return newest - o.completeness_delay
         extent = self.data_extent(files)
         return None if extent is None else extent[1] + 1 - o.completeness_delay

@@ -171,13 +171,28 @@ def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.T
     return bad.append_column("_kappa_reason", pa.array(reasons, type=pa.string()))
 
 
+def unplaceable_advice(options: HiveSourceOptions) -> str:
+    """The settings that admit rows no slice can place or route them to dead letters, named
+    as the user set the source up: job configuration keys or source options."""
+    if options.advice_prefix:
+        return (
+            f"In [{options.advice_prefix}] widen max_earliness / max_lateness (clock skew, "
+            f'late arrivals), or set unplaceable = "dead_letter" (and dlq = {{ table = ... }}) '
+            "to route them to a dead-letter table instead."
+        )
+    return (
+        "Widen maxEarliness / maxLateness (clock skew, late arrivals), or set "
+        "nullEventTimePolicy=deadLetter with deadLetterPath to route them instead."
+    )
+
+
 def _route(options: HiveSourceOptions, entry: ManifestEntry, bad: pa.Table) -> None:
     reasons = sorted(set(bad.column("_kappa_reason").to_pylist()))
     if options.null_event_time_policy is NullEventTimePolicy.FAIL:
         raise DataError(
             f"table {options.table!r}: {bad.num_rows} rows of file {entry.path!r} cannot be "
-            f"placed in any event-time slice ({'; '.join(reasons[:3])}). Set "
-            "nullEventTimePolicy=deadLetter with deadLetterPath to route them instead."
+            f"placed in any event-time slice ({'; '.join(reasons[:3])}). "
+            + unplaceable_advice(options)
         )
     assert options.dead_letter_path is not None
     now = datetime.now(tz=UTC)

@@ -1,0 +1,118 @@
+"""A backfill's dead letters: the rows of its Hive table that no event-time slice can place.
+
+The Hive source stages them, with their reason, as Parquet under a directory beside the
+run's checkpoints (one file per source file and row groups, so a replayed slice overwrites
+rather than duplicates; see :mod:`kappaplus.sources.hive.reader`). When the run ends,
+:func:`publish_staged` moves them into the binding's dead-letter Hive table, in the same
+layout as a Kafka input's dead letters (:data:`kappaplus.dlq.HIVE_COLUMNS`): ``value`` is
+the row as JSON, ``reason`` says why (and which file), ``topic``/``partition``/``offset``
+are filled when the table archives Kafka records (``kafka_topic``, ``kafka_partition``,
+``kafka_offset``). One place to look for every dead letter of a job.
+
+Publishing replaces the rows of one batch key per job, input and range, so a resumed or
+repeated run publishes every staged row exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_STAGED_COLUMNS = ("_kappa_reason", "_kappa_table", "_kappa_source_file", "_kappa_dead_letter_time")
+
+
+def staged_rows(staging: str | Path) -> list[dict[str, Any]]:
+    """Every staged unplaceable row under ``staging`` as a dict (empty if none)."""
+    root = Path(staging)
+    if not root.is_dir():
+        return []
+    rows: list[dict[str, Any]] = []
+    for file in sorted(root.glob("*.parquet")):
+        rows.extend(pq.read_table(file).to_pylist())
+    return rows
+
+
+def as_dead_letters(rows: list[dict[str, Any]], job: str) -> pa.Table:
+    """Staged rows in the dead-letter schema (:data:`kappaplus.decode.DLQ_ARROW_SCHEMA`)."""
+    from kappaplus.dlq import dead_letter_batch
+
+    values: list[bytes | None] = []
+    reasons: list[str] = []
+    topics: set[Any] = set()
+    partitions: list[int | None] = []
+    offsets: list[int | None] = []
+    for row in rows:
+        data = {k: v for k, v in row.items() if k not in _STAGED_COLUMNS}
+        values.append(json.dumps(data, default=str, sort_keys=True).encode())
+        reasons.append(
+            f"{row.get('_kappa_reason')} (table {row.get('_kappa_table')}, file "
+            f"{row.get('_kappa_source_file')})"
+        )
+        topics.add(row.get("kafka_topic"))
+        partitions.append(row.get("kafka_partition"))
+        offsets.append(row.get("kafka_offset"))
+    topic = topics.pop() if len(topics) == 1 else None
+    times = [row.get("_kappa_dead_letter_time") for row in rows]
+    when = max((t for t in times if t is not None), default=None) or datetime.now(UTC)
+    return dead_letter_batch(
+        values=values,
+        reasons=reasons,
+        job=job,
+        topic=topic if isinstance(topic, str) else None,
+        partitions=partitions if topic is not None else None,
+        offsets=offsets if topic is not None else None,
+        dead_letter_time=when,
+    )
+
+
+def batch_key(job: str, input_name: str, start: str | None, end: str | None) -> str:
+    """The dead-letter table's batch key of one job, input and range (stable across runs)."""
+    from kappaplus.runtime.options import slug
+
+    digest = hashlib.sha256(f"{start}|{end}".encode()).hexdigest()[:12]
+    return f"{slug(job)}-backfill-{slug(input_name)}-{digest}"[-100:]
+
+
+def publish_staged(
+    spark: SparkSession,
+    *,
+    job: str,
+    input_name: str,
+    staging: str | Path,
+    table: str,
+    start: str | None,
+    end: str | None,
+) -> int:
+    """Write every row staged under ``staging`` into the dead-letter table ``table``
+    (replacing what an earlier run of the same range published); the number of rows."""
+    from kappaplus.dlq import DeadLetterTarget, write_dead_letters
+
+    rows = staged_rows(staging)
+    if not rows and not spark.catalog.tableExists(table):
+        return 0
+    counts = write_dead_letters(
+        as_dead_letters(rows, job),
+        DeadLetterTarget(hive_table=table),
+        spark=spark,
+        batch_key=batch_key(job, input_name, start, end),
+    )
+    if counts.hive:
+        log.warning(
+            "input %s: %d rows no event-time slice could place are in the dead-letter table %s",
+            input_name,
+            counts.hive,
+            table,
+        )
+    return counts.hive
