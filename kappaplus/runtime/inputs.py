@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kappaplus.audit.counts import observe_kafka
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.sources.hive import read_hive_stream
@@ -260,6 +261,7 @@ def bind_input(
             decoder_spec(spec, kafka),
             metrics=decode_metrics_name(spec.name),
         )
+        decoded = observe_kafka(decoded, spec.name, spec.event_time_column)
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap":
@@ -278,7 +280,7 @@ def bind_input(
             )
         _check_event_time(spec, hive)
         options = hybrid_options(spec, hive, kafka, run, job_name)
-        raw = read_hybrid_stream(spark, **options)
+        raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
             f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
@@ -291,17 +293,28 @@ def bind_input(
         options = hive_options(hive, run, watermark_delay)
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())
-        raw = read_hive_stream(spark, hive.table, **options)
+        raw = _observe_source(read_hive_stream(spark, hive.table, **options), spec, "lake")
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    conformed = _observe_source(conform(raw, spec), spec, "job", io="input")
     watermarked = apply_watermark(
-        conform(raw, spec),
+        conformed,
         spec.event_time_column,
         watermark_delay,
         observe_as=input_metrics_name(spec.name),
     )
     return BoundInput(spec.name, watermarked, source)
+
+
+def _observe_source(df: DataFrame, spec: InputSpec, stage: str, io: str = "delivered") -> DataFrame:
+    """Count the rows of ``df`` per event-time bucket for the audit (markers excluded)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.audit.counts import observe_rows
+
+    real = ~F.coalesce(F.col(MARKER_COLUMN), F.lit(False)) if MARKER_COLUMN in df.columns else None
+    return observe_rows(df, stage, spec.name, io, spec.event_time_column, where=real)
 
 
 def bind_inputs(

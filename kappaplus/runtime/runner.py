@@ -196,6 +196,7 @@ def run_job(
     )
     queries: dict[str, StreamingQuery] = {}
     tracker = ProgressTracker([*plans])
+    auditor = _auditor(spark, job, run, resolved, plans) if run.audit else None
     status = FAILED
     try:
         if run.mode == "stream":
@@ -217,7 +218,7 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console)
+        status = _wait(queries, tracker, record, run, console, auditor)
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except _Stop:
@@ -231,8 +232,49 @@ def run_job(
             _stop_quietly(query)
         for name, query in queries.items():
             tracker.update(name, _progress(query))
+            if auditor is not None:
+                auditor.collect(name, _progress(query))
+        _flush_audit(auditor, final=True)
         _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
     return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _auditor(
+    spark: SparkSession, job: Job, run: RunOptions, resolved: Any, plans: dict[str, OutputPlan]
+) -> Any:
+    """The recorder of this run's audit counts (:mod:`kappaplus.audit.table`)."""
+    from kappaplus.audit.table import AuditRecorder
+
+    datasets: dict[tuple[str, str], str] = {}
+    for spec in job.inputs:
+        binding = resolved.inputs[spec.name]
+        if binding.kafka is not None:
+            datasets[("kafka", spec.name)] = binding.kafka.topic
+        if binding.hive is not None:
+            datasets[("lake", spec.name)] = binding.hive.table
+            datasets[("source", spec.name)] = binding.hive.table
+    for name, plan in plans.items():
+        targets = [t.split(" ", 1)[1] for t in plan.targets()]
+        datasets[("output", name)] = ",".join(targets)
+    return AuditRecorder(
+        spark,
+        job.name,
+        run.mode,
+        {name: plan.query_name for name, plan in plans.items()},
+        input_stages_from=next(iter(plans), None),
+        datasets=datasets,
+    )
+
+
+def _flush_audit(auditor: Any, *, final: bool = False) -> None:
+    """Write the queued audit rows; a failure is logged (and retried), never fatal."""
+    if auditor is None:
+        return
+    try:
+        auditor.flush()
+    except Exception as exc:  # noqa: BLE001 - the audit must not stop the job
+        level = logging.ERROR if final else logging.WARNING
+        log.log(level, "writing audit counts to %s: %s", auditor.table, exc)
 
 
 def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
@@ -345,8 +387,10 @@ def _wait(
     record: RunRecord,
     run: RunOptions,
     console: Console | None,
+    auditor: Any = None,
 ) -> str:
-    """Poll the queries until the run ends; keep progress and the run record current."""
+    """Poll the queries until the run ends; keep progress, the audit counts and the run
+    record current."""
     started = time.monotonic()
     last_saved = 0.0
     last_logged = 0.0
@@ -361,7 +405,10 @@ def _wait(
         try:
             while True:
                 for name, query in queries.items():
-                    tracker.update(name, _progress(query))
+                    progress = _progress(query)
+                    tracker.update(name, progress)
+                    if auditor is not None:
+                        auditor.collect(name, progress)
                     if not query.isActive and query.exception() is not None:
                         raise KappaError(f"query {name} failed: {query.exception()}")
                 now = time.monotonic()
@@ -371,6 +418,7 @@ def _wait(
                     log.info("%s", tracker.line())
                     last_logged = now
                 if now - last_saved >= RECORD_EVERY:
+                    _flush_audit(auditor)
                     _update_record(record, tracker)
                     record.save()
                     last_saved = now
