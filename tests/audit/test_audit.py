@@ -152,6 +152,7 @@ def test_replayed_micro_batch_leaves_audit_counts_unchanged(  # type: ignore[no-
     _archive(spark, topic, kafka_bootstrap, table, scratch)
 
     query = first.plans["archive"].query_name
+    spark.catalog.refreshTable("kappa_audit.counts")
     raw = spark.table("kappa_audit.counts").where(f"query = '{query}' AND batch_id = {last}")
     assert raw.select("recorded_at").distinct().count() == 2, "the batch was replayed"
     after = load_report(spark, topic=topic)
