@@ -12,6 +12,10 @@ from rich.console import Console
 from kappaplus.errors import ConfigError, KappaError
 
 _console = Console()
+_AUDIT_CHART = typer.Option(None, "--chart", help="Write the chart here (default audit.html).")
+_RECONCILE_CHART = typer.Option(None, "--chart", help="Chart file (default reconcile.html).")
+_CONFIG = typer.Option(None, "--config", "-c", help="Job config TOML.")
+_CHECKPOINT = typer.Option(None, "--checkpoint", help="Checkpoint root of the production run.")
 
 
 def _when(value: str | None, option: str) -> datetime | None:
@@ -40,9 +44,7 @@ def register(app: typer.Typer) -> None:
         bucket: str = typer.Option(
             "10 minutes", "--bucket", help="Bucket size, a multiple of 10 minutes."
         ),
-        chart: Path = typer.Option(
-            None, "--chart", help="Write the chart here (HTML; default audit.html)."
-        ),
+        chart: Path = _AUDIT_CHART,
         show_all: bool = typer.Option(False, "--all", help="List every bucket, not only flagged."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
         metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
@@ -64,7 +66,12 @@ def register(app: typer.Typer) -> None:
         spark = create_session("kappa-audit", metastore_uri=metastore_uri)
         try:
             report = load_report(
-                spark, job=job, topic=topic, table=table, start=first, end=last,
+                spark,
+                job=job,
+                topic=topic,
+                table=table,
+                start=first,
+                end=last,
                 bucket_seconds=seconds,
             )
         except KappaError as exc:
@@ -89,18 +96,17 @@ def register(app: typer.Typer) -> None:
         start: str = typer.Option(None, "--start", help="Range start (output event time)."),
         end: str = typer.Option(None, "--end", help="Range end (exclusive)."),
         output: str = typer.Option(None, "--output", "-o", help="The output (if several)."),
-        config: Path = typer.Option(None, "--config", "-c", help="Job config TOML."),
-        checkpoint: Path = typer.Option(
-            None, "--checkpoint", help="Checkpoint root of the production run."
-        ),
-        chart: Path = typer.Option(None, "--chart", help="Chart file (default reconcile.html)."),
+        config: Path = _CONFIG,
+        checkpoint: Path = _CHECKPOINT,
+        chart: Path = _RECONCILE_CHART,
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
         metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
     ) -> None:
         """Compare JOB's production output with its backfill output window by window (key
-        columns from the output's `reconcile` table in the job config): identical, different, only in one, still open in
-        production, and whether the late rows production dropped explain the differences.
-        Exit status 1 when they do not, 2 on bad options."""
+        columns from the output's `reconcile` table in the job config): identical,
+        different, only in one, still open in production, and whether the late rows
+        production dropped explain the differences. Exit status 1 when they do not, 2 on
+        bad options."""
         from kappaplus.audit.reconcile import chart_html, reconcile, target_of, terminal_tables
         from kappaplus.config import load_config
         from kappaplus.jobs import load_job

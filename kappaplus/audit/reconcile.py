@@ -88,8 +88,10 @@ class Reconciliation:
             "production_table": t.production,
             "backfill_table": t.backfill,
             "key": list(t.key),
-            "range": [None if t.start is None else t.start.isoformat(),
-                      None if t.end is None else t.end.isoformat()],
+            "range": [
+                None if t.start is None else t.start.isoformat(),
+                None if t.end is None else t.end.isoformat(),
+            ],
             "production_watermark": _iso(t.watermark_micros),
             "production_rows": self.production_rows,
             "backfill_rows": self.backfill_rows,
@@ -185,12 +187,16 @@ def target_of(
     )
 
 
-def _rows(spark: SparkSession, table: str, target: ReconcileTarget) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _rows(
+    spark: SparkSession, table: str, target: ReconcileTarget
+) -> dict[tuple[Any, ...], dict[str, Any]]:
     from pyspark.sql import functions as F
 
     spark.catalog.refreshTable(table)
     df = spark.table(table)
-    missing = [c for c in (*target.key, target.window_end, target.measure) if c and c not in df.columns]
+    missing = [
+        c for c in (*target.key, target.window_end, target.measure) if c and c not in df.columns
+    ]
     if missing:
         raise ConfigError(
             f"outputs.{target.output}.reconcile", missing, f"columns not in table {table}"
@@ -202,7 +208,8 @@ def _rows(spark: SparkSession, table: str, target: ReconcileTarget) -> dict[tupl
         df = df.where(F.col(column) < F.lit(target.end))
     columns = [c for c in df.columns if c not in SINK_COLUMNS]
     selected = [
-        F.unix_micros(F.col(c)).alias(c) if df.schema[c].dataType.simpleString() == "timestamp"
+        F.unix_micros(F.col(c)).alias(c)
+        if df.schema[c].dataType.simpleString() == "timestamp"
         else F.col(c)
         for c in columns
     ]
@@ -293,7 +300,9 @@ def reconcile(
     if measure is not None:
         result.production_measure = sum(int(r[measure] or 0) for r in ours.values())
         result.backfill_measure = sum(int(r[measure] or 0) for r in theirs.values())
-        result.recovered = sum(int(r[measure] or 0) for r in done.values()) - result.production_measure
+        result.recovered = (
+            sum(int(r[measure] or 0) for r in done.values()) - result.production_measure
+        )
     result.late_rows = (
         late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
     )
@@ -311,7 +320,13 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
 
     t = result.target
     diff = Table(title=f"windows that differ (first {examples})")
-    for column in ("key", "kind", f"{t.measure or '-'} production", f"{t.measure or '-'} backfill", "columns"):
+    for column in (
+        "key",
+        "kind",
+        f"{t.measure or '-'} production",
+        f"{t.measure or '-'} backfill",
+        "columns",
+    ):
         diff.add_column(column)
     for item in result.differences[:examples]:
         diff.add_row(
@@ -328,23 +343,25 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
     side.add_row("table", t.production, t.backfill)
     side.add_row("rows", str(result.production_rows), str(result.backfill_rows))
     if t.measure:
-        side.add_row(f"sum of {t.measure}", str(result.production_measure), str(result.backfill_measure))
+        side.add_row(
+            f"sum of {t.measure}", str(result.production_measure), str(result.backfill_measure)
+        )
     side.add_row("production watermark", _iso(t.watermark_micros) or "-", "")
     recap = Table(title="reconciliation", show_header=False)
     recap.add_row("windows identical in both", str(result.identical))
     recap.add_row("windows that differ (same key)", str(result.different))
     recap.add_row("windows only in the backfill", str(result.only_backfill))
     recap.add_row("windows only in production", str(result.only_production))
-    recap.add_row("windows still open in production (end after its watermark)", str(result.open_in_production))
+    recap.add_row(
+        "windows still open in production (end after its watermark)", str(result.open_in_production)
+    )
     if t.measure:
         recap.add_row(f"late rows the backfill recovered ({t.measure})", str(result.recovered))
     recap.add_row(
         "late rows production reported dropping (audit)",
         "-" if result.late_rows is None else str(result.late_rows),
     )
-    recap.add_row(
-        "explained", "[green]yes[/]" if result.explained else "[red]NO[/]"
-    )
+    recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
     return [diff, side, recap]
 
 
@@ -369,13 +386,17 @@ def chart_html(result: Reconciliation) -> str:
         if result.per_hour[h].get("different") or result.per_hour[h].get("only_backfill")
     }
     figures = "".join(
-        f"<tr><td style='text-align:left'>{html_lib.escape(k)}</td><td>{html_lib.escape(str(v))}</td></tr>"
+        f"<tr><td style='text-align:left'>{html_lib.escape(k)}</td>"
+        f"<td>{html_lib.escape(str(v))}</td></tr>"
         for k, v in result.as_json().items()
         if k not in ("differences", "per_hour")
     )
     body = (
-        f"<h2>reconcile {html_lib.escape(result.target.job)} / {html_lib.escape(result.target.output)}</h2>"
-        + svg_lines("windows per hour of event time, by outcome", [h[5:] for h in hours], series, flagged)
+        f"<h2>reconcile {html_lib.escape(result.target.job)} / "
+        f"{html_lib.escape(result.target.output)}</h2>"
+        + svg_lines(
+            "windows per hour of event time, by outcome", [h[5:] for h in hours], series, flagged
+        )
         + f"<table>{figures}</table>"
     )
     return html_page(f"reconcile {result.target.job}", body)

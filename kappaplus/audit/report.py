@@ -139,9 +139,12 @@ def select_jobs(
             chosen.add(row["job"])
         if topic is not None and row["stage"] == "kafka" and row["dataset"] == topic:
             chosen.add(row["job"])
-        if table is not None and row["stage"] in ("lake", "source", "output"):
-            if table in str(row["dataset"]).split(","):
-                chosen.add(row["job"])
+        if (
+            table is not None
+            and row["stage"] in ("lake", "source", "output")
+            and table in str(row["dataset"]).split(",")
+        ):
+            chosen.add(row["job"])
     return chosen
 
 
@@ -182,9 +185,9 @@ def build_report(
                 end is not None and bucket >= end
             ):
                 continue
-        key = (row["job"], row["mode"], row["stage"], row["name"], row["io"])
-        series[key][bucket] += int(row["rows"])
-        datasets[key] = str(row["dataset"])
+        name: Series = (row["job"], row["mode"], row["stage"], row["name"], row["io"])
+        series[name][bucket] += int(row["rows"])
+        datasets[name] = str(row["dataset"])
         if not row["exact"]:
             inexact.add((row["query"], row["batch_id"]))
     buckets: set[datetime | None] = {b for counts in series.values() for b in counts}
@@ -212,9 +215,15 @@ def _checks(report: AuditReport) -> list[Check]:
     for job, mode, name in sorted(inputs):
         read, decoded, dead = ((job, mode, "kafka", name, io) for io in ("read", "decoded", "dead"))
         if read in s:
-            pairs.append((f"{job}/{mode} [{name}] kafka read = decoded + dead", [read], [decoded, dead]))
+            pairs.append(
+                (f"{job}/{mode} [{name}] kafka read = decoded + dead", [read], [decoded, dead])
+            )
         received = (job, mode, "job", name, "input")
-        for upstream in (decoded, (job, mode, "lake", name, "delivered"), (job, mode, "source", name, "delivered")):
+        for upstream in (
+            decoded,
+            (job, mode, "lake", name, "delivered"),
+            (job, mode, "source", name, "delivered"),
+        ):
             if upstream in s:
                 what = f"{job}/{mode} [{name}] {upstream[2]}.{upstream[4]} = job.input"
                 pairs.append((what, [upstream], [received]))
@@ -248,9 +257,19 @@ def load_report(
     audit_table: str | None = None,
 ) -> AuditReport:
     """Read the audit table and build the report of ``--job/--topic/--table``."""
+    from pyspark.sql import functions as F
+
     from kappaplus.audit.table import read_counts
 
-    everything = [row.asDict() for row in read_counts(spark, table=audit_table).collect()]
+    counts = read_counts(spark, table=audit_table)
+    # buckets as epoch micros: collect() would turn timestamps into local naive datetimes
+    counts = counts.withColumn("bucket", F.unix_micros("bucket"))
+    everything = []
+    for row in counts.collect():
+        values = row.asDict()
+        if values["bucket"] is not None:
+            values["bucket"] = datetime.fromtimestamp(values["bucket"] / 1e6, UTC)
+        everything.append(values)
     jobs = select_jobs(everything, job, topic, table)
     chosen = [row for row in everything if row["job"] in jobs]
     what = " ".join(
@@ -287,9 +306,7 @@ def terminal_table(report: AuditReport, *, show_all: bool = False) -> Any:
             if bucket in reasons
             else "[green]ok[/]"
         )
-        table.add_row(
-            _label(bucket), *[str(report.series[k].get(bucket, 0)) for k in keys], status
-        )
+        table.add_row(_label(bucket), *[str(report.series[k].get(bucket, 0)) for k in keys], status)
     table.add_row(
         "[bold]total[/]",
         *[f"[bold]{report.total(k)}[/]" for k in keys],
@@ -324,7 +341,8 @@ def svg_lines(
         return top + (height - top - bottom) * (1 - v / peak)
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 22 * len(series)}">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height + 22 * len(series)}">',
         f'<text x="{left}" y="18" font-size="14" font-weight="bold">{html.escape(title)}</text>',
     ]
     for i in sorted(flagged):
@@ -376,9 +394,7 @@ def chart_html(report: AuditReport) -> str:
     timed = [b for b in report.buckets if b is not None]
     labels = [_label(b) for b in timed]
     flagged = {i for i, b in enumerate(timed) if b in set(report.flagged())}
-    series = [
-        (series_label(k), [report.series[k].get(b, 0) for b in timed]) for k in report.series
-    ]
+    series = [(series_label(k), [report.series[k].get(b, 0) for b in timed]) for k in report.series]
     rows = "".join(
         f"<tr class='bad'><td>{_label(c.bucket)}</td><td>{html.escape(c.what)}</td>"
         f"<td>{c.expected}</td><td>{c.actual}</td><td>{c.missing}</td></tr>"
@@ -393,7 +409,9 @@ def chart_html(report: AuditReport) -> str:
     )
     body = (
         f"<h2>{html.escape(report.title)}</h2>"
-        + svg_lines(f"rows per {report.bucket_seconds // 60}-minute bucket", labels, series, flagged)
+        + svg_lines(
+            f"rows per {report.bucket_seconds // 60}-minute bucket", labels, series, flagged
+        )
         + verdict
         + f"<pre>{html.escape(json.dumps(report.as_json()['unexplained'][:200], indent=1))}</pre>"
     )
