@@ -197,6 +197,7 @@ def run_job(
     queries: dict[str, StreamingQuery] = {}
     tracker = ProgressTracker([*plans])
     auditor = _auditor(spark, job, run, resolved, plans) if run.audit else None
+    metrics = _serve_metrics(spark, run, plans)
     status = FAILED
     try:
         if run.mode == "stream":
@@ -235,6 +236,7 @@ def run_job(
             if auditor is not None:
                 auditor.collect(name, _progress(query))
         _flush_audit(auditor, final=True)
+        _stop_metrics(spark, metrics)
         _finish(record, tracker, plans, dlq_names, status, _bootstrap_counts(job, run))
     return RunResult(record, job, status, plans, tracker, queries)
 
@@ -264,6 +266,38 @@ def _auditor(
         input_stages_from=next(iter(plans), None),
         datasets=datasets,
     )
+
+
+def _serve_metrics(
+    spark: SparkSession, run: RunOptions, plans: dict[str, OutputPlan]
+) -> tuple[Any, Any] | None:
+    """Register the metrics listener and serve ``/metrics`` when ``run.metrics_port`` is
+    set (:mod:`kappaplus.runtime.metrics`)."""
+    if run.metrics_port is None:
+        return None
+    from kappaplus.runtime.metrics import MetricsListener, MetricsServer
+
+    listener = MetricsListener({plan.query_name: name for name, plan in plans.items()})
+    try:
+        server = MetricsServer(listener, run.metrics_port)
+    except OSError as exc:
+        raise ConfigError(
+            "--metrics-port", run.metrics_port, f"cannot listen there ({exc.strerror})"
+        ) from exc
+    spark.streams.addListener(listener)
+    server.start()
+    return listener, server
+
+
+def _stop_metrics(spark: SparkSession, metrics: tuple[Any, Any] | None) -> None:
+    if metrics is None:
+        return
+    listener, server = metrics
+    server.stop()
+    try:
+        spark.streams.removeListener(listener)
+    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
+        log.warning("removing the metrics listener: %s", exc)
 
 
 def _flush_audit(auditor: Any, *, final: bool = False) -> None:
