@@ -32,6 +32,7 @@ _COMMANDS = [
     "kappaplus.archive_cli",
     "kappaplus.local.stack_cli",
     "kappaplus.demo",
+    "kappaplus.audit.cli",
 ]
 
 

@@ -409,9 +409,25 @@ class HiveOutput(_Model):
         return value
 
 
+class ReconcileKeys(_Model):
+    """How ``kappa reconcile`` compares an output's production and backfill rows.
+
+    - ``key``: the columns identifying one window/row (e.g. ``rider_id``, ``session_start``).
+    - ``window_end``: the column a row is final by: a production row whose ``window_end``
+      is after the production watermark is still open there.
+    - ``measure``: an optional count column (e.g. ``event_count``): its difference between
+      the outputs is what the late rows must explain.
+    """
+
+    key: list[str] = Field(min_length=1)
+    window_end: str | None = None
+    measure: str | None = None
+
+
 class OutputBinding(_Model):
     kafka: KafkaOutput | None = None
     hive: HiveOutput | None = None
+    reconcile: ReconcileKeys | None = None
 
     @model_validator(mode="after")
     def _some(self) -> OutputBinding:

@@ -53,7 +53,6 @@ DLQ_TOPIC = "demo-rider-events-dlq"
 START = datetime(2024, 6, 1, tzinfo=UTC)
 GAP_MINUTES = 30
 LATE_DELAY = (6 * 3600.0, 12 * 3600.0)  # a phone offline for hours, then syncing
-COLUMNS = ("rider_id", "session_start", "session_end", "event_count", "event_types")
 
 
 @dataclass
@@ -74,6 +73,8 @@ class DemoReport:
     stream_dropped_late: int = 0
     recovered: int = 0
     backfill_events: int = 0
+    audit_dropped_late: int | None = None
+    reconcile_chart: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ok: bool = False
 
@@ -180,7 +181,16 @@ def _config(bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: in
                     },
                 }
             },
-            "outputs": {"sessions": {"hive": {"table": SESSIONS_TABLE}}},
+            "outputs": {
+                "sessions": {
+                    "hive": {"table": SESSIONS_TABLE},
+                    "reconcile": {
+                        "key": ["rider_id", "session_start"],
+                        "window_end": "session_end",
+                        "measure": "event_count",
+                    },
+                }
+            },
             "mode": {
                 "backfill": {
                     "watermark_delay": "2 hours",
@@ -193,90 +203,38 @@ def _config(bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: in
     )
 
 
-def _rows(spark: SparkSession, table: str) -> dict[tuple[str, int], tuple[Any, ...]]:
-    from pyspark.sql import functions as F
-
-    spark.catalog.refreshTable(table)
-    df = spark.table(table).select(
-        "rider_id",
-        F.unix_micros("session_start").alias("session_start"),
-        F.unix_micros("session_end").alias("session_end"),
-        "event_count",
-        F.array_join(F.array_sort("event_types"), ",").alias("event_types"),
-    )
-    return {(r[0], r[1]): tuple(r) for r in df.collect()}
-
-
-def _watermark_micros(result: RunResult) -> int:
-    from kappaplus.timeutil import parse_timestamp
-
-    history = result.tracker.stats["sessions"].history
-    marks = [b.watermark for b in history if b.watermark]
-    return parse_timestamp(marks[-1], "watermark") if marks else 0
-
-
 def reconcile(
-    spark: SparkSession, stream: RunResult, backfill: RunResult, report: DemoReport
+    spark: SparkSession,
+    stream: RunResult,
+    backfill: RunResult,
+    report: DemoReport,
+    config: Any,
 ) -> None:
-    """Compare the stream's and the backfill's sessions; fill ``report``."""
-    ours = _rows(spark, SESSIONS_TABLE)
-    theirs = _rows(spark, f"{SESSIONS_TABLE}_backfill")
-    watermark = _watermark_micros(stream)
-    report.stream_sessions, report.backfill_sessions = len(ours), len(theirs)
-    report.stream_dropped_late = stream.dropped_late("sessions")
-    report.backfill_events = sum(r[3] for r in theirs.values())
-    closed = {k: r for k, r in theirs.items() if r[2] <= watermark}
-    report.open_in_stream = len(theirs) - len(closed)
-    report.identical = sum(1 for k, r in closed.items() if ours.get(k) == r)
-    report.different = sum(1 for k, r in closed.items() if k in ours and ours[k] != r)
-    report.only_backfill = sum(1 for k in closed if k not in ours)
-    report.only_stream = sum(1 for k in ours if k not in theirs)
-    report.recovered = sum(r[3] for r in closed.values()) - sum(r[3] for r in ours.values())
+    """Compare the stream's and the backfill's sessions with ``kappa reconcile``
+    (:mod:`kappaplus.audit.reconcile`); fill ``report`` and write the chart."""
+    from kappaplus.audit.reconcile import chart_html, target_of, terminal_tables
+    from kappaplus.audit.reconcile import reconcile as compare
 
-    examples = Table(title="sessions that differ (first 8): the stream dropped a late event")
-    for column in ("rider", "session start (UTC)", "events stream", "events backfill", "types"):
-        examples.add_column(column)
-    shown = 0
-    for key, row in sorted(closed.items()):
-        if ours.get(key) == row or shown >= 8:
-            continue
-        mine = ours.get(key)
-        examples.add_row(
-            key[0],
-            datetime.fromtimestamp(key[1] / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S"),
-            "-" if mine is None else str(mine[3]),
-            str(row[3]),
-            row[4],
-        )
-        shown += 1
-    console.print(examples)
-    side = Table(title="stream vs backfill: rider sessions")
-    side.add_column("")
-    side.add_column("stream (Kafka)", justify="right")
-    side.add_column("backfill (Hive)", justify="right")
-    side.add_row("table", SESSIONS_TABLE, f"{SESSIONS_TABLE}_backfill")
-    side.add_row("sessions", str(len(ours)), str(len(theirs)))
-    side.add_row(
-        "events in sessions", str(sum(r[3] for r in ours.values())), str(report.backfill_events)
+    target = target_of(stream.job, config, "sessions")
+    result = compare(spark, target)
+    report.stream_sessions, report.backfill_sessions = result.production_rows, result.backfill_rows
+    report.backfill_events = result.backfill_measure
+    report.open_in_stream = result.open_in_production
+    report.identical, report.different = result.identical, result.different
+    report.only_backfill, report.only_stream = result.only_backfill, result.only_production
+    report.recovered = result.recovered
+    report.stream_dropped_late = stream.dropped_late("sessions")
+    report.audit_dropped_late = result.late_rows
+    for table in terminal_tables(result):
+        console.print(table)
+    chart = state_dir() / "demo" / "reconcile.html"
+    chart.write_text(chart_html(result))
+    report.reconcile_chart = str(chart)
+    console.print(
+        f"rows dropped as late by the stream: {report.stream_dropped_late} (its progress), "
+        f"{result.late_rows} (its audit counts); backfill dropped {backfill.rows_dropped_late}; "
+        f"chart: {chart}"
     )
-    side.add_row(
-        "rows dropped as late (watermark)",
-        str(report.stream_dropped_late),
-        str(backfill.rows_dropped_late),
-    )
-    side.add_row("final watermark", _iso(watermark), "end of range + 2 h")
-    console.print(side)
-    recap = Table(title="reconciliation", show_header=False)
-    recap.add_row("sessions identical in both", str(report.identical))
-    recap.add_row("sessions that differ (same rider and start)", str(report.different))
-    recap.add_row("sessions only in the backfill", str(report.only_backfill))
-    recap.add_row("sessions only in the stream", str(report.only_stream))
-    recap.add_row(
-        "sessions still open in the stream (end after its watermark)", str(report.open_in_stream)
-    )
-    recap.add_row("late events the backfill recovered", str(report.recovered))
-    recap.add_row("late rows the stream reported dropping", str(report.stream_dropped_late))
-    console.print(recap)
 
 
 def _iso(micros: int) -> str:
@@ -396,12 +354,12 @@ def run_demo(
                 console=console,
             )
         with _phase(report, "6. reconcile"):
-            reconcile(spark, stream, backfill, report)
+            reconcile(spark, stream, backfill, report, config)
             in_range = spark.table(EVENTS_TABLE).where(
                 (F.col("event_time") >= F.lit(START)) & (F.col("event_time") < F.lit(end))
             )
             lake_events = in_range.count()
-            accounted = report.recovered == report.stream_dropped_late
+            accounted = report.recovered == report.stream_dropped_late == report.audit_dropped_late
             complete = report.backfill_events == lake_events
             report.ok = (
                 accounted

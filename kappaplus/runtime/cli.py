@@ -153,6 +153,12 @@ def run_command(
         None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
+    metrics_port: int = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
+    ),
+    audit: bool = typer.Option(
+        True, "--audit/--no-audit", help="Write per-bucket stage counts to the audit table."
+    ),
     list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
 ) -> None:
     """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end),
@@ -205,6 +211,8 @@ def run_command(
             checkpoint_root=checkpoint,
             fresh=fresh,
             progress=progress,
+            metrics_port=metrics_port,
+            audit=audit,
         )
         check_before_spark(loaded, job_config, options)
     except KappaError as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kappaplus.audit.counts import observe_kafka
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.sources.hive import read_hive_stream
@@ -290,6 +291,7 @@ def bind_input(
             binding.bounds,
             bounds_metrics_name(spec.name),
         )
+        decoded = observe_kafka(decoded, spec.name, spec.event_time_column)
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap":
@@ -308,7 +310,7 @@ def bind_input(
             )
         check_event_time(spec, hive)
         options = hybrid_options(spec, hive, kafka, run, job_name)
-        raw = read_hybrid_stream(spark, **options)
+        raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
             f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
@@ -322,7 +324,7 @@ def bind_input(
         options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())
-        raw = read_hive_stream(spark, hive.table, **options)
+        raw = _observe_source(read_hive_stream(spark, hive.table, **options), spec, "lake")
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
@@ -331,6 +333,7 @@ def bind_input(
         conformed = drop_out_of_bounds(
             conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
         )
+    conformed = _observe_source(conformed, spec, "job", io="input")
     watermarked = apply_watermark(
         conformed,
         spec.event_time_column,
@@ -338,6 +341,16 @@ def bind_input(
         observe_as=input_metrics_name(spec.name),
     )
     return BoundInput(spec.name, watermarked, source)
+
+
+def _observe_source(df: DataFrame, spec: InputSpec, stage: str, io: str = "delivered") -> DataFrame:
+    """Count the rows of ``df`` per event-time bucket for the audit (markers excluded)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.audit.counts import observe_rows
+
+    real = ~F.coalesce(F.col(MARKER_COLUMN), F.lit(False)) if MARKER_COLUMN in df.columns else None
+    return observe_rows(df, stage, spec.name, io, spec.event_time_column, where=real)
 
 
 def bind_inputs(

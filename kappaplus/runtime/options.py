@@ -83,6 +83,10 @@ class RunOptions:
       ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.identity`).
     - ``fresh``: delete this mode's checkpoints first (start over instead of resuming).
     - ``progress``: draw a live progress table (``rich``); off, progress is logged.
+    - ``audit``: write per-bucket counts of every stage to the audit table
+      (:mod:`kappaplus.audit`).
+    - ``metrics_port``: serve Prometheus metrics on this port while the run lasts
+      (:mod:`kappaplus.runtime.metrics`; 0 picks a free port).
     """
 
     mode: RunMode
@@ -99,6 +103,8 @@ class RunOptions:
     lateness: str | None = None
     poll_seconds: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
+    audit: bool = True
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in RUN_MODES:

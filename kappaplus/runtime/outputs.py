@@ -152,9 +152,12 @@ def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
 
 
 def start_output(df: DataFrame, plan: OutputPlan, trigger: str) -> StreamingQuery:
-    """Start the streaming query of one output."""
+    """Start the streaming query of one output (its rows counted for the audit)."""
+    from kappaplus.audit.counts import observe_rows
+
+    counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
     writer: Any = (
-        df.writeStream.queryName(plan.query_name)
+        counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)
         .option("checkpointLocation", str(plan.checkpoint))
         .foreachBatch(OutputWriter(plan))

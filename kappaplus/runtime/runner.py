@@ -254,6 +254,8 @@ def run_job(
     )
     queries: dict[str, StreamingQuery] = {}
     tracker = ProgressTracker([*plans])
+    auditor = _auditor(spark, job, run, resolved, plans) if run.audit else None
+    metrics = _serve_metrics(spark, run, plans)
     status = FAILED
     paths, names = _lock_paths(mode_dir, plans)
     locks = hold(paths, record.run_id, names)
@@ -280,7 +282,7 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console, request)
+        status = _wait(queries, tracker, record, run, console, request, auditor)
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except Exception as exc:
@@ -292,7 +294,11 @@ def run_job(
             _stop_quietly(query)
         for name, query in queries.items():
             tracker.update(name, _progress(query))
+            if auditor is not None:
+                auditor.collect(name, _progress(query))
         try:
+            _flush_audit(auditor, final=True)
+            _stop_metrics(spark, metrics)
             extra = _bootstrap_counts(job, run)
             if staging is not None:
                 extra.update(_publish_dead_letters(spark, job, resolved, run, staging))
@@ -313,6 +319,76 @@ def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path
         paths.append(state_dir() / "locks" / f"{kind}-{slug(name.lower())}.lock")
         names.append(f"the output {kind} {name}")
     return paths, names
+
+
+def _auditor(
+    spark: SparkSession, job: Job, run: RunOptions, resolved: Any, plans: dict[str, OutputPlan]
+) -> Any:
+    """The recorder of this run's audit counts (:mod:`kappaplus.audit.table`)."""
+    from kappaplus.audit.table import AuditRecorder
+
+    datasets: dict[tuple[str, str], str] = {}
+    for spec in job.inputs:
+        binding = resolved.inputs[spec.name]
+        if binding.kafka is not None:
+            datasets[("kafka", spec.name)] = binding.kafka.topic
+        if binding.hive is not None:
+            datasets[("lake", spec.name)] = binding.hive.table
+            datasets[("source", spec.name)] = binding.hive.table
+    for name, plan in plans.items():
+        targets = [t.split(" ", 1)[1] for t in plan.targets()]
+        datasets[("output", name)] = ",".join(targets)
+    return AuditRecorder(
+        spark,
+        job.name,
+        run.mode,
+        {name: plan.query_name for name, plan in plans.items()},
+        input_stages_from=next(iter(plans), None),
+        datasets=datasets,
+    )
+
+
+def _serve_metrics(
+    spark: SparkSession, run: RunOptions, plans: dict[str, OutputPlan]
+) -> tuple[Any, Any] | None:
+    """Register the metrics listener and serve ``/metrics`` when ``run.metrics_port`` is
+    set (:mod:`kappaplus.runtime.metrics`)."""
+    if run.metrics_port is None:
+        return None
+    from kappaplus.runtime.metrics import MetricsListener, MetricsServer
+
+    listener = MetricsListener({plan.query_name: name for name, plan in plans.items()})
+    try:
+        server = MetricsServer(listener, run.metrics_port)
+    except OSError as exc:
+        raise ConfigError(
+            "--metrics-port", run.metrics_port, f"cannot listen there ({exc.strerror})"
+        ) from exc
+    spark.streams.addListener(listener)
+    server.start()
+    return listener, server
+
+
+def _stop_metrics(spark: SparkSession, metrics: tuple[Any, Any] | None) -> None:
+    if metrics is None:
+        return
+    listener, server = metrics
+    server.stop()
+    try:
+        spark.streams.removeListener(listener)
+    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
+        log.warning("removing the metrics listener: %s", exc)
+
+
+def _flush_audit(auditor: Any, *, final: bool = False) -> None:
+    """Write the queued audit rows; a failure is logged (and retried), never fatal."""
+    if auditor is None:
+        return
+    try:
+        auditor.flush()
+    except Exception as exc:  # noqa: BLE001 - the audit must not stop the job
+        level = logging.ERROR if final else logging.WARNING
+        log.log(level, "writing audit counts to %s: %s", auditor.table, exc)
 
 
 def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
@@ -465,9 +541,10 @@ def _wait(
     run: RunOptions,
     console: Console | None,
     request: StopRequest | None = None,
+    auditor: Any = None,
 ) -> str:
     """Poll the queries until the run ends (or ``request`` says a signal came); keep
-    progress and the run record current."""
+    progress, the audit counts and the run record current."""
     started = time.monotonic()
     last_saved = 0.0
     last_logged = 0.0
@@ -484,7 +561,10 @@ def _wait(
                 record.stopped_by = request.stopped_by
                 return STOPPED
             for name, query in queries.items():
-                tracker.update(name, _progress(query))
+                progress = _progress(query)
+                tracker.update(name, progress)
+                if auditor is not None:
+                    auditor.collect(name, progress)
                 if not query.isActive and query.exception() is not None:
                     detail = str(query.exception())
                     log.debug("query %s failed: %s", name, detail)
@@ -496,6 +576,7 @@ def _wait(
                 log.info("%s", tracker.line())
                 last_logged = now
             if now - last_saved >= RECORD_EVERY:
+                _flush_audit(auditor)
                 _update_record(record, tracker)
                 record.save()
                 last_saved = now

@@ -1,0 +1,163 @@
+"""Per-bucket row counts observed on the queries a run already executes.
+
+A stage's counts are one ``DataFrame.observe`` whose aggregates are
+``histogram_numeric(bucket, BINS)`` over the bucket index of each row (``floor(event
+time / bucket)``). Spark's numeric histogram keeps one bin per distinct value until it
+holds more than ``BINS`` bins; with fewer distinct buckets in a micro-batch than that the
+histogram *is* the exact count per bucket (partial histograms of the same bucket are
+summed here). A batch spanning more buckets than that (``BINS`` x 10 minutes is about
+14 days of event time per batch by default) is reported as inexact rather than silently
+approximated (:class:`StageCounts`).
+
+Rows without an event time (undecodable Kafka records, null event times) land in the
+bucket ``None`` ("no time"), which every audit range includes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+#: Default bucket: 10 minutes of event time, as Chaperone's.
+BUCKET_SECONDS = 600
+#: Bins of each histogram; more distinct buckets in one batch make the counts inexact.
+BINS = 2048
+#: Prefix of every observed audit metric: ``kappa_audit.<stage>.<name>``.
+PREFIX = "kappa_audit"
+#: The bucket index of rows without any time.
+NO_TIME = -1
+
+
+def metric_name(stage: str, name: str) -> str:
+    """Name of the observed metric of ``stage`` for input/output ``name``."""
+    return f"{PREFIX}.{stage}.{name}"
+
+
+def parse_metric_name(metric: str) -> tuple[str, str] | None:
+    """``(stage, name)`` of an audit metric name, None for any other metric."""
+    parts = metric.split(".", 2)
+    if len(parts) != 3 or parts[0] != PREFIX:
+        return None
+    return parts[1], parts[2]
+
+
+def bucket_index(column: Column, bucket_seconds: int = BUCKET_SECONDS) -> Column:
+    """``floor(unix seconds / bucket)`` of a timestamp column (null stays null)."""
+    from pyspark.sql import functions as F
+
+    return F.floor(F.unix_seconds(column) / F.lit(bucket_seconds)).cast("bigint")
+
+
+def histogram(index: Column) -> Column:
+    """The per-bucket count aggregate of one stage (nulls are not counted)."""
+    from pyspark.sql import functions as F
+
+    return F.histogram_numeric(index, F.lit(BINS))
+
+
+def observe_buckets(
+    df: DataFrame,
+    metric: str,
+    columns: Mapping[str, Column],
+) -> DataFrame:
+    """``df`` observed under ``metric``: one histogram per ``io`` -> bucket-index column."""
+    return df.observe(metric, *[histogram(col).alias(io) for io, col in columns.items()])
+
+
+def observe_rows(
+    df: DataFrame,
+    stage: str,
+    name: str,
+    io: str,
+    event_time_column: str | None,
+    bucket_seconds: int = BUCKET_SECONDS,
+    where: Column | None = None,
+) -> DataFrame:
+    """Count the rows of ``df`` (those matching ``where``) per bucket of
+    ``event_time_column`` as ``stage.io``."""
+    from pyspark.sql import functions as F
+
+    if event_time_column is None or event_time_column not in df.columns:
+        index = F.lit(NO_TIME).cast("bigint")
+    else:
+        index = F.coalesce(
+            bucket_index(F.col(f"`{event_time_column}`"), bucket_seconds), F.lit(NO_TIME)
+        )
+    if where is not None:
+        index = F.when(where, index)
+    return observe_buckets(df, metric_name(stage, name), {io: index})
+
+
+def observe_kafka(
+    decoded: DataFrame, name: str, event_time_column: str, bucket_seconds: int = BUCKET_SECONDS
+) -> DataFrame:
+    """Count a :func:`~kappaplus.decode.decode_kafka` result as ``kafka.read``,
+    ``kafka.decoded`` and ``kafka.dead`` per bucket (dead records have no event time)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.decode import ERROR_COL
+
+    failed = F.col(ERROR_COL).isNotNull()
+    by_event = bucket_index(F.col(f"`{event_time_column}`"), bucket_seconds)
+    index = F.coalesce(F.when(~failed, by_event), F.lit(NO_TIME))
+    return observe_buckets(
+        decoded,
+        metric_name("kafka", name),
+        {
+            "read": index,
+            "decoded": F.when(~failed, index),
+            "dead": F.when(failed, index),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class StageCounts:
+    """Counts of one stage in one micro-batch: ``rows[bucket index]``; ``exact`` is False
+    when the batch spanned more buckets than the histogram holds."""
+
+    stage: str
+    name: str
+    io: str
+    rows: dict[int, int]
+    exact: bool = True
+
+
+def _field(row: Any, key: str) -> Any:
+    if hasattr(row, "asDict"):
+        return row.asDict().get(key)
+    if isinstance(row, Mapping):
+        return row.get(key)
+    return getattr(row, key, None)
+
+
+def fold_histogram(bins: Iterable[Any] | None) -> tuple[dict[int, int], bool]:
+    """Sum the bins of one histogram per bucket index; ``exact`` unless it was full."""
+    counts: dict[int, int] = {}
+    items = list(bins or [])
+    for item in items:
+        x, y = _field(item, "x"), _field(item, "y")
+        if x is None or y is None:
+            continue
+        key = int(round(float(x)))
+        counts[key] = counts.get(key, 0) + int(round(float(y)))
+    return counts, len(items) < BINS
+
+
+def stage_counts(observed: Mapping[str, Any]) -> list[StageCounts]:
+    """Every audit stage in a progress entry's ``observedMetrics``."""
+    out: list[StageCounts] = []
+    for metric, row in observed.items():
+        parsed = parse_metric_name(metric)
+        if parsed is None:
+            continue
+        stage, name = parsed
+        values = row.asDict() if hasattr(row, "asDict") else dict(row)
+        for io, bins in values.items():
+            rows, exact = fold_histogram(bins)
+            out.append(StageCounts(stage, name, io, rows, exact))
+    return out

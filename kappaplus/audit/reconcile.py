@@ -1,0 +1,402 @@
+"""``kappa reconcile``: a job's production output against its backfill output.
+
+For one output of a job (``[outputs.<name>.reconcile]`` in the job config declares the
+``key`` columns, the ``window_end`` column and an optional ``measure``), rows of the
+production table and the backfill table within ``[start, end)`` (of the output's
+event-time column) are matched by key:
+
+- **still open in production**: backfill rows whose ``window_end`` is after the
+  production run's watermark (from its checkpoint): production has not emitted them yet;
+- **identical** / **different**: closed windows present in both, equal or not (every
+  column but the sink's partition columns);
+- **only in the backfill** / **only in production**.
+
+The late rows explain the differences: the backfill reads the lake in event-time order
+and drops nothing, so ``sum(measure)`` over the closed backfill windows minus over the
+production windows (the rows the backfill *recovered*) must equal the rows the
+production stream dropped as late, as its audit counts recorded them. Each differing
+key is listed with its measure in both outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Columns a Hive sink adds; never part of a comparison.
+SINK_COLUMNS = ("dt", "hr", "kappa_batch")
+
+
+@dataclass(frozen=True)
+class ReconcileTarget:
+    """What to compare: the tables, the declared keys and the production watermark."""
+
+    job: str
+    output: str
+    production: str
+    backfill: str
+    key: tuple[str, ...]
+    window_end: str | None
+    measure: str | None
+    event_time_column: str | None
+    watermark_micros: int | None
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass
+class Reconciliation:
+    """The comparison's figures, the differing keys and whether late rows explain them."""
+
+    target: ReconcileTarget
+    production_rows: int = 0
+    backfill_rows: int = 0
+    identical: int = 0
+    different: int = 0
+    only_backfill: int = 0
+    only_production: int = 0
+    open_in_production: int = 0
+    production_measure: int = 0
+    backfill_measure: int = 0
+    recovered: int = 0
+    late_rows: int | None = None
+    differences: list[dict[str, Any]] = field(default_factory=list)
+    per_hour: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def explained(self) -> bool:
+        """Every difference accounted for by the late rows (needs a measure and counts)."""
+        if self.only_production:
+            return False
+        if self.target.measure is None or self.late_rows is None:
+            return self.different == 0 and self.only_backfill == 0
+        return self.recovered == self.late_rows
+
+    def as_json(self) -> dict[str, Any]:
+        t = self.target
+        return {
+            "job": t.job,
+            "output": t.output,
+            "production_table": t.production,
+            "backfill_table": t.backfill,
+            "key": list(t.key),
+            "range": [
+                None if t.start is None else t.start.isoformat(),
+                None if t.end is None else t.end.isoformat(),
+            ],
+            "production_watermark": _iso(t.watermark_micros),
+            "production_rows": self.production_rows,
+            "backfill_rows": self.backfill_rows,
+            "identical": self.identical,
+            "different": self.different,
+            "only_backfill": self.only_backfill,
+            "only_production": self.only_production,
+            "open_in_production": self.open_in_production,
+            "measure": t.measure,
+            "production_measure": self.production_measure,
+            "backfill_measure": self.backfill_measure,
+            "recovered": self.recovered,
+            "late_rows_reported": self.late_rows,
+            "explained": self.explained,
+            "differences": self.differences,
+            "per_hour": self.per_hour,
+        }
+
+
+def _iso(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
+
+
+def checkpoint_watermark(checkpoint: Path) -> int | None:
+    """The watermark (epoch micros) of the latest batch planned in a query checkpoint."""
+    offsets = checkpoint / "offsets"
+    if not offsets.is_dir():
+        return None
+    batches = sorted((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    if not batches:
+        return None
+    for line in batches[-1].read_text().splitlines()[1:2]:
+        meta = json.loads(line)
+        if "batchWatermarkMs" in meta:
+            return int(meta["batchWatermarkMs"]) * 1000
+    return None
+
+
+def target_of(
+    job: Any,
+    config: Any,
+    output: str | None,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    checkpoint_root: Path | None = None,
+    watermark_micros: int | None = None,
+) -> ReconcileTarget:
+    """The reconcile target of ``job``'s output (the only one when ``output`` is None)."""
+    from kappaplus.config import resolve
+    from kappaplus.runtime.options import RunOptions, slug
+    from kappaplus.runtime.runner import checkpoint_root as root_of
+
+    names = [spec.name for spec in job.outputs]
+    if output is None:
+        if len(names) != 1:
+            raise ConfigError("--output", None, f"the job has outputs {names}: name one")
+        output = names[0]
+    if output not in names:
+        raise ConfigError("--output", output, f"the job's outputs are {names}")
+    keys = config.outputs[output].reconcile
+    if keys is None:
+        raise ConfigError(
+            f"outputs.{output}.reconcile",
+            None,
+            'declare the key columns: [outputs.<name>.reconcile] key = ["col", ...] '
+            '(and window_end = "col", measure = "col")',
+        )
+    production = resolve(config, "stream", job).outputs[output].hive
+    backfill = resolve(config, "backfill", job).outputs[output].hive
+    if production is None or backfill is None:
+        raise ConfigError(
+            f"outputs.{output}.hive", None, "kappa reconcile compares Hive outputs only"
+        )
+    if watermark_micros is None and keys.window_end is not None:
+        root = root_of(config, RunOptions("stream", checkpoint_root=checkpoint_root))
+        watermark_micros = checkpoint_watermark(root / slug(job.name) / "stream" / output)
+    spec = job.outputs[names.index(output)]
+    return ReconcileTarget(
+        job=job.name,
+        output=output,
+        production=production.table,
+        backfill=backfill.table,
+        key=tuple(keys.key),
+        window_end=keys.window_end,
+        measure=keys.measure,
+        event_time_column=spec.event_time_column,
+        watermark_micros=watermark_micros,
+        start=start,
+        end=end,
+    )
+
+
+def _rows(
+    spark: SparkSession, table: str, target: ReconcileTarget
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    spark.catalog.refreshTable(table)
+    df = spark.table(table)
+    missing = [
+        c for c in (*target.key, target.window_end, target.measure) if c and c not in df.columns
+    ]
+    if missing:
+        raise ConfigError(
+            f"outputs.{target.output}.reconcile", missing, f"columns not in table {table}"
+        )
+    column = target.event_time_column
+    if column is not None and target.start is not None:
+        df = df.where(F.col(column) >= F.lit(target.start))
+    if column is not None and target.end is not None:
+        df = df.where(F.col(column) < F.lit(target.end))
+    columns = [c for c in df.columns if c not in SINK_COLUMNS]
+    selected = [
+        F.unix_micros(F.col(c)).alias(c)
+        if df.schema[c].dataType.simpleString() == "timestamp"
+        else F.col(c)
+        for c in columns
+    ]
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in df.select(*selected).collect():
+        values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in row.asDict().items()}
+        out[tuple(values[k] for k in target.key)] = values
+    return out
+
+
+def late_rows_reported(spark: SparkSession, job: str, output: str) -> int | None:
+    """Rows the production stream of ``job`` dropped as late in ``output``'s query, from
+    the audit table (the latest query); None when the audit has no stream counts."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.audit.table import read_counts
+
+    rows = (
+        read_counts(spark, jobs=[job])
+        .where((F.col("mode") == "stream") & (F.col("name") == output))
+        .select("query", "stage", "rows", "recorded_at")
+        .collect()
+    )
+    if not rows:
+        return None
+    latest = max(rows, key=lambda r: r.recorded_at).query
+    return sum(int(r.rows) for r in rows if r.query == latest and r.stage == "late")
+
+
+def reconcile(
+    spark: SparkSession, target: ReconcileTarget, *, late_rows: int | None = None
+) -> Reconciliation:
+    """Compare the production and backfill outputs of ``target`` (module docstring)."""
+    ours = _rows(spark, target.production, target)
+    theirs = _rows(spark, target.backfill, target)
+    result = Reconciliation(target, production_rows=len(ours), backfill_rows=len(theirs))
+    watermark = target.watermark_micros
+    end_col = target.window_end
+
+    def closed(row: dict[str, Any]) -> bool:
+        if end_col is None or watermark is None:
+            return True
+        return row[end_col] is not None and row[end_col] <= watermark
+
+    measure = target.measure
+    done = {k: r for k, r in theirs.items() if closed(r)}
+    result.open_in_production = len(theirs) - len(done)
+    result.only_production = sum(1 for k in ours if k not in theirs)
+
+    def hour(key: tuple[Any, ...], row: dict[str, Any]) -> str:
+        moment = row.get(target.event_time_column or "")
+        if not isinstance(moment, int):
+            return "-"
+        return datetime.fromtimestamp(moment / 1e6, UTC).strftime("%Y-%m-%dT%H:00")
+
+    for key, row in theirs.items():
+        if key not in done:
+            kind = "open"
+        elif key not in ours:
+            kind = "only_backfill"
+        elif ours[key] == row:
+            kind = "identical"
+        else:
+            kind = "different"
+        counts = result.per_hour.setdefault(hour(key, row), {})
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "identical":
+            result.identical += 1
+        elif kind in ("different", "only_backfill"):
+            if kind == "different":
+                result.different += 1
+            else:
+                result.only_backfill += 1
+            mine = ours.get(key)
+            result.differences.append(
+                {
+                    "key": [_plain(v) for v in key],
+                    "kind": kind,
+                    "production": None if mine is None or measure is None else mine[measure],
+                    "backfill": None if measure is None else row[measure],
+                    "columns": sorted(c for c in row if mine is not None and mine.get(c) != row[c]),
+                }
+            )
+    for key, row in ours.items():
+        if key not in theirs:
+            counts = result.per_hour.setdefault(hour(key, row), {})
+            counts["only_production"] = counts.get("only_production", 0) + 1
+    if measure is not None:
+        result.production_measure = sum(int(r[measure] or 0) for r in ours.values())
+        result.backfill_measure = sum(int(r[measure] or 0) for r in theirs.values())
+        result.recovered = (
+            sum(int(r[measure] or 0) for r in done.values()) - result.production_measure
+        )
+    result.late_rows = (
+        late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
+    )
+    result.differences.sort(key=lambda d: [str(v) for v in d["key"]])
+    return result
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
+    """``rich`` tables: the first differing keys, the two outputs side by side, the recap."""
+    from rich.table import Table
+
+    t = result.target
+    diff = Table(title=f"windows that differ (first {examples})")
+    for column in (
+        "key",
+        "kind",
+        f"{t.measure or '-'} production",
+        f"{t.measure or '-'} backfill",
+        "columns",
+    ):
+        diff.add_column(column)
+    for item in result.differences[:examples]:
+        diff.add_row(
+            ", ".join(_show(v) for v in item["key"]),
+            item["kind"],
+            "-" if item["production"] is None else str(item["production"]),
+            "-" if item["backfill"] is None else str(item["backfill"]),
+            ", ".join(item["columns"]),
+        )
+    side = Table(title=f"{t.job}: production vs backfill ({t.output})")
+    side.add_column("")
+    side.add_column("production (stream)", justify="right")
+    side.add_column("backfill", justify="right")
+    side.add_row("table", t.production, t.backfill)
+    side.add_row("rows", str(result.production_rows), str(result.backfill_rows))
+    if t.measure:
+        side.add_row(
+            f"sum of {t.measure}", str(result.production_measure), str(result.backfill_measure)
+        )
+    side.add_row("production watermark", _iso(t.watermark_micros) or "-", "")
+    recap = Table(title="reconciliation", show_header=False)
+    recap.add_row("windows identical in both", str(result.identical))
+    recap.add_row("windows that differ (same key)", str(result.different))
+    recap.add_row("windows only in the backfill", str(result.only_backfill))
+    recap.add_row("windows only in production", str(result.only_production))
+    recap.add_row(
+        "windows still open in production (end after its watermark)", str(result.open_in_production)
+    )
+    if t.measure:
+        recap.add_row(f"late rows the backfill recovered ({t.measure})", str(result.recovered))
+    recap.add_row(
+        "late rows production reported dropping (audit)",
+        "-" if result.late_rows is None else str(result.late_rows),
+    )
+    recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
+    return [diff, side, recap]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and value > 10**14:
+        return datetime.fromtimestamp(value / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def chart_html(result: Reconciliation) -> str:
+    """A self-contained HTML page: windows per hour by outcome, and the figures."""
+    import html as html_lib
+
+    from kappaplus.audit.report import html_page, svg_lines
+
+    hours = sorted(h for h in result.per_hour if h != "-")
+    kinds = ["identical", "different", "only_backfill", "only_production", "open"]
+    series = [(k, [result.per_hour[h].get(k, 0) for h in hours]) for k in kinds]
+    flagged = {
+        i
+        for i, h in enumerate(hours)
+        if result.per_hour[h].get("different") or result.per_hour[h].get("only_backfill")
+    }
+    figures = "".join(
+        f"<tr><td style='text-align:left'>{html_lib.escape(k)}</td>"
+        f"<td>{html_lib.escape(str(v))}</td></tr>"
+        for k, v in result.as_json().items()
+        if k not in ("differences", "per_hour")
+    )
+    body = (
+        f"<h2>reconcile {html_lib.escape(result.target.job)} / "
+        f"{html_lib.escape(result.target.output)}</h2>"
+        + svg_lines(
+            "windows per hour of event time, by outcome", [h[5:] for h in hours], series, flagged
+        )
+        + f"<table>{figures}</table>"
+    )
+    return html_page(f"reconcile {result.target.job}", body)

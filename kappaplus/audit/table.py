@@ -1,0 +1,185 @@
+"""The audit table: per-bucket counts of every stage, written once per micro-batch.
+
+One row per (job, mode, query, batch, stage, name, io, bucket). The runtime's
+:class:`AuditRecorder` turns each finished micro-batch's progress (its observed audit
+histograms, :mod:`kappaplus.audit.counts`) into rows and appends them, all rows of one
+write sharing one ``recorded_at``. The key of a micro-batch is ``(query, batch_id)``: the
+query name carries the checkpoint's id, and Spark re-runs a batch that did not commit
+with the same id and the same input. Readers (:func:`read_counts`) keep, per key, only
+the rows of its latest write, so a replayed micro-batch *replaces* its counts: the table
+behaves like a compacted topic, and counting twice is impossible by construction.
+
+The table is ``kappa_audit.counts`` (``$KAPPA_AUDIT_TABLE`` to change it), Parquet,
+created on first use. Compaction of its small files is not implemented.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.audit.counts import BUCKET_SECONDS, NO_TIME, stage_counts
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+AUDIT_TABLE_ENV = "KAPPA_AUDIT_TABLE"
+DEFAULT_AUDIT_TABLE = "kappa_audit.counts"
+SCHEMA = (
+    "job string, mode string, query string, batch_id bigint, stage string, name string, "
+    "io string, dataset string, bucket timestamp, bucket_seconds int, `rows` bigint, "
+    "exact boolean, recorded_at timestamp"
+)
+COLUMNS = [part.strip().split(" ")[0].strip("`") for part in SCHEMA.split(",")]
+
+
+def audit_table() -> str:
+    """The audit table's name: ``$KAPPA_AUDIT_TABLE`` or ``kappa_audit.counts``."""
+    return os.environ.get(AUDIT_TABLE_ENV) or DEFAULT_AUDIT_TABLE
+
+
+def ensure_table(spark: SparkSession, table: str | None = None) -> str:
+    """Create the audit table (and its database) if missing; return its name."""
+    name = table or audit_table()
+    if "." in name:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.', 1)[0]}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({SCHEMA}) USING parquet")
+    return name
+
+
+def _get(entry: Any, key: str, default: Any = None) -> Any:
+    try:
+        value = entry[key]
+    except (KeyError, TypeError, IndexError):
+        return default
+    return default if value is None else value
+
+
+def bucket_time(index: int, bucket_seconds: int = BUCKET_SECONDS) -> datetime | None:
+    """The start of bucket ``index`` (None for rows without a time)."""
+    if index == NO_TIME:
+        return None
+    return datetime.fromtimestamp(index * bucket_seconds, UTC)
+
+
+@dataclass
+class AuditRecorder:
+    """Turns finished micro-batches of a run's queries into audit rows and writes them.
+
+    - ``input_stages_from``: the one query whose input-side stages (``kafka``, ``lake``,
+      ``job``) are recorded -- every output query runs the input plan again and observes
+      the same rows; the others contribute their ``output`` and ``late`` stages only.
+    - ``datasets``: ``(stage, name) -> dataset`` (topic or table the stage counts).
+    """
+
+    spark: SparkSession
+    job: str
+    mode: str
+    query_names: Mapping[str, str]
+    input_stages_from: str | None
+    datasets: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    table: str = field(default_factory=audit_table)
+    pending: list[tuple[Any, ...]] = field(default_factory=list)
+    seen: dict[str, set[int]] = field(default_factory=dict)
+    written_batches: int = 0
+
+    def collect(self, key: str, entries: Iterable[Any]) -> int:
+        """Queue the audit rows of the finished batches of query ``key`` not yet seen."""
+        seen = self.seen.setdefault(key, set())
+        added = 0
+        for entry in entries:
+            batch_id = _get(entry, "batchId")
+            if batch_id is None or int(batch_id) in seen:
+                continue
+            if "addBatch" not in (_get(entry, "durationMs", {}) or {}):
+                continue
+            seen.add(int(batch_id))
+            rows = self.rows_of(key, int(batch_id), entry)
+            self.pending.extend(rows)
+            added += len(rows)
+        return added
+
+    def rows_of(self, key: str, batch_id: int, entry: Any) -> list[tuple[Any, ...]]:
+        """The audit rows of one finished micro-batch of query ``key``."""
+        query = self.query_names.get(key, key)
+        observed = _get(entry, "observedMetrics", {}) or {}
+        out: list[tuple[Any, ...]] = []
+        for counts in stage_counts(observed):
+            if counts.stage != "output" and key != self.input_stages_from:
+                continue
+            dataset = self.datasets.get((counts.stage, counts.name), counts.name)
+            for index, rows in sorted(counts.rows.items()):
+                out.append(
+                    (
+                        self.job,
+                        self.mode,
+                        query,
+                        batch_id,
+                        counts.stage,
+                        counts.name,
+                        counts.io,
+                        dataset,
+                        bucket_time(index),
+                        BUCKET_SECONDS,
+                        rows,
+                        counts.exact,
+                    )
+                )
+        operators = _get(entry, "stateOperators", []) or []
+        dropped = sum(int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators)
+        if dropped:
+            # Spark's count: rows reaching the stateful operator after partial aggregation
+            out.append(
+                (self.job, self.mode, query, batch_id, "late", key, "dropped", key, None)
+                + (BUCKET_SECONDS, dropped, True)
+            )
+        return out
+
+    def flush(self) -> int:
+        """Append the queued rows (one ``recorded_at`` for all); returns how many."""
+        if not self.pending:
+            return 0
+        from pyspark.sql import functions as F
+
+        rows, self.pending = self.pending, []
+        try:
+            ensure_table(self.spark, self.table)
+            df = self.spark.createDataFrame(rows, SCHEMA.rsplit(",", 1)[0])
+            df = df.withColumn("recorded_at", F.lit(datetime.fromtimestamp(time.time(), UTC)))
+            df.select(*COLUMNS).write.insertInto(self.table)
+        except Exception:
+            self.pending = rows + self.pending
+            raise
+        self.written_batches += len({(r[2], r[3]) for r in rows})
+        log.debug("audit: %d rows of %s written to %s", len(rows), self.job, self.table)
+        return len(rows)
+
+
+def read_counts(
+    spark: SparkSession,
+    *,
+    jobs: Iterable[str] | None = None,
+    table: str | None = None,
+) -> DataFrame:
+    """The audit rows of ``jobs`` (all when None), each micro-batch's latest write only."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    name = ensure_table(spark, table)
+    spark.catalog.refreshTable(name)
+    df = spark.table(name)
+    if jobs is not None:
+        df = df.where(F.col("job").isin(list(jobs)))
+    latest = Window.partitionBy("query", "batch_id")
+    return (
+        df.withColumn("_latest", F.max("recorded_at").over(latest))
+        .where(F.col("recorded_at") == F.col("_latest"))
+        .drop("_latest")
+    )
