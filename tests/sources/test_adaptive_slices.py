@@ -266,3 +266,18 @@ def test_replay_after_new_files_reads_the_planned_files_only(tmp_path: Path):
     pq.write_table(extra, root / "dt=2024-03-01" / "hr=00" / "part-late.parquet")
     after = [delivered(opts, a, b) for a, b in batches]
     assert after == before
+
+
+def test_targets_are_validated_and_default_to_two_million_rows(tmp_path: Path):
+    import pytest
+
+    from kappaplus.errors import ConfigError
+    from kappaplus.sources.hive.options import DEFAULT_TARGET_ROWS
+
+    opts = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR)
+    assert opts.target_rows_per_trigger == DEFAULT_TARGET_ROWS == 2_000_000
+    assert opts.max_event_time_per_trigger is None, "no span cap unless asked for"
+    by_bytes = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR, targetBytesPerTrigger="64")
+    assert by_bytes.target_rows_per_trigger is None and by_bytes.target_bytes_per_trigger == 64
+    with pytest.raises(ConfigError, match="'targetRowsPerTrigger' = '0': must be positive"):
+        options(tmp_path, tmp_path / "m", BASE, BASE + HOUR, targetRowsPerTrigger="0")
