@@ -19,6 +19,7 @@ lint: setup
 	.venv/bin/mypy kappaplus
 
 bench: setup
+	.venv/bin/python bench/bench_backfill.py
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
 

@@ -223,6 +223,8 @@ class HiveInput(_Model):
     max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
     max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
 
     @field_validator("partition_format")
     @classmethod
@@ -449,6 +451,8 @@ class _HiveInputOverride(_Model):
     max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
     max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
 
 
 class _InputOverride(_Model):

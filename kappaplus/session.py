@@ -167,6 +167,25 @@ def _sets_metastore(conf: Mapping[str, str] | None) -> bool:
     return conf is not None and any(key in conf for key in _METASTORE_KEYS)
 
 
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:\s*,\s*\d+)?\])?$")
+
+
+def local_cores(master: str) -> int | None:
+    """Executor cores of a local master (``local``, ``local[N]``, ``local[*]``,
+    ``local[N, retries]``), or None for a cluster master.
+
+    >>> local_cores("local[2]"), local_cores("local"), local_cores("spark://h:7077")
+    (2, 1, None)
+    """
+    found = _LOCAL_MASTER.match(master.strip())
+    if found is None:
+        return None
+    cores = found.group(1)
+    if cores is None:
+        return 1
+    return os.cpu_count() or 1 if cores == "*" else max(1, int(cores))
+
+
 def _has_active_context() -> bool:
     from pyspark import SparkContext
 
@@ -237,8 +256,16 @@ def create_session(
     settings["spark.driver.extraJavaOptions"] = (
         f"{java_options} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}".strip()
     )
+    master = master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
+    cores = local_cores(master)
+    if cores is not None:
+        # One shuffle (= state store) partition per local core: each stateful micro-batch
+        # then runs one task per core instead of paying task and state store overhead for
+        # partitions that wait for a core (measured in docs/benchmarks.md). A value the
+        # caller sets wins; checkpoints keep the partition count they were created with.
+        settings["spark.sql.shuffle.partitions"] = str(cores)
     settings.update(conf or {})
-    chosen = with_task_retries(master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER)
+    chosen = with_task_retries(master)
     from kappaplus.jvm import launch_detached_gateway
 
     launch_detached_gateway(chosen, app_name, settings)  # group signals reach only the driver

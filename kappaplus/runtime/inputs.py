@@ -128,11 +128,14 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "event_time_column": hive.event_time_column,
         "start": run.start if run.start is not None else hive.start,
         "end": run.end if run.end is not None else hive.end,
-        "max_event_time_per_trigger": hive.max_event_time_per_trigger or DEFAULT_SLICE,
+        # None: adaptive slices of about targetRowsPerTrigger rows (the source's default)
+        "max_event_time_per_trigger": hive.max_event_time_per_trigger,
         "watermark_delay": None,
         "watermarkDelay": watermark_delay,
         "maxRowsPerTrigger": hive.max_rows_per_trigger,
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
+        "targetRowsPerTrigger": hive.target_rows_per_trigger,
+        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
@@ -206,6 +209,8 @@ def hybrid_options(
         "maxEarliness": hive.max_earliness,
         "maxRowsPerTrigger": hive.max_rows_per_trigger,
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
+        "targetRowsPerTrigger": hive.target_rows_per_trigger,
+        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
         "partitionTimeFormat": hive.partition_format,
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})

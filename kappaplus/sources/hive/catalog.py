@@ -19,7 +19,7 @@ from kappaplus.errors import TableError
 from kappaplus.event_time import apply_watermark
 from kappaplus.settings import state_dir
 from kappaplus.sources.hive.layout import infer_layout
-from kappaplus.sources.hive.options import HiveSourceOptions
+from kappaplus.sources.hive.options import DEFAULT_TARGET_ROWS, HiveSourceOptions
 from kappaplus.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def hive_stream_options(
     event_time_column: str,
     start: Any = None,
     end: Any = None,
-    max_event_time_per_trigger: str = "1 hour",
+    max_event_time_per_trigger: str | None = None,
     watermark_delay: str | None = None,
     manifest_dir: str | None = None,
     **options: Any,
@@ -92,9 +92,10 @@ def hive_stream_options(
         "schema": json.dumps(table.schema.jsonValue()),
         "partitionColumns": ",".join(table.partition_columns),
         "eventTimeColumn": event_time_column,
-        "maxEventTimePerTrigger": str(max_event_time_per_trigger),
         "manifestDir": manifest_dir or str(state_dir() / "hive-source" / "manifests"),
     }
+    if max_event_time_per_trigger is not None:
+        resolved["maxEventTimePerTrigger"] = str(max_event_time_per_trigger)
     if start is not None:
         resolved["startingTimestamp"] = str(start)
     if end is not None:
@@ -116,7 +117,7 @@ def read_hive_stream(
     event_time_column: str,
     start: Any = None,
     end: Any = None,
-    max_event_time_per_trigger: str = "1 hour",
+    max_event_time_per_trigger: str | None = None,
     watermark_delay: str | None = None,
     **options: Any,
 ) -> DataFrame:
@@ -153,7 +154,8 @@ def read_hive_stream(
         "streaming table %r by %s slices of %s",
         table,
         event_time_column,
-        max_event_time_per_trigger,
+        max_event_time_per_trigger
+        or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
     )
     df = spark.readStream.format("kappa_hive").options(**resolved).load()
     if watermark_delay is None:

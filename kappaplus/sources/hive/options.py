@@ -18,6 +18,10 @@ from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.timeutil import parse_duration, parse_timestamp
 
 SUPPORTED_FORMATS = ("parquet", "orc")
+DEFAULT_TARGET_ROWS = 2_000_000
+"""Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
+that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
+slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
 __all__ = ["MARKER_COLUMN", "HiveSourceOptions", "NullEventTimePolicy", "PartitionTimeKind"]
 
 
@@ -50,7 +54,7 @@ class HiveSourceOptions:
     event_time_column: str
     starting_timestamp: int | None
     ending_timestamp: int | None
-    max_event_time_per_trigger: int
+    max_event_time_per_trigger: int | None  # None: no span cap (adaptive slices only)
     max_rows_per_trigger: int | None
     max_bytes_per_trigger: int | None
     partition_time_format: str | None
@@ -70,6 +74,8 @@ class HiveSourceOptions:
     advice_prefix: str | None = None
     """Where a job configuration sets this source up (``inputs.<name>.hive``): errors then
     advise its keys instead of the source options."""
+    target_rows_per_trigger: int | None = DEFAULT_TARGET_ROWS
+    target_bytes_per_trigger: int | None = None
 
     @property
     def output_schema(self) -> StructType:
@@ -160,13 +166,16 @@ class HiveSourceOptions:
                 get("startingTimestamp"),
                 f"must be before endingTimestamp {get('endingTimestamp')!r}",
             )
-        max_span = parse_duration(
-            get("maxEventTimePerTrigger", "1 hour") or "1 hour", "maxEventTimePerTrigger"
+        span_text = get("maxEventTimePerTrigger")
+        max_span = (
+            None if span_text is None else parse_duration(span_text, "maxEventTimePerTrigger")
         )
-        if max_span <= 0:
-            raise ConfigError(
-                "maxEventTimePerTrigger", get("maxEventTimePerTrigger"), "must be positive"
-            )
+        if max_span is not None and max_span <= 0:
+            raise ConfigError("maxEventTimePerTrigger", span_text, "must be positive")
+        target_rows = _positive_int(get("targetRowsPerTrigger"), "targetRowsPerTrigger")
+        target_bytes = _positive_int(get("targetBytesPerTrigger"), "targetBytesPerTrigger")
+        if target_rows is None and target_bytes is None:
+            target_rows = DEFAULT_TARGET_ROWS
         kind_text = get("partitionTimeKind", "event") or "event"
         try:
             kind = PartitionTimeKind(kind_text.lower())
@@ -225,6 +234,8 @@ class HiveSourceOptions:
             rows_per_partition=_positive_int(get("rowsPerPartition", "1000000"), "rowsPerPartition")
             or 1_000_000,
             columns=columns,
+            target_rows_per_trigger=target_rows,
+            target_bytes_per_trigger=target_bytes,
         )
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from kappaplus.sources.hive.files import (
     UNBOUNDED_HI,
+    UNBOUNDED_LO,
     DataFile,
     RowGroupStats,
     event_times,
@@ -24,6 +25,7 @@ from kappaplus.sources.hive.files import (
 from kappaplus.sources.hive.layout import PartitionTimeLayout
 from kappaplus.sources.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.sources.hive.options import HiveSourceOptions, PartitionTimeKind
+from kappaplus.sources.hive.sizing import choose_end
 from kappaplus.timeutil import iso
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ PHASE_END = "end"
 # for late rows), so two more batches run with the final watermark and emit the last windows.
 MARKER_BATCHES = 3
 OFFSET_VERSION = 1
+FALLBACK_SPAN = 3_600_000_000  # adaptive slicing without statistics: 1 hour
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class SlicePlanner:
         self._owned: set[str] = set()  # files some manifest has included
         self._reported: set[tuple[str, int, int]] = set()  # late files already reported
         self._seeded = False
+        self._fallback_logged = False
 
     # -- listing and statistics -------------------------------------------------------
 
@@ -239,8 +243,12 @@ class SlicePlanner:
                 late_rows,
                 self._done(pos.origin, limit, limit),
             )
-        lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
-        hi = min(align_down(lo, span) + span, limit)
+        if span is None:  # adaptive only: the gap before `first` holds no rows, it costs nothing
+            lo, hi = pos.hi, limit
+        else:
+            lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
+            hi = min(align_down(lo, span) + span, limit)
+        hi = self._adaptive_end(files, lo, hi)
         budget = self._row_budget(files, lo, hi, row_budget)
         if budget is not None:
             hi = self._fit(files, lo, hi, budget)
@@ -305,6 +313,69 @@ class SlicePlanner:
                     candidate = int(values[0])
                 best = candidate if best is None else min(best, candidate)
         return best
+
+    def _adaptive_end(self, files: list[DataFile], lo: int, hi: int) -> int:
+        """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
+        estimated from row-group statistics (:mod:`~kappaplus.sources.hive.sizing`).
+
+        Row groups without event-time statistics (ORC stripes) count over their file's
+        admissible range; when that is unbounded too the rows cannot be placed in time,
+        and without a span cap the slice falls back to :data:`FALLBACK_SPAN`.
+        """
+        o = self.options
+        starts: list[int] = []
+        ends: list[int] = []
+        rows: list[float] = []
+        nbytes = total = 0
+        unplaceable = False
+        for f in files:
+            if not f.admits(lo, hi):
+                continue
+            a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+            for group in self.stats(f):
+                if not group.may_overlap(a, b):
+                    continue
+                nbytes += group.num_bytes
+                total += group.num_rows
+                if group.ts_min is not None and group.ts_max is not None:
+                    g_lo, g_hi = group.ts_min, group.ts_max + 1
+                    s, e = max(g_lo, f.admissible_lo), min(g_hi, f.admissible_hi)
+                    if e <= s:
+                        continue
+                    starts.append(s)
+                    ends.append(e)
+                    rows.append(group.num_rows * (e - s) / (g_hi - g_lo))
+                elif f.admissible_lo > UNBOUNDED_LO and f.admissible_hi < UNBOUNDED_HI:
+                    starts.append(f.admissible_lo)
+                    ends.append(f.admissible_hi)
+                    rows.append(group.num_rows)
+                else:
+                    unplaceable = True
+        if unplaceable:
+            if o.max_event_time_per_trigger is not None:
+                return hi
+            if not self._fallback_logged:
+                self._fallback_logged = True
+                log.info(
+                    "table %r: files without event-time statistics or time partitions; "
+                    "slices of %s instead of a rows target",
+                    o.table,
+                    "1 hour",
+                )
+            return min(hi, align_down(lo, FALLBACK_SPAN) + FALLBACK_SPAN)
+        targets = [t for t in (o.target_rows_per_trigger,) if t is not None]
+        if o.target_bytes_per_trigger is not None and total and nbytes:
+            targets.append(max(1, int(o.target_bytes_per_trigger / (nbytes / total))))
+        if not targets or not starts:
+            return hi
+        return choose_end(
+            np.array(starts, dtype=np.int64),
+            np.array(ends, dtype=np.int64),
+            np.array(rows, dtype=np.float64),
+            lo,
+            hi,
+            min(targets),
+        )
 
     def _row_budget(
         self, files: list[DataFile], lo: int, hi: int, row_budget: int | None

@@ -1,0 +1,629 @@
+"""`make bench`: a backfill five ways, each in its own process, side by side in one run.
+
+    .venv/bin/python bench/bench_backfill.py [--days 1,7,30] [--rows-per-day 500000]
+        [--session-days 7] [--ways A,B,C,D] [--files-per-hour 2] [--no-docs]
+
+For each day count a table of ``--rows-per-day`` generated events per day (``id``, ``key``
+(50 keys), ``rider`` (20,000 riders), ``amount``, event time ``ts``; parquet, partitioned
+by ``dt``/``hr``, ``--files-per-hour`` files per hour, rows out of order inside files) is
+written, then the same aggregation (count and sum of ``amount`` per 1-hour window per key)
+runs as:
+
+- (A) ``kappa run backfill_jobs:HOURLY --mode backfill`` with the defaults (adaptive
+  slices) into its Hive backfill table; the whole CLI process is timed;
+- (B) one Spark batch query over the table, collected (a whole process: session start
+  included, as for A);
+- (C) raw pyarrow: read the three columns of the range's files and ``group_by``;
+- (D) Spark's own streaming file source, ``readStream.parquet`` with ``maxFilesPerTrigger``
+  set so it runs as many data micro-batches as A, the same watermark and aggregation;
+- (E) not run: producing the history into Kafka and replaying it with ``--mode stream``
+  (listed in the table as not measured).
+
+Plus the sessionization job (``backfill_jobs:SESSIONS``, 10-minute gap per rider) at
+``--session-days`` with A and B. Every way's result is compared with B (windows ending
+at or before the range's end). Peak memory is PSS summed over each way's process tree
+(``/proc/<pid>/smaps_rollup``, sampled every 0.5 s): the driver JVM and its Python workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+DOC = ROOT / "docs" / "benchmarks.md"
+CHART = ROOT / "docs" / "bench_backfill.png"
+START, END = "<!-- bench_backfill:start -->", "<!-- bench_backfill:end -->"
+BASE = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp())
+DAY = 86400
+HOUR = 3600
+KEYS = 50
+RIDERS = 20_000
+
+
+def iso(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def table_name(days: int) -> str:
+    return f"bench_bf_{days}d"
+
+
+# -- memory: PSS of a process tree --------------------------------------------------------
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def tree_pss(root: int) -> int:
+    """Bytes of proportional set size of ``root`` and its descendants."""
+    total = 0
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            continue
+    return total
+
+
+@dataclass
+class Timed:
+    seconds: float
+    peak_pss_mb: float
+    first_batch_s: float | None
+    returncode: int
+
+
+def run_timed(cmd: list[str], env: dict[str, str], watch: Path | None = None) -> Timed:
+    """Run ``cmd``; wall seconds, peak PSS of its tree, and when ``watch`` first existed."""
+    began = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
+    peak = 0
+    first: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, tree_pss(proc.pid))
+            if watch is not None and not first and watch.exists():
+                first.append(time.perf_counter() - began)
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    code = proc.wait()
+    seconds = time.perf_counter() - began
+    stop.set()
+    thread.join()
+    return Timed(seconds, peak / 2**20, first[0] if first else None, code)
+
+
+# -- child processes ----------------------------------------------------------------------
+
+
+def session(name: str):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT))
+    from kappaplus.session import create_session
+
+    return create_session(name)
+
+
+def child_generate(args: argparse.Namespace) -> None:
+    from pyspark.sql import functions as F
+
+    spark = session("bench-generate")
+    n = args.days * args.rows_per_day
+    df = spark.range(0, n, numPartitions=max(2, n // 500_000)).select(
+        F.col("id"),
+        (F.col("id") * 7 % KEYS).cast("int").alias("key"),
+        (F.col("id") * 13 % RIDERS).cast("int").alias("rider"),
+        (F.col("id") * 31 % 1000).alias("amount"),
+        (F.lit(BASE) + (F.rand(7) * (args.days * DAY)).cast("long")).cast("timestamp").alias("ts"),
+    )
+    table = table_name(args.days)
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    (
+        df.withColumn("dt", F.date_format("ts", "yyyy-MM-dd"))
+        .withColumn("hr", F.date_format("ts", "HH"))
+        .withColumn("part", F.col("id") % args.files_per_hour)
+        .repartition(args.days * 24 * args.files_per_hour, "dt", "hr", "part")
+        .drop("part")
+        .write.partitionBy("dt", "hr")
+        .format("parquet")
+        .saveAsTable(table)
+    )
+    location = spark.sql(f"DESCRIBE FORMATTED {table}").where("col_name = 'Location'").first()
+    Path(args.out).write_text(json.dumps({"rows": n, "location": location.data_type}))
+    spark.stop()
+
+
+def hourly_rows(df) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
+    return sorted(
+        [int(r.s), int(r.key), int(r.n), int(r.total)]
+        for r in df.select(
+            F.col("window_start").cast("long").alias("s"), "key", "n", "total"
+        ).collect()
+    )
+
+
+def session_rows(df) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
+    return sorted(
+        [int(r.s), int(r.e), int(r.rider), int(r.n), int(r.total)]
+        for r in df.select(
+            F.col("session_start").cast("long").alias("s"),
+            F.col("session_end").cast("long").alias("e"),
+            "rider",
+            "n",
+            "total",
+        ).collect()
+    )
+
+
+def child_batch(args: argparse.Namespace) -> None:
+    """(B): the job's transform as one batch query over ``[start, end)``."""
+    sys.path.insert(0, str(BENCH))
+    from backfill_jobs import hourly, sessions
+    from pyspark.sql import functions as F
+
+    spark = session("bench-batch")
+    end = BASE + args.days * DAY
+    events = spark.table(table_name(args.days)).where(
+        (F.col("ts") >= F.lit(iso(BASE)).cast("timestamp"))
+        & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+    )
+    if args.kind == "hourly":
+        rows = hourly_rows(hourly({"events": events}, None)["counts"])  # type: ignore[arg-type]
+    else:
+        found = sessions({"events": events}, None)["sessions"]  # type: ignore[arg-type]
+        rows = [r for r in session_rows(found) if r[1] <= end]
+    Path(args.out).write_text(json.dumps({"rows": rows}))
+    spark.stop()
+
+
+def child_filestream(args: argparse.Namespace) -> None:
+    """(D): ``readStream.parquet`` with ``maxFilesPerTrigger``, same watermark and job."""
+    sys.path.insert(0, str(BENCH))
+    from backfill_jobs import HOURLY, hourly
+
+    spark = session("bench-filestream")
+    schema = spark.table(table_name(args.days)).schema
+    stream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", args.files_per_trigger)
+        .parquet(args.location)
+        .withWatermark("ts", HOURLY.watermark_delay)
+    )
+    query = (
+        hourly({"events": stream}, None)["counts"]  # type: ignore[arg-type]
+        .writeStream.format("memory")
+        .queryName("d_out")
+        .outputMode("append")
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
+    rows = hourly_rows(spark.table("d_out"))
+    Path(args.out).write_text(json.dumps({"rows": rows, "batches": batches}))
+    spark.stop()
+
+
+def child_read_output(args: argparse.Namespace) -> None:
+    """Read what (A) wrote (not timed)."""
+    spark = session("bench-verify")
+    df = spark.table(args.table)
+    rows = hourly_rows(df) if args.kind == "hourly" else session_rows(df)
+    Path(args.out).write_text(json.dumps({"rows": rows}))
+    spark.stop()
+
+
+def child_raw(args: argparse.Namespace) -> None:
+    """(C): pyarrow reads the range's files (three columns) and groups."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    began = time.perf_counter()
+    root = args.location.removeprefix("file:")
+    paths = sorted(
+        os.path.join(d, f)
+        for d, _, files in os.walk(root)
+        for f in files
+        if f.endswith(".parquet") and not f.startswith((".", "_"))
+    )
+    table = pa.concat_tables(pq.read_table(p, columns=["ts", "key", "amount"]) for p in paths)
+    read_s = time.perf_counter() - began
+    micros = pc.cast(pc.cast(table["ts"], pa.timestamp("us", tz="UTC")), pa.int64())
+    hour = pc.multiply(pc.divide(micros, HOUR * 1_000_000), HOUR)
+    grouped = (
+        pa.table({"s": hour, "key": table["key"], "amount": table["amount"]})
+        .group_by(["s", "key"])
+        .aggregate([("amount", "count"), ("amount", "sum")])
+    )
+    rows = sorted(
+        [int(s), int(k), int(n), int(t)]
+        for s, k, n, t in zip(
+            grouped["s"].to_pylist(),
+            grouped["key"].to_pylist(),
+            grouped["amount_count"].to_pylist(),
+            grouped["amount_sum"].to_pylist(),
+            strict=True,
+        )
+    )
+    out = {"rows": rows, "read_seconds": read_s, "rows_read": table.num_rows}
+    out["seconds"] = time.perf_counter() - began
+    Path(args.out).write_text(json.dumps(out))
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    days: int
+    job: str
+    way: str
+    seconds: float
+    rows: int
+    peak_pss_mb: float
+    batches: str
+    correct: str
+    first_batch_s: float | None = None
+    note: str = ""
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def child(role: str, work: Path, env: dict[str, str], **options: Any) -> tuple[Timed, dict]:
+    out = work / f"{role}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, __file__, "--child", role, "--out", str(out)]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    timed = run_timed(cmd, env)
+    if timed.returncode != 0:
+        raise SystemExit(f"bench child {role} failed with status {timed.returncode}")
+    return timed, json.loads(out.read_text())
+
+
+def job_config(work: Path, job: str, days: int) -> Path:
+    output = "counts" if job == "HOURLY" else "sessions"
+    path = work / f"{job.lower()}-{days}d.toml"
+    path.write_text(
+        f'job = "backfill_jobs:{job}"\n'
+        'watermark_delay = "2 minutes"\n\n'
+        "[inputs.events.hive]\n"
+        f'table = "{table_name(days)}"\n'
+        'event_time_column = "ts"\n\n'
+        f"[outputs.{output}.hive]\n"
+        f'table = "bench_{job.lower()}_{days}d"\n'
+    )
+    return path
+
+
+def run_kappa(work: Path, env: dict[str, str], job: str, days: int) -> tuple[Timed, int, int]:
+    """(A): ``kappa run`` in its own process; (timing, data batches, marker batches)."""
+    config = job_config(work, job, days)
+    checkpoints = work / "checkpoints" / f"{job}-{days}"
+    output = "counts" if job == "HOURLY" else "sessions"
+    cmd = [
+        str(Path(sys.executable).parent / "kappa"),
+        "run",
+        f"backfill_jobs:{job}",
+        "--mode",
+        "backfill",
+        "-c",
+        str(config),
+        "--start",
+        iso(BASE),
+        "--end",
+        iso(BASE + days * DAY),
+        "--checkpoint",
+        str(checkpoints),
+        "--fresh",
+        "--no-progress",
+    ]
+    slug = f"bench-{job.lower()}"
+    commits = checkpoints / slug / "backfill" / output / "commits" / "0"
+    timed = run_timed(cmd, env, watch=commits)
+    if timed.returncode != 0:
+        raise SystemExit(f"kappa run {job} failed with status {timed.returncode}")
+    data = markers = 0
+    for offsets in (checkpoints / slug / "backfill" / output / "offsets").glob("[0-9]*"):
+        last = offsets.read_text().strip().splitlines()[-1]
+        phase = json.loads(last).get("phase")
+        data += phase == "data"
+        markers += phase == "end"
+    return timed, data, markers
+
+
+def count_files(location: str) -> int:
+    root = location.removeprefix("file:")
+    return sum(
+        1
+        for _, _, files in os.walk(root)
+        for f in files
+        if f.endswith(".parquet") and not f.startswith((".", "_"))
+    )
+
+
+def bench_days(
+    args: argparse.Namespace, work: Path, env: dict[str, str], days: int
+) -> list[Result]:
+    results: list[Result] = []
+    ways = set(args.ways.split(","))
+    gen, info = child(
+        "generate",
+        work,
+        env,
+        days=days,
+        rows_per_day=args.rows_per_day,
+        files_per_hour=args.files_per_hour,
+    )
+    rows, location = info["rows"], info["location"]
+    print(f"{days} days: {rows:,} rows written in {gen.seconds:.0f} s", file=sys.stderr)
+    timed_b, truth = child("batch", work, env, days=days, kind="hourly")
+    expected = truth["rows"]
+    results.append(
+        Result(days, "hourly", "B", timed_b.seconds, rows, timed_b.peak_pss_mb, "1 query", "truth")
+    )
+    a_batches = 1
+    if "A" in ways:
+        timed_a, data, markers = run_kappa(work, env, "HOURLY", days)
+        a_batches = max(1, data)
+        _, got = child(
+            "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d_backfill"
+        )
+        results.append(
+            Result(
+                days,
+                "hourly",
+                "A",
+                timed_a.seconds,
+                rows,
+                timed_a.peak_pss_mb,
+                f"{data} + {markers} markers",
+                str(got["rows"] == expected),
+                timed_a.first_batch_s,
+            )
+        )
+    if "C" in ways:
+        timed_c, raw = child("raw", work, env, location=location)
+        results.append(
+            Result(
+                days,
+                "hourly",
+                "C",
+                timed_c.seconds,
+                raw["rows_read"],
+                timed_c.peak_pss_mb,
+                "-",
+                str(raw["rows"] == expected),
+                note=f"read {raw['read_seconds']:.1f} s of {raw['seconds']:.1f} s in-process",
+            )
+        )
+    if "D" in ways:
+        per = max(1, math.ceil(count_files(location) / a_batches))
+        timed_d, dres = child(
+            "filestream",
+            work,
+            env,
+            days=days,
+            location=location,
+            files_per_trigger=per,
+            checkpoint=work / f"d-{days}",
+        )
+        got_d = dres["rows"]
+        missing = len({tuple(r) for r in expected} - {tuple(r) for r in got_d})
+        results.append(
+            Result(
+                days,
+                "hourly",
+                "D",
+                timed_d.seconds,
+                rows,
+                timed_d.peak_pss_mb,
+                str(dres["batches"]),
+                str(got_d == expected)
+                + (f" ({missing} windows missing or wrong)" if missing else ""),
+                note=f"maxFilesPerTrigger={per}",
+            )
+        )
+    if days == args.session_days:
+        timed_sb, struth = child("batch", work, env, days=days, kind="sessions")
+        results.append(
+            Result(
+                days,
+                "sessions",
+                "B",
+                timed_sb.seconds,
+                rows,
+                timed_sb.peak_pss_mb,
+                "1 query",
+                "truth",
+            )
+        )
+        if "A" in ways:
+            timed_sa, data, markers = run_kappa(work, env, "SESSIONS", days)
+            _, got = child(
+                "read_output", work, env, kind="sessions", table=f"bench_sessions_{days}d_backfill"
+            )
+            results.append(
+                Result(
+                    days,
+                    "sessions",
+                    "A",
+                    timed_sa.seconds,
+                    rows,
+                    timed_sa.peak_pss_mb,
+                    f"{data} + {markers} markers",
+                    str(got["rows"] == struth["rows"]),
+                    timed_sa.first_batch_s,
+                )
+            )
+    return results
+
+
+def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str]) -> str:
+    names = {
+        "A": "(A) `kappa run --mode backfill`, defaults",
+        "B": "(B) one Spark batch query",
+        "C": "(C) raw pyarrow read + group_by",
+        "D": "(D) `readStream.parquet`, maxFilesPerTrigger",
+    }
+    lines = [
+        f"Measured {datetime.now(tz=UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()} with "
+        f"{os.cpu_count()} CPUs shared with other work (load average {load[0]} before, "
+        f"{load[1]} after); days {args.days}, {args.rows_per_day:,} rows/day, "
+        f"{args.files_per_hour} files per hour. Each way is a whole process (session start "
+        "included); peak PSS over its process tree.",
+        "",
+        "| days | job | way | seconds | rows/s | peak PSS MB | micro-batches | first batch s "
+        "| equal to B | ratio to B |",
+        "|---:|---|---|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for r in results:
+        base = next(
+            (b for b in results if b.days == r.days and b.job == r.job and b.way == "B"), None
+        )
+        ratio = f"{r.seconds / base.seconds:.2f}x" if base else "-"
+        first = f"{r.first_batch_s:.0f}" if r.first_batch_s is not None else "-"
+        note = f" ({r.note})" if r.note else ""
+        lines.append(
+            f"| {r.days} | {r.job} | {names[r.way]}{note} | {r.seconds:.1f} | {r.rows_per_s:,.0f} "
+            f"| {r.peak_pss_mb:,.0f} | {r.batches} | {first} | {r.correct} | {ratio} |"
+        )
+    lines.append("| - | hourly | (E) Kafka history + `--mode stream` | not measured | | | | | | |")
+    return "\n".join(lines)
+
+
+def chart(results: list[Result]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for way in "ABCD":
+        points = sorted((r.days, r) for r in results if r.way == way and r.job == "hourly")
+        if not points:
+            continue
+        days = [d for d, _ in points]
+        left.plot(days, [r.seconds for _, r in points], marker="o", label=way)
+        right.plot(days, [r.peak_pss_mb for _, r in points], marker="o", label=way)
+    left.set(xlabel="days", ylabel="wall seconds", title="wall time (hourly counts)")
+    right.set(xlabel="days", ylabel="peak PSS MB", title="peak memory")
+    for ax in (left, right):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(CHART, dpi=90)
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text()
+    section = (
+        f"{START}\n## Backfill five ways (`bench/bench_backfill.py`, `make bench`)\n\n{text}\n\n"
+        f"![wall time and peak PSS against days]({CHART.name})\n{END}"
+    )
+    if START in doc:
+        head, rest = doc.split(START, 1)
+        doc = head + section + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--days", default="1,7,30")
+    parser.add_argument("--rows-per-day", type=int, default=500_000)
+    parser.add_argument("--session-days", type=int, default=7)
+    parser.add_argument("--ways", default="A,B,C,D")
+    parser.add_argument("--files-per-hour", type=int, default=2)
+    parser.add_argument("--no-docs", action="store_true")
+    # child processes
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--location", help=argparse.SUPPRESS)
+    parser.add_argument("--files-per-trigger", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        if str(args.days).isdigit():
+            args.days = int(args.days)
+        {
+            "generate": child_generate,
+            "batch": child_batch,
+            "filestream": child_filestream,
+            "read_output": child_read_output,
+            "raw": child_raw,
+        }[args.child](args)
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
+    env = dict(os.environ)
+    env["KAPPA_HOME"] = str(work / "home")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(BENCH), str(ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    load_before = f"{os.getloadavg()[0]:.1f}"
+    results: list[Result] = []
+    try:
+        for days in [int(d) for d in args.days.split(",")]:
+            results += bench_days(args, work, env, days)
+            print(render(results, args, (load_before, "...")), file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = render(results, args, (load_before, f"{os.getloadavg()[0]:.1f}"))
+    print(text)
+    if not args.no_docs:
+        chart(results)
+        write_doc(text)
+
+
+if __name__ == "__main__":
+    main()
