@@ -324,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         names = args.only or list(SCENARIOS)
         for index in range(args.scenarios):
             name = names[index % len(names)] if index < len(names) else rng.choice(names)
-            planned.append((name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)])))
+            planned.append(
+                (name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)]))
+            )
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
             outcomes.append(scenario(home, table, name, out, commits, end))
