@@ -97,6 +97,22 @@ def acquire(path: Path, run_id: str, what: str) -> None:
     raise LockError(f"cannot take the lock {path} for {what}: it keeps changing hands")
 
 
+def check_free(path: Path, what: str) -> None:
+    """:class:`LockError` if a live process other than this one holds ``path`` (a check
+    before Spark starts; the run takes the lock itself later)."""
+    try:
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    mine = holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+    if not mine and _alive(holder):
+        raise LockError(
+            f"{what} is in use by run {holder.get('run')} (pid {holder.get('pid')} on "
+            f"{holder.get('host')}, lock {path}): wait for it to end or stop it; if "
+            "that run is known to be over, remove the lock file"
+        )
+
+
 def release(path: Path) -> None:
     """Remove ``path`` if this process holds it."""
     try:
