@@ -69,6 +69,14 @@ def _alive(holder: dict[str, object]) -> bool:
     return started == "?" or holder.get("start") in (None, "?", started)
 
 
+def _in_use(path: Path, holder: dict[str, object], what: str) -> LockError:
+    return LockError(
+        f"{what} is in use by run {holder.get('run')} (pid {holder.get('pid')} on "
+        f"{holder.get('host')}, lock {path}): wait for it to end or stop it; if "
+        "that run is known to be over, remove the lock file"
+    )
+
+
 def acquire(path: Path, run_id: str, what: str) -> None:
     """Take the lock file ``path`` for run ``run_id`` (``what`` names the resource)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,17 +92,25 @@ def acquire(path: Path, run_id: str, what: str) -> None:
             if holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
                 return  # this process holds it already
             if holder and _alive(holder):
-                raise LockError(
-                    f"{what} is in use by run {holder.get('run')} (pid {holder.get('pid')} on "
-                    f"{holder.get('host')}, lock {path}): wait for it to end or stop it; if "
-                    "that run is known to be over, remove the lock file"
-                ) from None
+                raise _in_use(path, holder, what) from None
             path.unlink(missing_ok=True)  # stale: its process is gone
             continue
         with os.fdopen(fd, "w") as out:
             json.dump(me, out)
         return
     raise LockError(f"cannot take the lock {path} for {what}: it keeps changing hands")
+
+
+def check_free(path: Path, what: str) -> None:
+    """:class:`LockError` if a live process other than this one holds ``path`` (a check
+    before Spark starts; the run takes the lock itself later)."""
+    try:
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    mine = holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+    if not mine and _alive(holder):
+        raise _in_use(path, holder, what)
 
 
 def release(path: Path) -> None:

@@ -57,7 +57,7 @@ from kappaplus.runtime.inputs import (
     dlq_metrics_name,
     read_kafka_records,
 )
-from kappaplus.runtime.locks import hold
+from kappaplus.runtime.locks import check_free, hold
 from kappaplus.runtime.options import RunOptions, slug, trigger_args
 from kappaplus.runtime.outputs import OutputPlan, checkpoint_id, plan_output, start_output
 from kappaplus.runtime.progress import ProgressTracker, format_seconds
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECORD_EVERY = 5.0
+LOCK_FILE = "_kappa.lock"
 
 
 @dataclass
@@ -116,6 +117,7 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
 
     Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
     directory = run_dir(checkpoint_root(config, run), identity)
+    check_free(directory / LOCK_FILE, f"the checkpoint {directory}")
     if run.fresh and directory.exists():
         log.warning("--fresh: deleting checkpoints %s", directory)
         shutil.rmtree(directory)
@@ -312,7 +314,7 @@ def run_job(
 def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:
     """The lock files of a run (:mod:`kappaplus.runtime.locks`): its checkpoint, then
     each output target, in a stable order."""
-    paths, names = [mode_dir / "_kappa.lock"], [f"the checkpoint {mode_dir}"]
+    paths, names = [mode_dir / LOCK_FILE], [f"the checkpoint {mode_dir}"]
     targets = sorted({t for plan in plans.values() for t in plan.targets()})
     for target in targets:
         kind, _, name = target.partition(" ")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 KAPPA = [sys.executable, "-m", "kappaplus.cli"]
-START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
+START = "2024-03-01T00:00:00"
 COLUMNS = "rider_id, session_start, session_end, event_count, event_types"
 SCENARIOS = ("sigterm-group", "sigint-group", "sigkill", "lost-checkpoint")
 
@@ -91,7 +91,11 @@ def _python(home: Path, code: str, timeout: float = 600) -> str:
     return done.stdout
 
 
-def prepare(home: Path, table: str, riders: int, seed: int) -> None:
+def end_of(hours: int) -> str:
+    return f"2024-03-01T{hours:02d}:00:00" if hours < 24 else "2024-03-02T00:00:00"
+
+
+def prepare(home: Path, table: str, riders: int, seed: int, hours: int = 12) -> None:
     """Create the input table in ``home``'s metastore."""
     _python(
         home,
@@ -100,7 +104,7 @@ def prepare(home: Path, table: str, riders: int, seed: int) -> None:
         from kappaplus.jvm import shutdown_jvm
         from kappaplus.session import create_session, stop_session
         spark = create_session("chaos-prepare")
-        events = rider_events(riders={riders}, start={START!r}, hours=12, seed={seed},
+        events = rider_events(riders={riders}, start={START!r}, hours={hours}, seed={seed},
                               late_fraction=0.2)
         write_table(spark, {table!r}, events, RIDER_EVENT_DDL)
         stop_session(spark)
@@ -167,6 +171,7 @@ def kappa_run(
     *,
     interrupt: tuple[int, int] | None = None,
     timeout: float = 900,
+    end: str = "2024-03-01T12:00:00",
 ) -> tuple[int, str]:
     """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
     commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
@@ -183,7 +188,7 @@ def kappa_run(
         "--start",
         START,
         "--end",
-        END,
+        end,
         "--no-progress",
     ]
     proc = subprocess.Popen(
@@ -257,7 +262,7 @@ def check(outcome: Outcome, rows: list[list[object]], baseline: list[list[object
 
 
 def scenario(
-    home: Path, table: str, name: str, out: str, commits: int
+    home: Path, table: str, name: str, out: str, commits: int, end: str
 ) -> tuple[Outcome, str | None]:
     """Run one scenario; returns the outcome (rows checked later) and the table to read."""
     config = write_config(home, table, out)
@@ -268,7 +273,7 @@ def scenario(
         "sigkill": signal.SIGKILL,
         "lost-checkpoint": signal.SIGKILL,
     }[name]
-    first, err1 = kappa_run(home, config, interrupt=(sig, commits))
+    first, err1 = kappa_run(home, config, interrupt=(sig, commits), end=end)
     outcome = Outcome(name, moment, first, None)
     if "Traceback" in err1:
         outcome.problems.append("a traceback on the terminal: " + err1[-300:])
@@ -281,7 +286,7 @@ def scenario(
     if name == "lost-checkpoint":
         moved = home / f"{out}.moved"
         shutil.move(str(home / "checkpoints" / out), str(moved))
-    second, err2 = kappa_run(home, config)
+    second, err2 = kappa_run(home, config, end=end)
     outcome.second_exit = second
     if "Traceback" in err2:
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
@@ -301,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--riders", type=int, default=30)
+    parser.add_argument("--hours", type=int, default=12, help="event-time hours (1 per batch)")
     parser.add_argument("--only", nargs="*", choices=SCENARIOS, default=None)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
@@ -308,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = "chaos_events"
         started = time.monotonic()
-        prepare(home, table, args.riders, args.seed)
-        code, err = kappa_run(home, write_config(home, table, "chaos_base"))
+        end = end_of(args.hours)
+        prepare(home, table, args.riders, args.seed, args.hours)
+        code, err = kappa_run(home, write_config(home, table, "chaos_base"), end=end)
         if code != 0:
             print(f"the uninterrupted run failed ({code}): {err[-2000:]}")
             return 1
@@ -317,11 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         names = args.only or list(SCENARIOS)
         for index in range(args.scenarios):
             name = names[index % len(names)] if index < len(names) else rng.choice(names)
-            planned.append((name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3])))
+            planned.append(
+                (name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)]))
+            )
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
-            outcomes.append(scenario(home, table, name, out, commits))
-            print(outcomes[-1][0].moment, name, "run", flush=True)
+            outcomes.append(scenario(home, table, name, out, commits, end))
+            done = outcomes[-1][0]
+            print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
         tables = ["chaos_base", *(t for _, t in outcomes if t)]
         rows = read_outputs(home, tables)
         baseline = rows["chaos_base"]

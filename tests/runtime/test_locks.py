@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kappaplus.runtime.locks import LockError, _start_time, acquire, hold, release
+from kappaplus.runtime.locks import LockError, _start_time, acquire, check_free, hold, release
 
 
 def _write_lock(path: Path, pid: int, start: str | None) -> None:
@@ -31,6 +31,8 @@ def test_a_live_holder_refuses_a_second_run_naming_it(tmp_path: Path) -> None:
         message = str(caught.value)
         assert "the output hive out" in message and str(holder.pid) in message
         assert str(lock) in message and "run other" in message
+        with pytest.raises(LockError):
+            check_free(lock, "the output hive out")  # the check before Spark starts
     finally:
         holder.kill()
         holder.wait()

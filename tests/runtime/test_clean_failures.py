@@ -1,0 +1,97 @@
+"""Clean failures: one or two lines naming the file or key and the way out, checked as
+early as possible; credentials never echoed; nothing left behind in the staging area."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_helpers import uid
+from typer.testing import CliRunner
+
+from kappaplus.cli import app
+from kappaplus.errors import ConfigError
+from kappaplus.runtime.failures import CheckpointError, check_checkpoint_files, explain
+from kappaplus.session import with_task_retries
+
+
+def _query_checkpoint(root: Path) -> Path:
+    query = root / "sessions"
+    (query / "offsets").mkdir(parents=True)
+    (query / "commits").mkdir()
+    (query / "metadata").write_text('{"id":"8f0e"}\n')
+    (query / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"done":0.5}\n')
+    (query / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    return query
+
+
+def test_a_truncated_offsets_file_is_named_before_spark(tmp_path: Path) -> None:
+    query = _query_checkpoint(tmp_path)
+    check_checkpoint_files(tmp_path)  # intact: nothing to say
+    (query / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n{"done":0.')
+    with pytest.raises(CheckpointError) as caught:
+        check_checkpoint_files(tmp_path)
+    message = str(caught.value)
+    assert str(query / "offsets" / "1") in message and "--fresh" in message
+    assert len(message.splitlines()) == 1
+    (query / "offsets" / "1").write_text("")
+    with pytest.raises(CheckpointError, match="empty or truncated"):
+        check_checkpoint_files(tmp_path)
+
+
+def test_spark_failures_are_one_line_with_the_way_out() -> None:
+    java = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 ...\n"
+        "Caused by: org.apache.spark.SparkException: Python worker failed to connect back.\n"
+        + "\tat org.apache.spark.api.python.PythonWorkerFactory.x(Foo.scala:1)\n"
+        * 40
+    )
+    line = explain(java)
+    assert "\n" not in line and "connect back" in line and "same command again" in line
+    assert with_task_retries("local[2]") == "local[2,4]"
+    assert with_task_retries("local[*]") == "local[*,4]"
+    assert with_task_retries("local[2,3]") == "local[2,3]"
+
+
+def test_a_password_in_bootstrap_servers_is_never_echoed(tmp_path: Path) -> None:
+    config = tmp_path / "job.toml"
+    config.write_text(
+        'job = "kappaplus.examples.sessionization:JOB"\n'
+        "[inputs.rider_events.kafka]\n"
+        'topic = "t"\n'
+        'bootstrap_servers = "SASL_SSL://bob:hunter2@broker:9092"\n'
+        "[outputs.sessions.hive]\n"
+        'table = "o"\n'
+    )
+    result = CliRunner().invoke(app, ["run", "sessionization", "-c", str(config), "-m", "stream"])
+    assert result.exit_code == 2, result.output
+    assert "bootstrap_servers" in result.output and "hunter2" not in result.output
+
+
+def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type: ignore[no-untyped-def]
+    from kappaplus.config import HiveOutput
+    from kappaplus.jobs import OutputSpec
+    from kappaplus.runtime.outputs import OutputPlan
+    from kappaplus.runtime.runner import check_sql
+
+    spec = OutputSpec("sessions")
+    hive = HiveOutput(table="t", partition_expr="to_date(session_start")
+    plan = OutputPlan("sessions", spec, None, hive, Path("/nonexistent"), "q")
+    with pytest.raises(ConfigError) as caught:
+        check_sql({"sessions": plan})
+    assert "outputs.sessions.hive.partition_expr" in str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+    good = HiveOutput(table="t", partition_expr="to_date(session_start)")
+    check_sql({"sessions": OutputPlan("sessions", spec, None, good, Path("/x"), "q")})
+
+
+def test_no_empty_staging_directory_is_left_behind(spark) -> None:  # type: ignore[no-untyped-def]
+    from kappaplus.sinks.hive import HiveSinkOptions, HiveTableSink, table_location
+
+    table = f"staging_{uid()}"
+    sink = HiveTableSink(HiveSinkOptions(table=table, query_name="q1", partition_column="dt"))
+    batch = spark.createDataFrame([(1, "2024-01-01"), (2, "2024-01-02")], "id INT, dt STRING")
+    assert sink.write_batch(batch, 0)
+    location = Path(table_location(spark, table).removeprefix("file:"))
+    assert not (location / "_kappa_staging" / "q1").exists()
+    assert spark.table(table).count() == 2
