@@ -7,10 +7,11 @@ setup:
 demo: setup
 	.venv/bin/kappa demo
 
-test: setup
+# lint (ruff, ruff format --check, mypy) runs first: a test run is also a lint run
+test: lint
 	.venv/bin/python -m pytest -q
 
-test-all: setup
+test-all: lint
 	.venv/bin/python -m pytest -q -m ''
 
 lint: setup

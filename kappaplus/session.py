@@ -1,7 +1,8 @@
 """The session factory: one call returns a SparkSession ready for kappaplus.
 
-Local mode with Spark's built-in Hive support; production settings (master URL, metastore
-URI, any Spark conf) pass through unchanged. The Hive metastore is, in this order: the
+Local mode with Spark's built-in Hive support and small, quiet defaults; on a cluster
+(any master but ``local[...]``) the cluster's ``spark-defaults.conf`` and the caller's settings
+are left as they are (:func:`builder_settings`). The Hive metastore is, in this order: the
 ``metastore_uri`` argument, ``$KAPPA_METASTORE_URI``, what the caller's
 ``metastore_discovery`` finds (the ``kappa`` commands pass the local stack's, which finds the
 metastore server of the state directory if one runs: ``kappa up`` / ``kappa metastore
@@ -112,7 +113,6 @@ def hive_conf(home: Path, metastore_uri: str | None = None) -> dict[str, str]:
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(warehouse),
         "spark.hadoop.hive.metastore.warehouse.dir": str(warehouse),
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
     }
     if metastore_uri:
         conf["spark.hadoop.hive.metastore.uris"] = metastore_uri
@@ -192,6 +192,106 @@ def _has_active_context() -> bool:
     return SparkContext._active_spark_context is not None
 
 
+SESSION_SETTINGS: dict[str, str] = {
+    # event times mean the same on every machine
+    "spark.sql.session.timeZone": "UTC",
+    # a changed job state schema fails at start instead of reading garbage
+    "spark.sql.streaming.stateStore.stateSchemaCheck": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Parquet INT96 timestamps carry no statistics; micros let readers prune row groups.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+"""What kappaplus wants of every session. In local mode they are set when the session is
+built; on a cluster each is set only where neither ``spark-defaults.conf`` nor the caller
+chose a value (all are SQL settings a running session accepts)."""
+
+
+def is_local_master(master: str) -> bool:
+    """Whether ``master`` runs Spark in this process (``local``, ``local[4]``, ``local[*, 2]``).
+
+    >>> is_local_master("local[2]"), is_local_master("spark://h:7077"), is_local_master("yarn")
+    (True, False, False)
+    """
+    return local_cores(master) is not None
+
+
+def local_defaults(home: Path) -> dict[str, str]:
+    """Settings for a local-mode session: small, quiet, this interpreter for Python workers.
+
+    Never applied on a cluster, where they would override ``spark-defaults.conf``.
+    """
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
+        "spark.driver.extraJavaOptions": (
+            f"-Dderby.system.home={home} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+        ),
+    }
+
+
+def builder_settings(
+    master: str,
+    home: Path,
+    conf: Mapping[str, str] | None = None,
+    *,
+    hive: bool = True,
+    metastore_uri: str | None = None,
+) -> dict[str, str]:
+    """The settings :func:`create_session` gives the session builder for ``master``.
+
+    Local master: :func:`local_defaults`, :data:`SESSION_SETTINGS` and the catalog in the
+    state directory ``home``, then ``conf``. Cluster: ``conf`` and the metastore URI the
+    caller named, nothing else, so ``spark-defaults.conf`` and the caller decide.
+
+    >>> sorted(builder_settings("spark://h:7077", Path("/tmp/k"), {"spark.cores.max": "2"}))
+    ['spark.cores.max']
+    >>> builder_settings("local[2]", Path("/tmp/k"), hive=False)["spark.sql.shuffle.partitions"]
+    '2'
+    """
+    settings: dict[str, str] = {}
+    cores = local_cores(master)
+    if cores is not None:
+        settings.update(local_defaults(home))
+        # One shuffle (= state store) partition per local core: each stateful micro-batch
+        # then runs one task per core instead of paying task and state store overhead for
+        # partitions that wait for a core (measured in docs/benchmarks.md). It is also the
+        # number of state store partitions of every stateful query whose checkpoint this
+        # session creates: Spark fixes that number at a query's first run. On a cluster it
+        # is spark.sql.shuffle.partitions of spark-defaults.conf or of the caller.
+        settings["spark.sql.shuffle.partitions"] = str(cores)
+        settings.update(SESSION_SETTINGS)
+        if hive:
+            settings.update(hive_conf(home, metastore_uri))
+    elif hive and metastore_uri and not _sets_metastore(conf):
+        settings["spark.hadoop.hive.metastore.uris"] = metastore_uri
+    settings.update(conf or {})
+    return settings
+
+
+def apply_session_settings(spark: SparkSession) -> dict[str, str]:
+    """Set each of :data:`SESSION_SETTINGS` the session has no value for; returns those set."""
+    chosen = spark.sparkContext.getConf()
+    applied = {}
+    for key, value in SESSION_SETTINGS.items():
+        if not chosen.contains(key):
+            spark.conf.set(key, value)
+            applied[key] = value
+    return applied
+
+
+def _python_from_conf(spark: SparkSession) -> None:
+    """Run Python workers with ``spark.pyspark.python`` (``spark-defaults.conf`` or the
+    caller) as ``spark-submit`` would; PySpark itself reads only ``$PYSPARK_PYTHON``."""
+    python = spark.sparkContext.getConf().get("spark.pyspark.python", None)
+    if python and "PYSPARK_PYTHON" not in os.environ:
+        spark.sparkContext.pythonExec = python
+
+
 def create_session(
     app_name: str = "kappaplus",
     *,
@@ -221,61 +321,48 @@ def create_session(
     other, although both keep table data in the same warehouse, ``home/warehouse``.
 
     The session time zone is UTC so event times mean the same on every machine.
+
+    Local master (``local``, ``local[N]``): :func:`local_defaults` (one shuffle and so state
+    partition per core, no UI, 2 GB driver, this interpreter for Python workers) and the catalog in
+    ``home``. Any other master: nothing of that; ``spark-defaults.conf``, the cluster's
+    ``hive-site.xml`` and ``conf`` decide, and :data:`SESSION_SETTINGS` fill only the gaps.
     """
     from pyspark.sql import SparkSession
 
-    _python_env()
     root = state_dir(home)
-    settings: dict[str, str] = {
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.streaming.stateStore.stateSchemaCheck": "true",
-        "spark.python.worker.reuse": "true",
-        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Parquet INT96 timestamps carry no statistics; micros let readers prune row groups.
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
-    }
+    master_url = master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
+    local = is_local_master(master_url)
+    uri = None
     if hive:
         uri = resolve_metastore_uri(root, metastore_uri, conf, metastore_discovery)
         if (
-            uri is None
+            local
+            and uri is None
             and metastore_discovery is not None
             and not _sets_metastore(conf)
             and not _has_active_context()
         ):
             # fail fast instead of a Java stack trace from Derby
             metastore_discovery.check_embedded_free(root)
-        settings.update(hive_conf(root, uri))
-    java_options = settings.get("spark.driver.extraJavaOptions", "")
-    settings["spark.driver.extraJavaOptions"] = (
-        f"{java_options} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}".strip()
-    )
-    master = master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
-    cores = local_cores(master)
-    if cores is not None:
-        # One shuffle (= state store) partition per local core: each stateful micro-batch
-        # then runs one task per core instead of paying task and state store overhead for
-        # partitions that wait for a core (measured in docs/benchmarks.md). A value the
-        # caller sets wins; checkpoints keep the partition count they were created with.
-        settings["spark.sql.shuffle.partitions"] = str(cores)
-    settings.update(conf or {})
-    chosen = with_task_retries(master)
+    settings = builder_settings(master_url, root, conf, hive=hive, metastore_uri=uri)
+    if local:
+        _python_env()
+        master_url = with_task_retries(master_url)
     from kappaplus.jvm import launch_detached_gateway
 
-    launch_detached_gateway(chosen, app_name, settings)  # group signals reach only the driver
-    builder = SparkSession.builder.appName(app_name).master(chosen)
+    launch_detached_gateway(master_url, app_name, settings)  # group signals reach only the driver
+    builder = SparkSession.builder.appName(app_name).master(master_url)
     for key, value in settings.items():
         builder = builder.config(key, value)
     if hive:
         builder = builder.enableHiveSupport()
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("KAPPA_SPARK_LOG_LEVEL", "WARN"))
+    if not local:
+        apply_session_settings(spark)
+        _python_from_conf(spark)
+    level = os.environ.get("KAPPA_SPARK_LOG_LEVEL") or ("WARN" if local else None)
+    if level:
+        spark.sparkContext.setLogLevel(level)
     register_data_sources(spark)
     log.info(
         "SparkSession %s ready (master=%s, home=%s)", app_name, spark.sparkContext.master, root

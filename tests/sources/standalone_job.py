@@ -27,7 +27,7 @@ from hive_tables import BASE, DAY, events, iso, write_event_time_table  # noqa: 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from kappaplus.session import create_session  # noqa: E402
+from kappaplus.session import create_session, hive_conf  # noqa: E402
 from kappaplus.sources.hive import read_hive_stream  # noqa: E402
 
 HOUR = 3600
@@ -98,6 +98,11 @@ def run(master: str, home: Path, rows: int, days: float) -> dict:
             "spark.cores.max": "1",
             "spark.driver.memory": "1g",
             "spark.sql.shuffle.partitions": "2",
+            # on a cluster create_session sets none of its local defaults: the job names the
+            # executors' interpreter and its catalog, as a production job's settings would
+            "spark.pyspark.python": sys.executable,
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={home}",
+            **hive_conf(home),
         },
     )
     try:

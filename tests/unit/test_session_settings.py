@@ -1,0 +1,50 @@
+"""Which settings ``create_session`` gives the builder, by master (no Spark started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kappaplus.session import (
+    SESSION_SETTINGS,
+    builder_settings,
+    is_local_master,
+    local_defaults,
+)
+
+HOME = Path("/tmp/kappa-home-not-created")
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local[2, 3]", True),
+        ("spark://10.0.0.5:7077", False),
+        ("yarn", False),
+        ("k8s://https://k:6443", False),
+        ("local-cluster[2,1,1024]", False),
+    ],
+)
+def test_local_masters(master: str, local: bool) -> None:
+    assert is_local_master(master) is local
+
+
+def test_a_cluster_gets_only_the_callers_settings() -> None:
+    caller = {"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}
+    assert builder_settings("spark://h:7077", HOME, caller, hive=False) == caller
+    assert builder_settings("yarn", HOME, None, hive=True) == {}
+    named = builder_settings("yarn", HOME, None, hive=True, metastore_uri="thrift://m:9083")
+    assert named == {"spark.hadoop.hive.metastore.uris": "thrift://m:9083"}
+
+
+def test_local_gets_the_local_defaults_and_the_caller_wins() -> None:
+    settings = builder_settings("local[2]", HOME, {"spark.ui.enabled": "true"}, hive=False)
+    assert settings["spark.sql.shuffle.partitions"] == "2"  # one per local core
+    assert settings["spark.ui.enabled"] == "true"
+    for key, value in SESSION_SETTINGS.items():
+        assert settings[key] == value
+    assert set(local_defaults(HOME)) <= set(settings)
