@@ -25,6 +25,7 @@ app = typer.Typer(
 _GROUPS = [
     ("kappaplus.local.broker_cli", "app", "broker"),
     ("kappaplus.local.topic_cli", "app", "topic"),
+    ("kappaplus.lake.cli", "app", "table"),
 ]
 # (module, attribute): modules whose `register(app)` adds top-level commands.
 _COMMANDS = [

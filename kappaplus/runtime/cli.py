@@ -253,46 +253,134 @@ def run_command(
         raise typer.Exit(code)
 
 
-def print_summary(record: Any) -> None:
-    """The final summary of a run."""
+def summary_lines(record: Any) -> list[str]:
+    """The end summary of a run as lines of at most 80 columns (but for long names).
+
+    Rows are the rows the job received (end-of-input markers excluded), the same number the
+    live table showed; batches are counted as slices (data) + marker batches; rows/s is the
+    run's own throughput over its data batches.
+    """
     elapsed = (record.ended_at or time.time()) - record.started_at
-    _console.print()
     why = f" ({record.stopped_by})" if record.stopped_by else ""
-    _console.print(
-        f"[bold]{record.run_id}[/bold]: {record.status}{why} after {format_seconds(elapsed)}"
-        f" ({record.mode}, trigger {record.trigger})"
-    )
-    table = Table("output", "targets", "batches", "rows in", "late dropped", "state rows", "done")
+    lines = [
+        f"{record.run_id}: {record.status}{why} after {format_seconds(elapsed)}",
+        f"  {record.mode}, trigger {record.trigger}",
+        f"  {'output':<16} {'batches':>9} {'rows':>11} {'rows/s':>9} {'late':>7} "
+        f"{'state':>8} {'done':>6}",
+    ]
     for name, stats in record.outputs.items():
         done = stats.get("done")
-        received = [
-            counts.get("rows", 0)
-            for metric, counts in stats.get("observed", {}).items()
-            if metric.startswith("kappa_input_")
-        ]
-        table.add_row(
-            name,
-            ", ".join(record.targets.get(name, [])),
-            str(stats.get("batches", 0)),
-            str(sum(received) if received else stats.get("input_rows", 0)),
-            str(stats.get("rows_dropped_late", 0)),
-            str(stats.get("state_rows", 0)),
-            "-" if done is None else f"{done:.1%}",
+        data = stats.get("data_batches", stats.get("batches", 0))
+        markers = stats.get("marker_batches", 0)
+        batches = f"{data}+{markers}" if markers else str(data)
+        rows = stats.get("rows", stats.get("input_rows", 0))
+        rate = stats.get("throughput")
+        lines.append(
+            f"  {name[:16]:<16} {batches:>9} {rows:>11,} "
+            f"{'-' if rate is None else f'{rate:,.0f}':>9} "
+            f"{stats.get('rows_dropped_late', 0):>7,} {stats.get('state_rows', 0):>8,} "
+            f"{'-' if done is None else f'{done:.1%}':>6}"
         )
-    _console.print(table)
+    if any(stats.get("marker_batches") for stats in record.outputs.values()):
+        lines.append("  batches: slices+end-of-input marker batches; rows/s over the slices")
+    for name, targets in record.targets.items():
+        lines.append(f"  {name} -> {', '.join(targets)}")
     for name, counts in record.inputs.items():
-        _console.print(f"input {name}: {json.dumps(counts, sort_keys=True)}")
-    _console.print(f"rows dropped as late (watermark): {record.rows_dropped_late}")
+        if "dead_letters" in counts:
+            lines.append(
+                f"  input {name}: {counts['dead_letters']:,} rows no slice could place, in "
+                f"{counts.get('dead_letter_table')}"
+            )
+            continue
+        if "dead_letter_error" in counts:
+            lines.append(
+                f"  input {name}: dead letters NOT published: {counts['dead_letter_error']}"
+            )
+            continue
+        lines.append(f"  input {name}: {json.dumps(counts, sort_keys=True)}")
+    lines.append(f"  rows dropped as late (watermark): {record.rows_dropped_late:,}")
     if record.status == "stopped":
-        _console.print("the checkpoints are intact: the same command resumes this run")
+        lines.append("  the checkpoints are intact: the same command resumes this run")
+    return lines
+
+
+def print_summary(record: Any) -> None:
+    """The final summary of a run (:func:`summary_lines`)."""
+    _console.print()
+    for line in summary_lines(record):
+        _console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _dead_letters(inputs: dict[str, dict[str, Any]]) -> int:
+    """Dead letters of a run over its inputs: Kafka decode failures or unplaceable rows."""
+    total = 0
+    for counts in inputs.values():
+        for key in ("dead_letters", "dead_letters_written", "dead"):
+            if isinstance(counts.get(key), int):
+                total += counts[key]
+                break
+    return total
+
+
+def _short_time(epoch: float | None) -> str:
+    return "-" if not epoch else time.strftime("%m-%d %H:%M", time.localtime(epoch))
+
+
+def _count(value: int | None) -> str:
+    """``12``, ``12.3k``, ``4.5M``: counts in at most 6 characters."""
+    if value is None:
+        return "-"
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.1f}{suffix}"
+    return str(value)
+
+
+def compact_status_lines(rows: list[dict[str, Any]], width: int = 80) -> list[str]:
+    """``kappa status`` without ``--wide``: one line per run, at most ``width`` columns
+    (an error or the position of a running backfill on a second, indented line)."""
+    fixed = 9 + 12 + 12 + 7 + 7 + 6 + 6 + 7  # mode, status, started, done, rows, late, dlq
+    job_width = max(8, width - fixed)
+    header = (
+        f"{'JOB':<{job_width}}{'MODE':<9}{'STATUS':<12}{'STARTED':<12}"
+        f"{'DONE':>7}{'ROWS':>7}{'LATE':>6}{'DLQ':>6}"
+    )
+    lines = [header[:width]]
+    for row in rows:
+        job = row["job"] if len(row["job"]) < job_width else row["job"][: job_width - 2] + "~"
+        status = row["status"] + ("*" if row["stopped_by"] else "")
+        done = "-" if row["done"] is None else f"{row['done']:.0%}"
+        line = (
+            f"{job:<{job_width}}{row['mode'][:8]:<9}{status[:11]:<12}"
+            f"{_short_time(row['started_at']):<12}{done:>7}{_count(row['rows']):>7}"
+            f"{_count(row['rows_dropped_late']):>6}{_count(row['dead_letters']):>6}"
+        )
+        lines.append(line[:width])
+        if row["error"]:
+            lines.append(("  " + " ".join(str(row["error"]).split()))[: width - 1])
+    lines.append(
+        "* stopped (ctrl-c, sigterm or timeout: the same command resumes)."[:width]
+        if any(row["stopped_by"] for row in rows)
+        else ""
+    )
+    lines.append("--wide: run ids, ranges, checkpoints; --json for scripts"[:width])
+    return [line for line in lines if line]
 
 
 def status_command(
     job: str = typer.Option(None, "--job", "-j", help="Only runs of this job (name)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (every field) for scripts."),
+    wide: bool = typer.Option(
+        False, "--wide", "-w", help="A wide table: run ids, ranges and checkpoint positions."
+    ),
     limit: int = typer.Option(20, "--limit", "-n", help="Show the latest N runs."),
 ) -> None:
-    """List recorded runs and where they stand (run records + checkpoint offset logs)."""
+    """List recorded runs and where they stand (run records + checkpoint offset logs).
+
+    The default fits 80 columns: job, mode, status, start, event time done, rows, rows
+    dropped as late and dead letters. --wide adds run ids, ranges and where each
+    checkpoint stands; --json prints everything.
+    """
     from kappaplus.runtime.records import list_runs, read_checkpoint
 
     records = [r for r in list_runs() if job is None or r.job == job][-limit:]
@@ -309,7 +397,17 @@ def status_command(
                 "stopped_by": record.stopped_by,
                 "range": f"[{record.start or '-'}, {record.end or '-'})",
                 "done": min(done) if done else record.done,
+                "started_at": record.started_at,
+                "ended_at": record.ended_at,
+                "rows": sum(
+                    int(stats.get("rows", stats.get("input_rows", 0)) or 0)
+                    for stats in record.outputs.values()
+                ),
+                "throughput": {
+                    name: stats.get("throughput") for name, stats in record.outputs.items()
+                },
                 "rows_dropped_late": record.rows_dropped_late,
+                "dead_letters": _dead_letters(record.inputs),
                 "checkpoints": {
                     name: {
                         "path": state.path,
@@ -329,8 +427,12 @@ def status_command(
     if not rows:
         _console.print("no runs recorded")
         return
+    if not wide:
+        for line in compact_status_lines(rows, max(60, _console.width)):
+            print(line)
+        return
     table = Table()
-    for column in ("run", "job", "mode", "status", "range", "done", "late", "checkpoints"):
+    for column in ("run", "job", "mode", "status", "range", "done", "late", "dlq", "checkpoints"):
         table.add_column(column, overflow="fold")
     for row in rows:
         parts = []
@@ -346,6 +448,7 @@ def status_command(
             row["range"],
             "-" if row["done"] is None else f"{row['done']:.1%}",
             str(row["rows_dropped_late"]),
+            str(row["dead_letters"]),
             "\n".join(parts),
         )
     _console.print(table)

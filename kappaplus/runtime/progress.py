@@ -7,6 +7,18 @@ summed over every stateful operator and batch), the observed decode counts of Ka
 inputs, and the event-time fraction done from the Hive source offset's ``done`` field.
 An entry counts once (by batch id) and only if it ran a batch: the idle heartbeats Spark
 posts while waiting for data repeat the last batch id and are skipped.
+
+Rows are counted once, the same way in the live table, the log line, the end summary and
+the run record (:attr:`QueryStats.rows`): the rows the job received, i.e. the observed
+``kappa_input_*`` counts, which exclude the end-of-input marker rows (Spark's
+``numInputRows`` includes them). Batches whose source offset is in the ``end`` phase are the
+marker batches; they are counted apart from the slices (data batches), and the run's own
+throughput is its rows over the time of its data batches.
+
+The ETA comes from event-time progress only after a warm-up (the first
+:data:`WARMUP_BATCHES` data batches of a query, which pay for planning, code generation and
+the first file listings): the event time done since the warm-up over the time it took,
+extrapolated to the rest. Before that there is no ETA rather than a wild one.
 """
 
 from __future__ import annotations
@@ -18,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
+
+WARMUP_BATCHES = 2
+"""Data batches of a query before its rate counts for the ETA."""
+_END_PHASE = "end"
 
 
 def _get(entry: Any, key: str, default: Any = None) -> Any:
@@ -49,6 +65,19 @@ def _done_of(offset: Any) -> float | None:
     if offset.get("phase") == "kafka":
         return 1.0
     return None
+
+
+def _is_marker_batch(sources: list[Any]) -> bool:
+    """Whether a batch only delivered end-of-input markers: its Hive source offset (or
+    the hybrid's lake part) is in the ``end`` phase."""
+    phases = []
+    for src in sources:
+        end = _offset(_get(src, "endOffset"))
+        if isinstance(end, Mapping):
+            if isinstance(end.get("lake"), Mapping) and end.get("phase") == "lake":
+                end = end["lake"]
+            phases.append(end.get("phase"))
+    return bool(phases) and all(phase == _END_PHASE for phase in phases)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -87,8 +116,43 @@ class QueryStats:
     watermark: str | None = None
     last_input_at: float | None = None
     observed: dict[str, dict[str, int]] = field(default_factory=dict)
+    data_batches: int = 0
+    marker_batches: int = 0
+    marker_rows: int = 0
+    data_seconds: float = 0.0
+    marker_seconds: float = 0.0
     history: list[BatchInfo] = field(default_factory=list, repr=False)
     seen: set[int] = field(default_factory=set, repr=False)
+    samples: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    """(monotonic time, event-time fraction done) after each data batch."""
+
+    @property
+    def rows(self) -> int:
+        """Rows the job received: the observed ``kappa_input_*`` counts (markers excluded),
+        else Spark's input rows less the marker rows."""
+        received = [
+            counts.get("rows", 0)
+            for metric, counts in self.observed.items()
+            if metric.startswith("kappa_input_")
+        ]
+        return sum(received) if received else self.input_rows - self.marker_rows
+
+    @property
+    def throughput(self) -> float | None:
+        """This run's rows per second over its data batches (marker batches apart)."""
+        return self.rows / self.data_seconds if self.data_seconds > 0 else None
+
+    def eta_seconds(self, now: float | None = None) -> float | None:
+        """Seconds left from the event-time rate after the warm-up, or None before it."""
+        if len(self.samples) <= WARMUP_BATCHES or self.done is None:
+            return None
+        t0, d0 = self.samples[WARMUP_BATCHES - 1]
+        t1, d1 = self.samples[-1]
+        if d1 <= d0 or t1 <= t0:
+            return None
+        left = (t1 - t0) * (1.0 - d1) / (d1 - d0)
+        elapsed = (time.monotonic() if now is None else now) - t1
+        return max(left - elapsed, 0.0)
 
     def add(self, entry: Any, now: float | None = None) -> bool:
         """Fold one progress entry in; False if it was a heartbeat or already counted."""
@@ -100,6 +164,14 @@ class QueryStats:
         self.batches += 1
         rows = int(_get(entry, "numInputRows", 0))
         self.input_rows += rows
+        seconds = float(_get(durations, "triggerExecution", 0) or 0) / 1000.0
+        if _is_marker_batch(_get(entry, "sources", []) or []):
+            self.marker_batches += 1
+            self.marker_rows += rows
+            self.marker_seconds += seconds
+        else:
+            self.data_batches += 1
+            self.data_seconds += seconds
         if rows:
             self.last_input_at = now if now is not None else time.monotonic()
         self.rows_per_second = float(_get(entry, "processedRowsPerSecond", 0.0) or 0.0)
@@ -128,6 +200,8 @@ class QueryStats:
         ]
         if fractions:
             self.done = min(fractions)
+            if not _is_marker_batch(sources):
+                self.samples.append((now if now is not None else time.monotonic(), self.done))
             if self.done_at_start is None:
                 start = [
                     done
@@ -145,7 +219,13 @@ class QueryStats:
     def as_json(self) -> dict[str, Any]:
         return {
             "batches": self.batches,
+            "data_batches": self.data_batches,
+            "marker_batches": self.marker_batches,
+            "rows": self.rows,
             "input_rows": self.input_rows,
+            "data_seconds": round(self.data_seconds, 3),
+            "marker_seconds": round(self.marker_seconds, 3),
+            "throughput": None if self.throughput is None else round(self.throughput, 1),
             "rows_dropped_late": self.rows_dropped_late,
             "state_rows": self.state_rows,
             "rows_per_second": round(self.rows_per_second, 1),
@@ -179,16 +259,21 @@ class ProgressTracker:
     def rows_dropped_late(self) -> int:
         return sum(s.rows_dropped_late for s in self.stats.values())
 
-    def eta_seconds(self) -> float | None:
-        """Seconds left, extrapolated from the event time done since this run started."""
-        starts = [s.done_at_start for s in self.stats.values() if s.done_at_start is not None]
-        done = self.done
-        if done is None or not starts:
-            return None
-        gained = done - min(starts)
-        if gained <= 0:
-            return None
-        return (time.monotonic() - self.started) * (1.0 - done) / gained
+    def eta_seconds(self, now: float | None = None) -> float | None:
+        """Seconds left: the slowest query's, from its event-time rate after the warm-up
+        (:meth:`QueryStats.eta_seconds`); None until every query with event-time progress
+        has warmed up."""
+        etas = []
+        for stats in self.stats.values():
+            if stats.done is None:
+                continue
+            if stats.done >= 1.0:
+                continue
+            eta = stats.eta_seconds(now)
+            if eta is None:
+                return None
+            etas.append(eta)
+        return max(etas) if etas else None
 
     def idle_for(self) -> float:
         """Seconds since any query last read a row (since the start if none has)."""
@@ -219,7 +304,7 @@ class ProgressTracker:
             table.add_row(
                 stats.name,
                 str(stats.batches),
-                str(stats.input_rows),
+                str(stats.rows),
                 f"{stats.rows_per_second:.0f}",
                 "-" if stats.done is None else f"{stats.done:.1%}",
                 str(stats.state_rows),
@@ -234,7 +319,7 @@ class ProgressTracker:
         for stats in self.stats.values():
             done = "" if stats.done is None else f" done={stats.done:.1%}"
             parts.append(
-                f"{stats.name}: batches={stats.batches} rows={stats.input_rows}"
+                f"{stats.name}: batches={stats.batches} rows={stats.rows}"
                 f"{done} state={stats.state_rows} late={stats.rows_dropped_late}"
             )
         eta = self.eta_seconds()

@@ -1,6 +1,13 @@
-"""What the table writers (the exactly-once Hive sink, the archiver) and the table readers
-(the ``kappa_hive`` source) share: the batch partition column and the commit log of
-published files. Pure Python, no Spark; imports no source, sink or runtime module.
+"""What sources and sinks share about tables, and tables users already have.
+
+- The batch partition column and the commit log of published files
+  (:mod:`kappaplus.table.commit_log`), shared by the table writers (the exactly-once Hive
+  sink, the archiver) and the table reader (the ``kappa_hive`` source).
+- Which catalog a table lives in (:mod:`kappaplus.table.catalogs`).
+
+Registering and describing a user's own tables is one layer up, in :mod:`kappaplus.lake`.
+
+Imports no source, sink or runtime module.
 """
 
 from __future__ import annotations

@@ -42,9 +42,13 @@ class HiveTable:
 def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     """Look ``table`` up in the catalog; :class:`TableError` if it is missing or unreadable."""
     if not spark.catalog.tableExists(table):
+        from kappaplus.table.catalogs import elsewhere
+
         database = spark.catalog.currentDatabase()
+        hint = elsewhere(spark, table)  # e.g. registered in the other catalog
         raise TableError(
             f"table {table!r} not found in the catalog (current database {database!r})"
+            + (f"; {hint}" if hint else "")
         )
     details: dict[str, str] = {}
     in_details = False

@@ -1,0 +1,147 @@
+"""``kappa table register|describe``: bring a lake table you already have.
+
+Both use the catalog every ``kappa`` command of the state directory uses: the metastore
+server once ``kappa up`` runs, else the embedded one (``docs/runtime.md``, "One catalog").
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from kappaplus.errors import ConfigError, KappaError
+
+app = typer.Typer(
+    help="Lake tables: register a Parquet/ORC directory you have, see what a backfill reads.",
+    no_args_is_help=True,
+)
+_console = Console()
+_METASTORE = typer.Option(
+    None,
+    "--metastore-uri",
+    help="Hive metastore thrift URI (default: the `kappa up` server, else the embedded one).",
+)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    _console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
+
+
+def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]
+    from kappaplus.session import create_session
+
+    return create_session(name, metastore_uri=metastore_uri)
+
+
+def _check_partition_format(partition_format: str | None) -> None:
+    from pydantic import ValidationError
+
+    from kappaplus.config import HiveInput
+
+    if partition_format is None:
+        return
+    try:
+        HiveInput.model_validate(
+            {"table": "t", "event_time_column": "t", "partition_format": partition_format}
+        )
+    except ValidationError as exc:
+        problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ConfigError("--partition-format", partition_format, problem) from None
+
+
+@app.command("register")
+def register_command(
+    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
+    location: str = typer.Option(..., "--location", "-l", help="Directory of the files."),
+    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or orc."),
+    partition_format: str = typer.Option(
+        None,
+        "--partition-format",
+        help="e.g. 'dt=%Y-%m-%d/hr=%H': checks every directory (default: from the names).",
+    ),
+    replace: bool = typer.Option(
+        False, "--replace", help="Point an existing table at this location (files are kept)."
+    ),
+    metastore_uri: str = _METASTORE,
+) -> None:
+    """Register the directory --location as the external table NAME: columns from the
+    files, partition columns (STRING) from the directory names, every partition added.
+
+    Run it again to add partitions that appeared since. Dropping the table later never
+    deletes the files.
+    """
+    from rich.progress import Progress
+
+    from kappaplus.session import stop_session
+    from kappaplus.table.catalogs import describe_catalog
+    from kappaplus.lake.register import list_partitions, register_table
+
+    try:
+        _check_partition_format(partition_format)
+        list_partitions(location, partition_format)  # before Spark starts
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    spark = _session("kappa-table-register", metastore_uri)
+    try:
+        with Progress(console=_console, transient=True) as bar:
+            task = bar.add_task("adding partitions", total=None)
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            result = register_table(
+                spark,
+                name,
+                location,
+                format=fmt,
+                partition_format=partition_format,
+                replace=replace,
+                progress=advance,
+            )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    finally:
+        stop_session(spark)
+    _console.print(
+        f"registered {result.table} ({result.format}) over {result.location} in "
+        f"{describe_catalog(result.catalog)}: {len(result.columns)} columns, "
+        f"{result.partitions} partitions ({result.added} added) in {result.seconds:.1f}s"
+    )
+    _console.print(f"see what a backfill reads: kappa table describe {result.table}")
+
+
+@app.command("describe")
+def describe_command(
+    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
+    event_time: str = typer.Option(
+        None, "--event-time", "-e", help="Event-time column (default: the one timestamp)."
+    ),
+    partition_format: str = typer.Option(
+        None, "--partition-format", help="e.g. 'dt=%Y-%m-%d/hr=%H' (default: inferred)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    metastore_uri: str = _METASTORE,
+) -> None:
+    """Show what a backfill of NAME will see, from file metadata only: partitions, files,
+    rows, the event-time range, null event times, and how far event times sit outside
+    their partitions (what max_lateness / max_earliness must cover)."""
+    from kappaplus.session import stop_session
+    from kappaplus.lake.describe import describe_lines, describe_table
+
+    spark = _session("kappa-table-describe", metastore_uri)
+    try:
+        found = describe_table(
+            spark, name, event_time_column=event_time, partition_format=partition_format
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    finally:
+        stop_session(spark)
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in describe_lines(found):
+        print(line)

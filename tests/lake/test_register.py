@@ -1,0 +1,122 @@
+"""``register_table`` / ``describe_table``: a Parquet directory a user already has, as a
+partitioned table of the catalog the runs use, described from file metadata."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from kappaplus.errors import DataError, TableError
+from kappaplus.settings import state_dir
+from kappaplus.sources.hive.catalog import resolve_table
+from kappaplus.lake.describe import describe_lines, describe_table
+from kappaplus.lake.register import register_table
+
+BASE = datetime(2024, 3, 1, tzinfo=UTC)
+US = 1_000_000
+
+
+def write_hour(root: Path, hour: int, files: int = 1, skew_minutes: int = 0) -> int:
+    """Rows of arrival hour ``hour`` (10 per file); the first row of each file's event time
+    is ``skew_minutes`` after the partition's end. Returns the rows written."""
+    at = BASE + timedelta(hours=hour)
+    folder = root / f"dt={at:%Y-%m-%d}" / f"hr={at:%H}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(files):
+        times = [at + timedelta(minutes=5 * i) for i in range(10)]
+        if skew_minutes:
+            times[0] = at + timedelta(hours=1, minutes=skew_minutes)
+        table = pa.table(
+            {
+                "ride_id": [f"{hour}-{n}-{i}" for i in range(10)],
+                "city": ["a"] * 10,
+                "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        pq.write_table(table, folder / f"part-{n}.parquet")
+    return 10 * files
+
+
+def test_register_and_describe_a_lake_directory(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "rides"
+    rows = sum(write_hour(root, h, files=1 + h % 2) for h in range(30))
+    rows += write_hour(root, 30, skew_minutes=33)
+    name = f"lake_{uuid.uuid4().hex[:6]}.rides"
+    done = register_table(spark, name, str(root), partition_format="dt=%Y-%m-%d/hr=%H")
+    assert (done.partitions, done.added) == (31, 31)
+    assert done.partition_columns == ("dt", "hr")
+    assert dict(done.columns)["event_time"] == "timestamp"
+    assert spark.sql(f"SHOW PARTITIONS {name}").count() == 31
+    assert spark.table(name).count() == rows
+    assert spark.table(name).where("dt = '2024-03-02' and hr = '05'").count() == 20
+
+    # registering again adds only what appeared since
+    rows += write_hour(root, 31)
+    again = register_table(spark, name, str(root))
+    assert (again.partitions, again.added) == (32, 1)
+    assert spark.table(name).count() == rows
+
+    seen = describe_table(spark, name)
+    assert (seen.partitions, seen.rows, seen.event_time_column) == (32, rows, "event_time")
+    assert seen.files == 15 * 2 + 17 * 1
+    assert seen.event_time_min == int(BASE.timestamp()) * US
+    assert seen.event_time_max == int((BASE + timedelta(hours=31, minutes=45)).timestamp()) * US
+    assert seen.partition_format == "dt=%Y-%m-%d/hr=%H"
+    assert seen.after_partition == 33 * 60 * US + 1  # max_earliness must exceed 33 minutes
+    assert seen.before_partition == 0 and seen.null_event_times == 0
+    text = describe_lines(seen)
+    assert all(
+        len(line) <= 80 for line in text if not line.startswith(("location", "table", "columns"))
+    )
+    assert any("33m00s after" in line for line in text), text
+    json.dumps(seen.as_json())
+
+
+def test_register_names_a_directory_that_does_not_fit(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "odd"
+    write_hour(root, 0)
+    (root / "dt=2024-03-01" / "hour=07").mkdir()
+    pq.write_table(pa.table({"x": [1]}), root / "dt=2024-03-01" / "hour=07" / "p.parquet")
+    with pytest.raises(DataError, match="hour=07|hr=00"):
+        register_table(spark, f"odd_{uuid.uuid4().hex[:6]}", str(root))
+    bad_time = tmp_path / "bad_time"
+    write_hour(bad_time, 0)
+    (bad_time / "dt=2024-13-01" / "hr=00").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), bad_time / "dt=2024-13-01" / "hr=00" / "p.parquet")
+    with pytest.raises(DataError, match="dt=2024-13-01"):
+        register_table(
+            spark,
+            f"bad_{uuid.uuid4().hex[:6]}",
+            str(bad_time),
+            partition_format="dt=%Y-%m-%d/hr=%H",
+        )
+
+
+def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:
+    name = f"default.elsewhere_{uuid.uuid4().hex[:6]}"
+    notes = state_dir() / "tables.json"
+    before = notes.read_text() if notes.is_file() else None
+    known = json.loads(before) if before else {}
+    known[name] = {"catalog": "thrift://127.0.0.1:1", "location": "/data/x"}
+    notes.write_text(json.dumps(known))
+    try:
+        with pytest.raises(TableError) as missing:
+            resolve_table(spark, name)
+        assert "registered in the metastore server thrift://127.0.0.1:1" in str(missing.value)
+        assert "kappa table register" in str(missing.value)
+    finally:
+        if before is None:
+            notes.unlink()
+        else:
+            notes.write_text(before)
+    managed = f"made_elsewhere_{uuid.uuid4().hex[:6]}"
+    (state_dir() / "warehouse" / managed).mkdir(parents=True)
+    with pytest.raises(TableError, match="probably created through the metastore server"):
+        resolve_table(spark, managed)
