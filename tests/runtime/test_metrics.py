@@ -94,16 +94,20 @@ def test_metrics_endpoint_answers_while_a_query_runs(  # type: ignore[no-untyped
     )
     port = free_port()
     results: list[Any] = []
-    runner = threading.Thread(
-        target=lambda: results.append(
-            run_job(spark, job, config, RunOptions("stream", timeout=240, metrics_port=port))
-        ),
-        daemon=True,
-    )
+
+    def run() -> None:
+        try:
+            results.append(
+                run_job(spark, job, config, RunOptions("stream", timeout=240, metrics_port=port))
+            )
+        except Exception as exc:  # noqa: BLE001 - re-raised in the test's thread
+            results.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
     runner.start()
     scraped = ""
     deadline = time.monotonic() + 200
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and runner.is_alive():
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
                 assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -118,6 +122,9 @@ def test_metrics_endpoint_answers_while_a_query_runs(  # type: ignore[no-untyped
     for query in stop_all:
         query.stop()
     runner.join(120)
+    if results and isinstance(results[0], Exception):
+        raise results[0]
+    (scratch / "scrape.txt").write_text(scraped)
     families = {line.split()[2] for line in scraped.splitlines() if line.startswith("# TYPE")}
     assert {
         "kappa_batches_total",
