@@ -108,7 +108,6 @@ def main() -> None:
             ).isoformat(),
             "manifestDir": str(work / "m"),
             "columns": "ts,key,amount",
-            "watermarkDelay": "1 minute",
             "targetRowsPerTrigger": str(args.rows * 2),
         }
     )

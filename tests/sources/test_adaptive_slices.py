@@ -281,3 +281,25 @@ def test_targets_are_validated_and_default_to_two_million_rows(tmp_path: Path):
     assert by_bytes.target_rows_per_trigger is None and by_bytes.target_bytes_per_trigger == 64
     with pytest.raises(ConfigError, match="'targetRowsPerTrigger' = '0': must be positive"):
         options(tmp_path, tmp_path / "m", BASE, BASE + HOUR, targetRowsPerTrigger="0")
+
+
+def test_the_last_data_slice_carries_the_first_end_of_input_marker(tmp_path: Path):
+    root = tmp_path / "events"
+    truth = write_table(root, [100] * 6, seed=9, row_group_size=1000)
+    start, end = BASE, BASE + 6 * HOUR
+    delay = 10 * 60 * US
+    opts = options(
+        root, tmp_path / "m", start, end, targetRowsPerTrigger="250", watermarkDelay="10 minutes"
+    )
+    batches = run_planner(opts)
+    phases = [(b["phase"], b.get("markers", 0)) for _, b in batches]
+    assert phases[-3:] == [("data", 1), ("end", 2), ("end", 3)], phases
+    assert all(m == 0 for p, m in phases[:-3]), "no marker before the last data slice"
+    markers_seen = []
+    rows = 0
+    for first, last in batches:
+        got = delivered(opts, first, last)
+        markers_seen.append(sum(1 for i, t in got if i is None and t == end + delay))
+        rows += sum(1 for i, _ in got if i is not None)
+    assert markers_seen == [0] * (len(batches) - 3) + [1, 1, 1]
+    assert rows == truth.num_rows

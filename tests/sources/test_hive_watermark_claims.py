@@ -138,4 +138,6 @@ def test_a_longer_delay_only_holds_more_state(
         assert dropped_late(progress) == 0
         state[delay] = (max_state_rows(progress), sorted(map(tuple, spark.table(name).collect())))
     assert state["0 seconds"][1] == state["6 hours"][1], "same results"
-    assert state["6 hours"][0] > 2 * state["0 seconds"][0], "more open windows in state"
+    # State holds the windows of about one slice plus the delay: ~8-hour slices here, so a
+    # 6-hour delay keeps ~(8 + 6) / 8 times the windows open.
+    assert state["6 hours"][0] > 1.5 * state["0 seconds"][0], "more open windows in state"

@@ -32,9 +32,11 @@ log = logging.getLogger(__name__)
 
 PHASE_DATA = "data"
 PHASE_END = "end"
-# End-of-input marker batches. The first moves the watermark to the end bound; operators
-# evict with the watermark of the batch before (session windows use the one before that
-# for late rows), so two more batches run with the final watermark and emit the last windows.
+# End-of-input markers. The first moves the watermark to the end bound; it rides in the
+# last data slice (it is later than every row there, so it changes nothing but the
+# watermark). Operators evict with the watermark of the batch before (session windows use
+# the one before that for late rows), so two marker batches follow with the final
+# watermark and emit the last windows.
 MARKER_BATCHES = 3
 OFFSET_VERSION = 1
 FALLBACK_SPAN = 3_600_000_000  # adaptive slicing without statistics: 1 hour
@@ -212,10 +214,13 @@ class SlicePlanner:
                 offset = self._offset(
                     pos.origin, pos.hi, pos.hi, None, PHASE_END, 0, late_files, late_rows, 1.0
                 )
-                offset["markers"] = pos.markers + 1 if pos.phase == PHASE_END else 1
+                offset["markers"] = pos.markers + 1
                 return offset
             return start
-        return self._plan(files, pos, limit, row_budget, late_files, late_rows)
+        offset = self._plan(files, pos, limit, row_budget, late_files, late_rows)
+        if ends_input and self.options.emits_end_marker and offset["hi"] >= limit:
+            offset["markers"] = 1  # the last data slice carries the first marker
+        return offset
 
     def _plan(
         self,

@@ -25,7 +25,6 @@ from kappaplus.sources.hive.manifest import ManifestEntry, ManifestStore
 from kappaplus.sources.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.sources.hive.planner import (
     PHASE_DATA,
-    PHASE_END,
     Position,
     SlicePlanner,
 )
@@ -103,16 +102,19 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = Position.parse(start), Position.parse(end)
-        if last.phase == PHASE_END and (first.phase, first.markers) != (last.phase, last.markers):
+        markers: list[InputPartition] = []
+        if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
+            # an end-of-input marker batch, or the last data slice carrying the first marker
             assert last.hi is not None and self.options.watermark_delay is not None
             marker = last.hi + self.options.watermark_delay
-            return [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
+            markers = [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
         if last.phase != PHASE_DATA or last.manifest is None or start == end:
-            return []
+            return markers
         manifest = ManifestStore(self.options.manifest_dir).get(last.manifest)
-        return split_slice(
+        data = split_slice(
             manifest.entries, manifest.lo, manifest.hi, last.origin or 0, self.options, self.planner
         )
+        return [*data, *markers]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
