@@ -75,9 +75,9 @@ def register_command(
     """
     from rich.progress import Progress
 
+    from kappaplus.lake.register import list_partitions, register_table
     from kappaplus.session import stop_session
     from kappaplus.table.catalogs import describe_catalog
-    from kappaplus.lake.register import list_partitions, register_table
 
     try:
         _check_partition_format(partition_format)
@@ -128,8 +128,8 @@ def describe_command(
     """Show what a backfill of NAME will see, from file metadata only: partitions, files,
     rows, the event-time range, null event times, and how far event times sit outside
     their partitions (what max_lateness / max_earliness must cover)."""
-    from kappaplus.session import stop_session
     from kappaplus.lake.describe import describe_lines, describe_table
+    from kappaplus.session import stop_session
 
     spark = _session("kappa-table-describe", metastore_uri)
     try:
