@@ -55,7 +55,9 @@ SECRET_SETTINGS: tuple[str, ...] = (
 )
 """Settings whose values are secret, by their canonical (lower-case) name."""
 
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")
+_URL_USERINFO = re.compile(r"(?P<user>[^\s/@:'\",=]*):(?P<secret>[^\s/@'\",]+)@")
+"""``user:password@`` with or without a scheme before it: URLs, and the entries of an address
+list such as ``bootstrap_servers`` (``SASL_SSL://bob:pw@h1:9092,alice:pw@h2:9092``)."""
 
 
 def is_secret(key: str) -> bool:
@@ -65,8 +67,14 @@ def is_secret(key: str) -> bool:
 
 
 def mask_url(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@host`` replaced by ``***``."""
-    return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    """``text`` with the password of every ``[scheme://]user:password@host`` replaced by ``***``.
+
+    >>> mask_url("SASL_SSL://bob:s3cret@host:9092,alice:pw@h2:9092")
+    'SASL_SSL://bob:***@host:9092,alice:***@h2:9092'
+    >>> mask_url("thrift://metastore:9083")
+    'thrift://metastore:9083'
+    """
+    return _URL_USERINFO.sub(lambda m: f"{m['user']}:{MASK}@", text)
 
 
 def redact(value: Any) -> Any:

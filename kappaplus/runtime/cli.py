@@ -101,9 +101,9 @@ def _stop_quietly(spark: Any) -> None:
 def _fail(exc: Exception) -> typer.Exit:
     from rich.markup import escape
 
-    from kappaplus.masking import mask_credentials
+    from kappaplus.secrets import mask_url
 
-    _console.print(f"[red]error:[/red] {escape(mask_credentials(str(exc)))}")
+    _console.print(f"[red]error:[/red] {escape(mask_url(str(exc)))}")
     return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
 
 
