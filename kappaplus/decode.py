@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from kappaplus.codecs.registry import UnknownSchemaId, WriterSchemas
 from kappaplus.errors import ConfigError, DataError
+from kappaplus.secrets import mask_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -140,6 +142,11 @@ class DecoderSpec:
     - ``wire_format``: Avro only: ``"confluent"`` (magic byte 0 + 4-byte schema id +
       payload), ``"plain"`` (bare Avro binary) or ``"auto"`` (either; default).
     - ``schema_ids``: Avro only: accepted Confluent schema ids (default: any).
+    - ``schema_registry_url``: Avro only: a Schema Registry; a Confluent-framed value is then
+      read with the writer schema of its id and resolved to ``avro_schema`` (the reader
+      schema), so compatible producer schema changes keep decoding
+      (:mod:`kappaplus.codecs.registry`). Without it every value is read with
+      ``avro_schema``.
 
     >>> DecoderSpec(format="avro", avro_schema="trip.avsc", event_time="ts")  # doctest: +SKIP
     """
@@ -151,12 +158,15 @@ class DecoderSpec:
     required: tuple[str, ...] = ()
     wire_format: WireFormat = "auto"
     schema_ids: frozenset[int] | None = None
+    schema_registry_url: str | None = field(default=None, repr=False)
     event_schema: StructType = field(init=False, repr=False, compare=False)
     avro_parsed: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         if self.format not in ("json", "avro"):
             raise ConfigError("format", self.format, "expected 'json' or 'avro'")
+        if self.format == "json" and self.schema_registry_url is not None:
+            raise ConfigError("schema_registry_url", "***", "only for format 'avro'")
         object.__setattr__(self, "required", tuple(self.required))
         if self.schema_ids is not None:
             object.__setattr__(self, "schema_ids", frozenset(int(i) for i in self.schema_ids))
@@ -176,6 +186,12 @@ class DecoderSpec:
             if self.wire_format not in ("auto", "confluent", "plain"):
                 raise ConfigError(
                     "wire_format", self.wire_format, "expected 'auto', 'confluent' or 'plain'"
+                )
+            if self.schema_registry_url is not None and self.wire_format == "plain":
+                raise ConfigError(
+                    "schema_registry_url",
+                    mask_url(self.schema_registry_url),
+                    "a registry needs the Confluent wire format: wire_format 'confluent' or 'auto'",
                 )
             parsed, event_schema = _load_avsc(self.avro_schema)
             object.__setattr__(self, "avro_parsed", parsed)
@@ -684,6 +700,7 @@ class _Decoder:
         self.fields = [f.name for f in spec.event_schema.fields]
         self.required = spec.required_fields
         self.event_time = spec.event_time
+        self.writer_schemas: WriterSchemas | None = None
         if spec.format == "json":
             # Decimal fields keep their digits exactly; other numbers parse as float.
             decimals = "decimal(" in spec.event_schema.simpleString()
@@ -696,6 +713,8 @@ class _Decoder:
             self.normalizers = {
                 f.name: _avro_normalizer(f.dataType) for f in spec.event_schema.fields
             }
+            url = spec.schema_registry_url
+            self.writer_schemas = WriterSchemas(url) if url else None
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
         if value is None:
@@ -791,15 +810,26 @@ class _Decoder:
             raise _FieldError(
                 f"unknown Confluent schema id {schema_id}, expected one of {sorted(ids)}"
             )
-        return self._read_avro(value, 5, f" (Confluent schema id {schema_id})")
+        writer = None
+        if self.writer_schemas is not None:
+            try:
+                writer = self.writer_schemas.get(schema_id)
+            except UnknownSchemaId as exc:
+                raise _FieldError(str(exc)) from None
+        return self._read_avro(value, 5, f" (Confluent schema id {schema_id})", writer)
 
-    def _read_avro(self, value: bytes, start: int, context: str) -> dict[str, Any]:
+    def _read_avro(
+        self, value: bytes, start: int, context: str, writer: Any = None
+    ) -> dict[str, Any]:
         import fastavro
 
         stream = io.BytesIO(value)
         stream.seek(start)
         try:
-            record = fastavro.schemaless_reader(stream, self.spec.avro_parsed)
+            if writer is None:
+                record = fastavro.schemaless_reader(stream, self.spec.avro_parsed)
+            else:
+                record = fastavro.schemaless_reader(stream, writer, self.spec.avro_parsed)
         except Exception as exc:  # EOFError, StopIteration, UnicodeDecodeError, ...
             detail = str(exc) or type(exc).__name__
             if isinstance(exc, EOFError | StopIteration):

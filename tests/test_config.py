@@ -33,7 +33,7 @@ dlq = { topic = "rides_dlq" }
 
 [inputs.rides.kafka.options]
 "kafka.security.protocol" = "SASL_SSL"
-"kafka.sasl.jaas.config" = "PlainLoginModule required password='hunter2';"
+"kafka.sasl.password" = "hunter2"
 
 [inputs.rides.hive]
 table = "raw.rides"

@@ -74,6 +74,7 @@ def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
             format="avro",
             avro_schema=str(kafka.schema_file),
             event_time=spec.event_time_column,
+            schema_registry_url=kafka.schema_registry_url,
         )
     return DecoderSpec(format="json", schema=spec.struct_type(), event_time=spec.event_time_column)
 
