@@ -17,7 +17,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from kappaplus.decode import DecoderSpec, decode_values
+from kappaplus.codecs import DecoderSpec, decode_values
 from kappaplus.errors import ConfigError, DataError
 
 READER = {  # the job's declared schema

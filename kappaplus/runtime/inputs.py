@@ -1,7 +1,7 @@
 """Bind a job's logical inputs to streaming DataFrames for one mode.
 
 - ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
-  :func:`~kappaplus.decode.decode_kafka` -> :func:`~kappaplus.decode.good_events`. The
+  :func:`~kappaplus.codecs.decode_kafka` -> :func:`~kappaplus.codecs.good_events`. The
   decode counts (``records``, ``good``, ``dead``) are observed under
   ``kappa_decode_<input>``; the dead letters themselves are written by a separate DLQ
   query per input (see :mod:`kappaplus.runtime.runner`) when the input has a ``dlq``.
@@ -32,8 +32,8 @@ from kappaplus.sources.hive import read_hive_stream
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from kappaplus.codecs import DecoderSpec
     from kappaplus.config import HiveInput, KafkaInput, ResolvedConfig, ResolvedInput
-    from kappaplus.decode import DecoderSpec
     from kappaplus.dlq import DeadLetterTarget
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.runtime.options import RunOptions
@@ -67,7 +67,7 @@ class BoundInput:
 
 def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
     """How the input's Kafka records decode into the job's declared events."""
-    from kappaplus.decode import DecoderSpec
+    from kappaplus.codecs import DecoderSpec
 
     if kafka.format == "avro":
         return DecoderSpec(
@@ -217,7 +217,7 @@ def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
     (:data:`~kappaplus.jobs.KAFKA_METADATA_DDL`)."""
     from pyspark.sql import functions as F
 
-    from kappaplus.decode import ERROR_COL, RECORD_COL, event_field_names
+    from kappaplus.codecs import ERROR_COL, RECORD_COL, event_field_names
 
     record = F.col(RECORD_COL)
     return decoded.where(F.col(ERROR_COL).isNull()).select(
@@ -249,7 +249,7 @@ def bind_input(
     job_name: str = "job",
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
-    from kappaplus.decode import decode_kafka, good_events
+    from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
 
     if mode == "stream":

@@ -278,7 +278,7 @@ def _start_dlq(
     trigger: str,
 ) -> tuple[StreamingQuery, str] | None:
     """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
-    from kappaplus.decode import dead_letters, decode_kafka
+    from kappaplus.codecs import dead_letters, decode_kafka
     from kappaplus.dlq import dead_letter_writer
 
     kafka = resolved.inputs[input_name].kafka

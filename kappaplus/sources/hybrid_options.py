@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql.types import DataType, StructType
 
-from kappaplus.decode import DecoderSpec
+from kappaplus.codecs import DecoderSpec
 from kappaplus.errors import ConfigError
 from kappaplus.sources.hive.options import HiveSourceOptions
 from kappaplus.sources.kafka_options import KafkaSourceOptions
