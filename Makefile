@@ -22,6 +22,7 @@ lint: setup
 bench: setup
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
+	.venv/bin/python bench/bench_codec.py
 
 down: setup
 	.venv/bin/kappa down
