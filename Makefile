@@ -23,6 +23,7 @@ bench: setup
 	.venv/bin/python bench/bench_backfill.py
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
+	.venv/bin/python bench/bench_codec.py
 
 chaos: setup
 	.venv/bin/python tests/chaos/chaos.py --scenarios 8

@@ -100,7 +100,7 @@ class ArchiveOptions:
         """The event schema as DDL: ``schema``, or the Avro file's fields."""
         if self.schema:
             return self.schema
-        from kappaplus.decode import DecoderSpec
+        from kappaplus.codecs import DecoderSpec
 
         assert self.schema_file is not None
         spec = DecoderSpec(

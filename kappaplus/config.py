@@ -160,6 +160,8 @@ class KafkaInput(_Model):
     bootstrap_servers: Servers
     format: Literal["json", "avro"] = "json"
     schema_file: Path | None = None
+    # Avro: writer schemas by the Confluent schema id; schema_file is the reader schema
+    schema_registry_url: str | None = Field(None, repr=False)
     starting_offsets: str = "latest"
     max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
     options: dict[str, str] = Field(default_factory=dict)
@@ -180,6 +182,8 @@ class KafkaInput(_Model):
     def _avro_schema(self) -> KafkaInput:
         if self.format == "avro" and self.schema_file is None:
             raise ValueError("format 'avro' needs 'schema_file' (an .avsc file)")
+        if self.format != "avro" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' is for format 'avro' only")
         return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]

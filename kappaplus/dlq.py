@@ -1,6 +1,6 @@
 """Write dead letters to their targets: a Kafka topic and/or a Hive table.
 
-Dead letters have the schema :data:`kappaplus.decode.DLQ_DDL` (original key and value bytes,
+Dead letters have the schema :data:`kappaplus.codecs.DLQ_DDL` (original key and value bytes,
 source topic, partition, offset, Kafka timestamp, reason, job, dead-letter time).
 
 - Kafka: one message per dead letter; the message key is ``"topic/partition/offset"`` of
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kappaplus.decode import DLQ_ARROW_SCHEMA, dead_letters, good_events
+from kappaplus.codecs import DLQ_ARROW_SCHEMA, dead_letters, good_events
 from kappaplus.errors import ConfigError, DataError, KafkaError, TableError
 
 if TYPE_CHECKING:
@@ -415,7 +415,7 @@ def write_dead_letters(
 
 
 def _dlq_ddl_loose() -> str:
-    from kappaplus.decode import DLQ_DDL
+    from kappaplus.codecs import DLQ_DDL
 
     return DLQ_DDL.replace(" NOT NULL", "")
 
@@ -466,7 +466,7 @@ def decoded_batch_writer(
     sink_id: str,
     write_good: Callable[[DataFrame, int], Any],
 ) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function for the output of :func:`kappaplus.decode.decode_kafka`.
+    """A ``foreachBatch`` function for the output of :func:`kappaplus.codecs.decode_kafka`.
 
     Per micro-batch: the batch is persisted (so decoding and the observed counts run once),
     ``write_good(good_events, batch_id)`` writes the events, and the dead letters go to

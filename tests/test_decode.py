@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kappaplus.decode import (
+from kappaplus.codecs import (
     ERROR_COL,
     DecoderSpec,
     dead_letters,

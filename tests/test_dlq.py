@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from kappaplus.decode import DecoderSpec, decode_kafka
+from kappaplus.codecs import DecoderSpec, decode_kafka
 from kappaplus.dlq import (
     DeadLetterTarget,
     dead_letter_batch,

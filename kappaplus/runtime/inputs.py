@@ -1,7 +1,7 @@
 """Bind a job's logical inputs to streaming DataFrames for one mode.
 
 - ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
-  :func:`~kappaplus.decode.decode_kafka` -> :func:`~kappaplus.decode.good_events`. The
+  :func:`~kappaplus.codecs.decode_kafka` -> :func:`~kappaplus.codecs.good_events`. The
   decode counts (``records``, ``good``, ``dead``) are observed under
   ``kappa_decode_<input>``; the dead letters themselves are written by a separate DLQ
   query per input (see :mod:`kappaplus.runtime.runner`) when the input has a ``dlq``.
@@ -34,8 +34,8 @@ from kappaplus.sources.hive import read_hive_stream
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from kappaplus.codecs import DecoderSpec
     from kappaplus.config import HiveInput, KafkaInput, ResolvedConfig, ResolvedInput
-    from kappaplus.decode import DecoderSpec
     from kappaplus.dlq import DeadLetterTarget
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.runtime.options import RunOptions
@@ -69,13 +69,14 @@ class BoundInput:
 
 def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
     """How the input's Kafka records decode into the job's declared events."""
-    from kappaplus.decode import DecoderSpec
+    from kappaplus.codecs import DecoderSpec
 
     if kafka.format == "avro":
         return DecoderSpec(
             format="avro",
             avro_schema=str(kafka.schema_file),
             event_time=spec.event_time_column,
+            schema_registry_url=kafka.schema_registry_url,
         )
     return DecoderSpec(format="json", schema=spec.struct_type(), event_time=spec.event_time_column)
 
@@ -240,7 +241,7 @@ def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
     (:data:`~kappaplus.jobs.KAFKA_METADATA_DDL`)."""
     from pyspark.sql import functions as F
 
-    from kappaplus.decode import ERROR_COL, RECORD_COL, event_field_names
+    from kappaplus.codecs import ERROR_COL, RECORD_COL, event_field_names
 
     record = F.col(RECORD_COL)
     return decoded.where(F.col(ERROR_COL).isNull()).select(
@@ -274,7 +275,7 @@ def bind_input(
     dead_letter_staging: str | None = None,
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
-    from kappaplus.decode import decode_kafka, good_events
+    from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
     from kappaplus.runtime.bounds import (
         bounds_metrics_name,

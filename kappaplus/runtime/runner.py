@@ -468,7 +468,7 @@ def _start_dlq(
     trigger: str,
 ) -> tuple[StreamingQuery, str] | None:
     """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
-    from kappaplus.decode import dead_letters, decode_kafka
+    from kappaplus.codecs import dead_letters, decode_kafka
     from kappaplus.dlq import dead_letter_writer
     from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
 

@@ -68,7 +68,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kappaplus.decode import DecoderSpec
+from kappaplus.codecs import DecoderSpec
 from kappaplus.settings import state_dir
 from kappaplus.sources.hive.catalog import hive_stream_options, resolve_table
 from kappaplus.sources.hive.planner import Position

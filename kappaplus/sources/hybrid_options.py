@@ -25,7 +25,7 @@ from typing import Any
 
 from pyspark.sql.types import DataType, StructType
 
-from kappaplus.decode import DecoderSpec
+from kappaplus.codecs import DecoderSpec
 from kappaplus.errors import ConfigError
 from kappaplus.sources.hive.options import HiveSourceOptions
 from kappaplus.sources.kafka_options import KafkaSourceOptions
@@ -59,6 +59,8 @@ def decoder_to_json(spec: DecoderSpec) -> str:
         data["avroSchema"] = str(spec.avro_schema)
     if spec.schema_ids is not None:
         data["schemaIds"] = sorted(spec.schema_ids)
+    if spec.schema_registry_url is not None:
+        data["schemaRegistryUrl"] = spec.schema_registry_url
     return json.dumps(data, sort_keys=True)
 
 
@@ -76,6 +78,7 @@ def decoder_from_json(text: str) -> DecoderSpec:
             required=tuple(data.get("required", ())),
             wire_format=data.get("wireFormat", "auto"),
             schema_ids=frozenset(ids) if ids is not None else None,
+            schema_registry_url=data.get("schemaRegistryUrl"),
         )
     except ConfigError:
         raise

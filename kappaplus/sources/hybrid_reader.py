@@ -3,7 +3,7 @@ decoded into lake rows, de-duplicated against the lake, failures dead-lettered.
 
 For each record of ``[from, until)``:
 
-- it is decoded with the job's :class:`~kappaplus.decode.DecoderSpec` (the same decoder
+- it is decoded with the job's :class:`~kappaplus.codecs.DecoderSpec` (the same decoder
   the Kafka-only path uses); a record that fails is a *dead letter*;
 - a decoded event with event time ``< cutoff`` is *skipped*: the lake owns it and already
   delivered it (this is what makes starting Kafka early, at ``cutoff - lateness``, or on a
@@ -12,7 +12,7 @@ For each record of ``[from, until)``:
   types, time-partition columns (``dt=``) derived from the event time. A value that cannot
   be converted to the lake's type makes its record a dead letter too.
 
-Dead letters are written to ``deadLetterPath`` (Parquet, :data:`~kappaplus.decode.DLQ_ARROW_SCHEMA`)
+Dead letters are written to ``deadLetterPath`` (Parquet, :data:`~kappaplus.codecs.DLQ_ARROW_SCHEMA`)
 and the counts of every range to ``deadLetterPath/_counts/`` (JSON); both are named after
 the job and the range, so a replayed batch overwrites its own files: no duplicates, and
 :func:`hybrid_counts` sums exactly one entry per range. Nothing is dropped silently.
@@ -31,12 +31,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from kappaplus.decode import (
+from kappaplus.codecs import (
     DLQ_ARROW_SCHEMA,
     ERROR_COL,
     RECORD_ARROW_TYPE,
     RECORD_COL,
-    _decode_batches,
+    decode_batches,
 )
 from kappaplus.sources.hive.files import TS_UTC, filesystem_for
 from kappaplus.sources.hive.reader import output_arrow_schema
@@ -96,7 +96,7 @@ def read_kafka_range(options: HybridSourceOptions, rng: OffsetRange) -> Iterator
     counts = HybridCounts()
     dead: list[pa.Table] = []
     records = read_range(options.kafka, rng)
-    for decoded in _decode_batches(options.decoder, decoded_arrow_schema(options), records):
+    for decoded in decode_batches(options.decoder, decoded_arrow_schema(options), records):
         rows, bad, batch_counts = split_decoded(options, decoded, target)
         counts.add(batch_counts)
         if bad is not None:

@@ -29,7 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kappaplus.decode import DecoderSpec
+from kappaplus.codecs import DecoderSpec
 from kappaplus.errors import ConfigError
 from kappaplus.sources.hybrid import hybrid_counts, read_hybrid_stream
 
@@ -281,7 +281,7 @@ def test_dedup_rule_and_schema_unification_per_record() -> None:
     """Without Spark: one decoded batch split into delivered, skipped and dead records."""
     import pyarrow as pa
 
-    from kappaplus.decode import _decode_batches
+    from kappaplus.codecs import decode_batches
     from kappaplus.sources.hybrid_options import HybridSourceOptions, decoder_to_json
     from kappaplus.sources.hybrid_reader import decoded_arrow_schema, split_decoded
     from kappaplus.sources.kafka_reader import arrow_schema
@@ -332,7 +332,7 @@ def test_dedup_rule_and_schema_unification_per_record() -> None:
         ],
         schema=arrow_schema(False),
     )
-    (decoded,) = _decode_batches(DECODER, decoded_arrow_schema(options), [records])
+    (decoded,) = decode_batches(DECODER, decoded_arrow_schema(options), [records])
     from kappaplus.sources.hive.reader import output_arrow_schema
 
     rows, dead, counts = split_decoded(options, decoded, output_arrow_schema(options.lake))
