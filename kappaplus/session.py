@@ -197,7 +197,7 @@ def create_session(
     if cores is not None:
         # One shuffle (= state store) partition per local core: each stateful micro-batch
         # then runs one task per core instead of paying task and state store overhead for
-        # partitions that wait for a core (measured in docs/benchmarks.md). A value the
+        # partitions that wait for a core (bench/bench_microbatch.py compares). A value the
         # caller sets wins; checkpoints keep the partition count they were created with.
         settings["spark.sql.shuffle.partitions"] = str(cores)
     settings.update(conf or {})
