@@ -156,10 +156,36 @@ def _produce(bootstrap: str, events: list[dict[str, Any]]) -> None:
     produce(bootstrap, TOPIC, [], extra=[b"{truncated json", b'{"rider_id": 7, "event_time": 1}'])
 
 
+def config_toml(raw: dict[str, Any], prefix: str = "") -> str:
+    """``raw`` as TOML, one dotted key per line (keys quoted; values of JSON's syntax,
+    which TOML shares for strings, numbers and arrays of them)."""
+    import json
+
+    lines = []
+    for key, value in raw.items():
+        name = f"{prefix}{json.dumps(key)}"
+        if isinstance(value, dict):
+            lines.append(config_toml(value, f"{name}."))
+        else:
+            lines.append(f"{name} = {json.dumps(value)}")
+    return "\n".join(line for line in lines if line)
+
+
 def _config(bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int) -> Any:
+    """The demo job's configuration; also written to ``<checkpoints>/../sessionization.toml``
+    so ``kappa reconcile``/``kappa run`` can use it afterwards."""
     from kappaplus.config import config_from_dict
 
-    return config_from_dict(
+    raw = _config_dict(bootstrap, checkpoints, slice_hours, per_trigger)
+    checkpoints.parent.mkdir(parents=True, exist_ok=True)
+    (checkpoints.parent / "sessionization.toml").write_text(config_toml(raw) + "\n")
+    return config_from_dict(raw)
+
+
+def _config_dict(
+    bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
+) -> dict[str, Any]:
+    return dict(
         {
             "job": "kappaplus.examples.sessionization:JOB",
             "watermark_delay": "2 minutes",
@@ -412,6 +438,11 @@ def _where(home: Path) -> None:
     where.add_row("backfill output", f"{SESSIONS_TABLE}_backfill")
     where.add_row("warehouse", str(home / "warehouse"))
     where.add_row("checkpoints", str(home / "demo" / "checkpoints"))
+    where.add_row(
+        "reconcile / audit again",
+        f"kappa reconcile sessionization --config {home / 'demo' / 'sessionization.toml'}; "
+        f"kappa audit --table {EVENTS_TABLE}",
+    )
     where.add_row("run records", f"{home / 'runs'} (kappa status)")
     console.print(where)
 

@@ -43,6 +43,37 @@ def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
     assert int(recovered.group(1)) > 0, "the stream dropped some late events"
     assert "every event once" in out
 
+    # kappa reconcile on the demo's outputs gives the demo's figures
+    config = tmp_path / "home" / "demo" / "sessionization.toml"
+    again = subprocess.run(
+        [
+            *kappa,
+            "reconcile",
+            "sessionization",
+            "--config",
+            str(config),
+            "--json",
+            "--chart",
+            str(tmp_path / "reconcile.html"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    figures = json.loads(again.stdout[again.stdout.index("{") :])
+    for label, key in (
+        ("windows identical in both", "identical"),
+        ("windows that differ (same key)", "different"),
+        ("windows only in the backfill", "only_backfill"),
+        ("windows still open in production (end after its watermark)", "open_in_production"),
+    ):
+        shown = re.search(re.escape(label) + r"\W+(\d+)", out)
+        assert shown and int(shown.group(1)) == figures[key], (label, figures[key])
+    assert figures["recovered"] == int(recovered.group(1)) == figures["late_rows_reported"]
+    assert (tmp_path / "reconcile.html").read_text().startswith("<!doctype html>")
+
     pids = [json.loads(p.read_text())["pid"] for p in (tmp_path / "home").glob("*/*.pid")]
     assert pids and all(pid_alive(pid) for pid in pids), "services keep running after the demo"
     down = subprocess.run([*kappa, "down"], env=env, capture_output=True, text=True, timeout=120)

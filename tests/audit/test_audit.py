@@ -149,7 +149,9 @@ def test_replayed_micro_batch_leaves_audit_counts_unchanged(  # type: ignore[no-
     last = int(commits[-1].name)
     commits[-1].unlink()
     (commits[-1].parent / f".{last}.crc").unlink(missing_ok=True)
-    _archive(spark, topic, kafka_bootstrap, table, scratch)
+    second = _archive(spark, topic, kafka_bootstrap, table, scratch)
+    rerun = [(b.batch_id, b.input_rows) for b in second.tracker.stats["archive"].history]
+    assert rerun and rerun[0][0] == last and rerun[0][1] > 0, rerun
 
     query = first.plans["archive"].query_name
     spark.catalog.refreshTable("kappa_audit.counts")
