@@ -164,6 +164,7 @@ class KafkaInput(_Model):
     schema_registry_url: str | None = Field(None, repr=False)
     starting_offsets: str = "latest"
     max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
+    fail_on_data_loss: bool = Field(True, alias="failOnDataLoss", strict=True)
     options: dict[str, str] = Field(default_factory=dict)
     dlq: DeadLetterTarget | None = None
 

@@ -424,3 +424,16 @@ table = "agg.counts"
         parse_config(text)
     message = str(unset.value)
     assert "inputs.rides.kafka.bootstrap_servers" in message and "'KAPPA_BOOTSTRAP'" in message
+
+
+def test_fail_on_data_loss_is_a_key_of_the_kafka_binding() -> None:
+    """The data-loss error advises failOnDataLoss=false: a job config can say it."""
+    from kappaplus.config import KafkaInput
+    from kappaplus.runtime.inputs import kafka_options
+
+    base = {"topic": "rides", "bootstrap_servers": "h:9092"}
+    assert kafka_options(KafkaInput.model_validate(base))["failOnDataLoss"] is True
+    lenient = KafkaInput.model_validate({**base, "failOnDataLoss": False})
+    assert kafka_options(lenient)["failOnDataLoss"] is False
+    with pytest.raises(ValueError):
+        KafkaInput.model_validate({**base, "failOnDataLoss": "maybe"})

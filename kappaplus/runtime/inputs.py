@@ -88,7 +88,7 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
         "subscribe": kafka.topic,
         "startingOffsets": kafka.starting_offsets,
         "maxOffsetsPerTrigger": kafka.max_offsets_per_trigger,
-        "failOnDataLoss": True,
+        "failOnDataLoss": kafka.fail_on_data_loss,
     }
     options.update(kafka.options)
     return options
@@ -199,7 +199,7 @@ def hybrid_options(
         "job_name": job_name,
         "bootstrap": kafka.bootstrap_servers,
         "subscribe": kafka.topic,
-        "failOnDataLoss": "true",
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
     }
     if kafka.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger

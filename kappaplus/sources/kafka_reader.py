@@ -79,7 +79,8 @@ def report_data_loss(options: KafkaSourceOptions, message: str) -> None:
     if options.fail_on_data_loss:
         raise DataLoss(
             f"{message}. Some data may have been lost (deleted by retention, or the topic was "
-            "recreated). Set failOnDataLoss=false to continue with what exists."
+            "recreated). Set failOnDataLoss=false (the source option, or the key of a job "
+            "config's Kafka binding) to continue with what exists."
         )
     log.warning("%s; continuing because failOnDataLoss=false", message)
 
