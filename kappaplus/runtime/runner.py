@@ -139,16 +139,17 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
     return prepare_checkpoint(config, run, run_identity(job, resolved, run))
 
 
-def check_sql(plans: dict[str, OutputPlan]) -> None:
-    """Parse every SQL expression of the outputs' config (``partition_expr``) now, so a bad
-    one is one line naming its key, not a failure at the first batch."""
-    from pyspark.sql import functions as F
-
+def check_sql(spark: SparkSession, plans: dict[str, OutputPlan]) -> None:
+    """Parse every SQL expression of the outputs' config (``partition_expr``) now, with
+    Spark's own parser, so a bad one is one line naming its key, not a failure at the
+    first batch."""
+    jspark: Any = spark._jsparkSession  # type: ignore[attr-defined]
+    parser = jspark.sessionState().sqlParser()
     for name, plan in plans.items():
         if plan.hive is None or not plan.hive.partition_expr:
             continue
         try:
-            F.expr(plan.hive.partition_expr)
+            parser.parseExpression(plan.hive.partition_expr)
         except Exception as exc:  # noqa: BLE001 - Spark's ParseException, as one line
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(
@@ -229,7 +230,7 @@ def run_job(
         )
         for spec in job.outputs
     }
-    check_sql(plans)
+    check_sql(spark, plans)
     check_targets(spark, plans, identity)
     dlq_names: dict[str, str] = {}
     record = RunRecord(

@@ -176,7 +176,7 @@ def kappa_run(
     """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
     commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
     the first offsets are planned). SIGTERM/SIGINT go to the whole group, SIGKILL to the
-    driver only (its JVM must not outlive it). Returns (exit code, stderr)."""
+    driver only (its JVM must not outlive it). Returns (exit code, stdout and stderr)."""
     command = [
         *KAPPA,
         "run",
@@ -214,10 +214,11 @@ def kappa_run(
                 break
             time.sleep(0.05)
     try:
-        _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
+        out, err = proc.communicate()
+    err = f"{out}\n{err}"  # the error line of kappa run is on stdout, logs on stderr
     if interrupt is not None and interrupt[0] == signal.SIGKILL:
         _wait_for_jvm_exit(home)
     return proc.returncode, err
@@ -291,7 +292,7 @@ def scenario(
     if "Traceback" in err2:
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
     if name == "lost-checkpoint" and second == 2:
-        lines = [line for line in err2.splitlines() if "error" in line.lower()]
+        lines = [line for line in err2.splitlines() if line.startswith("error:")]
         outcome.refused = (lines[-1] if lines else err2.strip()[-200:])[:160]
         if "DROP TABLE" not in err2 and "already holds" not in err2:
             outcome.problems.append("refused without naming the table and the way out")
@@ -332,9 +333,13 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(scenario(home, table, name, out, commits, end))
             done = outcomes[-1][0]
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
-        tables = ["chaos_base", *(t for _, t in outcomes if t)]
-        rows = read_outputs(home, tables)
+        # a backfill writes <table>_backfill
+        tables = [f"{t}_backfill" for t in ["chaos_base", *(t for _, t in outcomes if t)]]
+        rows = {t.removesuffix("_backfill"): r for t, r in read_outputs(home, tables).items()}
         baseline = rows["chaos_base"]
+        if not baseline:
+            print("the uninterrupted run wrote no rows: nothing to compare")
+            return 1
         print(f"\nuninterrupted run: {len(baseline)} rows")
         failed = 0
         totals = {"rows": 0, "lost": 0, "duplicated": 0, "refused": 0}

@@ -78,11 +78,11 @@ def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type
     hive = HiveOutput(table="t", partition_expr="to_date(session_start")
     plan = OutputPlan("sessions", spec, None, hive, Path("/nonexistent"), "q")
     with pytest.raises(ConfigError) as caught:
-        check_sql({"sessions": plan})
+        check_sql(spark, {"sessions": plan})
     assert "outputs.sessions.hive.partition_expr" in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
     good = HiveOutput(table="t", partition_expr="to_date(session_start)")
-    check_sql({"sessions": OutputPlan("sessions", spec, None, good, Path("/x"), "q")})
+    check_sql(spark, {"sessions": OutputPlan("sessions", spec, None, good, Path("/x"), "q")})
 
 
 def test_no_empty_staging_directory_is_left_behind(spark) -> None:  # type: ignore[no-untyped-def]
