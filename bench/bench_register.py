@@ -30,9 +30,9 @@ def main() -> None:
     os.environ["KAPPA_HOME"] = home
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from kappaplus.table.register import register_table
 
     from kappaplus.session import create_session
-    from kappaplus.table.register import register_table
 
     location = f"{home}/lake/rides"
     base = datetime(2024, 3, 1, tzinfo=UTC)
