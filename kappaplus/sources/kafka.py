@@ -1,22 +1,9 @@
 """The reading half of the ``kappa_kafka`` data source: streaming and batch readers.
 
-Spark's JVM Kafka connector is not needed: this source speaks Kafka through ``confluent-kafka``
-and produces the same schema as Spark's built-in Kafka source::
-
-    key binary, value binary, topic string, partition int, offset long,
-    timestamp timestamp, timestampType int [, headers array<struct<key:string,value:binary>>]
-
-Options use the names of Spark's Kafka source: ``subscribe`` / ``subscribePattern`` /
-``assign``, ``startingOffsets``, ``startingTimestamp``, ``endingOffsets``,
-``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``, ``includeHeaders``,
-``kafkaConsumer.pollTimeoutMs`` and ``kafka.*`` (passed to the client; secrets are never logged).
-
-Streaming offsets are per partition, ``{"topic": {"0": 123}}``, checkpointed by Spark: with a
-checkpoint and an idempotent sink each record is processed exactly once. ``Trigger.AvailableNow``
-reads what exists when the query starts and stops. ``endingOffsets`` also bounds a stream.
-
-The data source itself (reading and writing), ``read_kafka_stream`` and ``read_kafka`` are in
-:mod:`kappaplus.connectors.kafka`; the writing half is :mod:`kappaplus.sinks.kafka`.
+What the source delivers (the schema of Spark's built-in Kafka source), its options (Spark's
+names) and its offsets are described in :mod:`kappaplus.connectors.kafka`, which also holds the
+data source itself (reading and writing), ``read_kafka_stream`` and ``read_kafka``; the writing
+half is :mod:`kappaplus.sinks.kafka`.
 """
 
 from __future__ import annotations
