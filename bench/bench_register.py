@@ -6,7 +6,7 @@ each on a fresh external table in the embedded catalog:
 - ``msck``: ``MSCK REPAIR TABLE`` (Spark lists the tree and computes file statistics per
   partition, ``spark.sql.gatherFastStats=true``, the default);
 - ``msck-nostats``: the same with ``spark.sql.gatherFastStats=false``;
-- ``register``: :func:`kappaplus.table.register.register_table` (one pyarrow listing, checks
+- ``register``: :func:`kappaplus.lake.register.register_table` (one pyarrow listing, checks
   every directory against the partition format, ``ALTER TABLE ADD PARTITION ... LOCATION``
   in batches).
 
@@ -30,7 +30,7 @@ def main() -> None:
     os.environ["KAPPA_HOME"] = home
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from kappaplus.table.register import register_table
+    from kappaplus.lake.register import register_table
 
     from kappaplus.session import create_session
 

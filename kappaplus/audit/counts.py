@@ -95,11 +95,11 @@ def observe_rows(
 def observe_kafka(
     decoded: DataFrame, name: str, event_time_column: str, bucket_seconds: int = BUCKET_SECONDS
 ) -> DataFrame:
-    """Count a :func:`~kappaplus.decode.decode_kafka` result as ``kafka.read``,
+    """Count a :func:`~kappaplus.codecs.decode_kafka` result as ``kafka.read``,
     ``kafka.decoded`` and ``kafka.dead`` per bucket (dead records have no event time)."""
     from pyspark.sql import functions as F
 
-    from kappaplus.decode import ERROR_COL
+    from kappaplus.codecs import ERROR_COL
 
     failed = F.col(ERROR_COL).isNotNull()
     by_event = bucket_index(F.col(f"`{event_time_column}`"), bucket_seconds)

@@ -79,12 +79,12 @@ def out_of_bounds_reason(column: str, bounds: EventTimeBounds) -> Column | None:
 def mark_out_of_bounds(
     decoded: DataFrame, column: str, bounds: EventTimeBounds, metrics: str
 ) -> DataFrame:
-    """A :func:`~kappaplus.decode.decode_kafka` result where a decoded record whose event
+    """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record whose event
     time is out of bounds has failed (its reason in the error column): good_events skips
     it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``)."""
     from pyspark.sql import functions as F
 
-    from kappaplus.decode import ERROR_COL
+    from kappaplus.codecs import ERROR_COL
 
     reason = out_of_bounds_reason(column, bounds)
     if reason is None or column not in decoded.columns:

@@ -45,7 +45,7 @@ def staged_rows(staging: str | Path) -> list[dict[str, Any]]:
 
 
 def as_dead_letters(rows: list[dict[str, Any]], job: str) -> pa.Table:
-    """Staged rows in the dead-letter schema (:data:`kappaplus.decode.DLQ_ARROW_SCHEMA`)."""
+    """Staged rows in the dead-letter schema (:data:`kappaplus.codecs.DLQ_ARROW_SCHEMA`)."""
     from kappaplus.dlq import dead_letter_batch
 
     values: list[bytes | None] = []

@@ -194,3 +194,35 @@ def test_no_module_level_cycles() -> None:
         if node not in state:
             walk(node)
     assert cycles == []
+
+
+def test_every_kappaplus_import_resolves() -> None:
+    # function-level imports run only when their function does: a module or name moved away
+    # (``kappaplus.decode`` -> ``kappaplus.codecs``) must fail here, not in the middle of a run
+    import importlib
+
+    missing = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names if _in(a.name, ("kappaplus",))]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if not _in(node.module, ("kappaplus",)):
+                    continue
+                targets = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for module, attr in targets:
+                where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+                try:
+                    imported = importlib.import_module(module)
+                except ImportError as exc:
+                    missing.append(f"{where}: {module}: {exc}")
+                    continue
+                if attr is not None and attr != "*" and not hasattr(imported, attr):
+                    try:
+                        importlib.import_module(f"{module}.{attr}")
+                    except ImportError:
+                        missing.append(f"{where}: {module} has no {attr}")
+    assert missing == []
