@@ -30,8 +30,8 @@ def main() -> None:
     os.environ["KAPPA_HOME"] = home
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from kappaplus.lake.register import register_table
 
+    from kappaplus.lake.register import register_table
     from kappaplus.session import create_session
 
     location = f"{home}/lake/rides"
