@@ -97,7 +97,11 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         handlers=[_CurrentStderr()],
     )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs the traceback of an exception in a Python callback (foreachBatch) at ERROR; the
+    # same failure reaches the run as its query's exception and is reported in one line, and
+    # a query stopped by Ctrl-C/SIGTERM in the middle of a batch interrupts its callback: the
+    # traceback is shown with -v only.
+    logging.getLogger("py4j").setLevel(logging.WARNING if verbose else logging.CRITICAL)
 
 
 _mount()

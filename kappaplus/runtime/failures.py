@@ -7,11 +7,15 @@ Python workers cannot start): run the same command again, it resumes from its ch
 run fewer jobs at once if it recurs
 >>> explain("java.lang.IllegalStateException: boom\\n\\tat org.Foo(Foo.java:1)")
 'java.lang.IllegalStateException: boom (run with -v for the stack trace)'
+>>> explain("An exception was raised by the Python Proxy. Return Message: Traceback ...\\n"
+...         "  File x.py, line 1\\nkappaplus.errors.DataError: table 't': 2 rows cannot be placed")
+"table 't': 2 rows cannot be placed"
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from kappaplus.errors import ConfigError
@@ -31,8 +35,17 @@ _KNOWN = (
 )
 
 
+_KAPPA_ERROR = re.compile(r"^kappaplus\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+"""A kappaplus error raised in a Python worker or in ``foreachBatch``: Spark passes on its
+traceback; the error's own message (it names the option, table or file) is the line to show."""
+
+
 def explain(text: str) -> str:
-    """One line saying what failed: a known cause with its way out, else the first line."""
+    """One line saying what failed: a kappaplus error raised inside Spark as its own message,
+    a known cause with its way out, else the first line."""
+    found = _KAPPA_ERROR.findall(str(text))
+    if found:
+        return found[-1].strip()
     for needle, message in _KNOWN:
         if needle in text:
             return message

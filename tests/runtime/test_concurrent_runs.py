@@ -31,6 +31,7 @@ import pytest
 from runtime_helpers import EXAMPLES, _merge, flush_events, sessions_by_hand
 
 from kappaplus.config import load_config
+from kappaplus.demo import config_toml
 from kappaplus.examples.generate import arrival_order, produce, rider_events
 from kappaplus.local.metastore import MetastoreServer
 from kappaplus.runtime.records import list_runs
@@ -83,25 +84,6 @@ CATALOG = textwrap.dedent(
     spark.stop()
     """
 )
-
-
-def toml_text(data: Mapping[str, Any], prefix: str = "") -> str:
-    """A minimal TOML writer for job configs (tables, strings, numbers, booleans)."""
-    lines, tables = [], []
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            tables.append((key, value))
-        elif isinstance(value, bool):
-            lines.append(f"{key} = {'true' if value else 'false'}")
-        elif isinstance(value, int | float):
-            lines.append(f"{key} = {value!r}")
-        else:
-            lines.append(f"{key} = {json.dumps(str(value))}")
-    text = "\n".join(lines) + "\n" if lines else ""
-    for key, value in tables:
-        name = f"{prefix}.{key}" if prefix else key
-        text += f"\n[{name}]\n" + toml_text(value, name)
-    return text
 
 
 @pytest.fixture()
@@ -225,7 +207,7 @@ def test_stream_and_backfill_run_at_the_same_time(
         )
         merged["inputs"]["rider_events"]["kafka"].pop("dlq", None)  # one query per run
         config = tmp_path / "sessionization.toml"
-        config.write_text(toml_text(merged))
+        config.write_text(config_toml(merged))
         load_config(config)  # valid before two JVMs are spent on it
 
         # -- both runs at once ------------------------------------------------------------
