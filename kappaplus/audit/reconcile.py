@@ -31,6 +31,9 @@ from kappaplus.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from kappaplus.config import JobConfig
+    from kappaplus.jobs import Job
+
 #: Columns a Hive sink adds; never part of a comparison.
 SINK_COLUMNS = ("dt", "hr", "kappa_batch")
 
@@ -117,6 +120,21 @@ def _iso(micros: int | None) -> str | None:
     return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
 
 
+def _stream_checkpoint(
+    job: Job, config: JobConfig, output: str, checkpoint_root: Path | None
+) -> Path:
+    """The checkpoint of ``output``'s query in the job's production (stream) run: the
+    directory the run's identity gives (:func:`kappaplus.runtime.identity.run_dir`)."""
+    from kappaplus.config import resolve
+    from kappaplus.runtime.identity import run_dir, run_identity
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import checkpoint_root as root_of
+
+    run = RunOptions("stream", checkpoint_root=checkpoint_root)
+    identity = run_identity(job, resolve(config, "stream", job), run)
+    return run_dir(root_of(config, run), identity) / output
+
+
 def checkpoint_watermark(checkpoint: Path) -> int | None:
     """The watermark (epoch micros) of the latest batch planned in a query checkpoint."""
     offsets = checkpoint / "offsets"
@@ -144,8 +162,6 @@ def target_of(
 ) -> ReconcileTarget:
     """The reconcile target of ``job``'s output (the only one when ``output`` is None)."""
     from kappaplus.config import resolve
-    from kappaplus.runtime.options import RunOptions, slug
-    from kappaplus.runtime.runner import checkpoint_root as root_of
 
     names = [spec.name for spec in job.outputs]
     if output is None:
@@ -169,8 +185,9 @@ def target_of(
             f"outputs.{output}.hive", None, "kappa reconcile compares Hive outputs only"
         )
     if watermark_micros is None and keys.window_end is not None:
-        root = root_of(config, RunOptions("stream", checkpoint_root=checkpoint_root))
-        watermark_micros = checkpoint_watermark(root / slug(job.name) / "stream" / output)
+        watermark_micros = checkpoint_watermark(
+            _stream_checkpoint(job, config, output, checkpoint_root)
+        )
     spec = job.outputs[names.index(output)]
     return ReconcileTarget(
         job=job.name,
