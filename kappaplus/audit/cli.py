@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.errors import ConfigError, KappaError
+from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 _console = Console()
 _AUDIT_CHART = typer.Option(None, "--chart", help="Write the chart here (default audit.html).")
@@ -63,7 +64,9 @@ def register(app: typer.Typer) -> None:
             seconds = parse_duration(bucket, "--bucket") // 1_000_000
         except KappaError as exc:
             raise _fail(exc) from exc
-        spark = create_session("kappa-audit", metastore_uri=metastore_uri)
+        spark = create_session(
+            "kappa-audit", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
+        )
         try:
             report = load_report(
                 spark,
@@ -129,7 +132,9 @@ def register(app: typer.Typer) -> None:
             )
         except KappaError as exc:
             raise _fail(exc) from exc
-        spark = create_session("kappa-reconcile", metastore_uri=metastore_uri)
+        spark = create_session(
+            "kappa-reconcile", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
+        )
         try:
             result = reconcile(spark, target)
         except KappaError as exc:

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.errors import ConfigError, KappaError
+from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 app = typer.Typer(
     help="Lake tables: register a Parquet/ORC directory you have, see what a backfill reads.",
@@ -33,7 +34,7 @@ def _fail(exc: Exception) -> typer.Exit:
 def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]
     from kappaplus.session import create_session
 
-    return create_session(name, metastore_uri=metastore_uri)
+    return create_session(name, metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY)
 
 
 def _check_partition_format(partition_format: str | None) -> None:

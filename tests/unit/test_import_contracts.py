@@ -20,6 +20,8 @@ ENTRY_POINTS = {
     "kappaplus.runtime.cli",
     "kappaplus.archive_cli",
     "kappaplus.demo",
+    "kappaplus.audit.cli",
+    "kappaplus.lake.cli",
 }
 """Command-line entry points: they compose the local stack with production code."""
 
