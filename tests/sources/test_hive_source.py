@@ -6,6 +6,7 @@ Every streaming result is compared with a plain Spark batch query over the same 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -148,26 +149,7 @@ def test_session_windows_equal_ground_truth(spark: SparkSession, event_table: st
         F.count("*").alias("n"), F.min("id").alias("first_id")
     )
     run_available_now(sessions, scratch / "ck", "session_out")
-    got = sorted(
-        (r.key, int(r.s), int(r.e), r.n, r.first_id)
-        for r in spark.table("session_out")
-        .select(
-            "key",
-            F.col("session_window.start").cast("long").alias("s"),
-            F.col("session_window.end").cast("long").alias("e"),
-            "n",
-            "first_id",
-        )
-        .collect()
-    )
-    rows = [
-        (r.key, int(r.t), r.id)
-        for r in spark.table(event_table)
-        .where(in_event_range(start, end))
-        .select("key", F.col("ts").cast("long").alias("t"), "id")
-        .collect()
-    ]
-    truth = sessions_by_hand(rows, 4 * 60, end)
+    got, truth = sessions_and_truth(spark, "session_out", event_table, start, end)
     assert len(truth) > 1000
     assert got == truth
 
@@ -294,3 +276,30 @@ def test_column_pruning_reads_and_delivers_only_the_named_columns(
         read_hive_stream(
             spark, event_table, event_time_column="ts", columns="kind,colour", start=iso(start)
         )
+
+
+def sessions_and_truth(
+    spark: SparkSession, out_table: str, event_table: str, start: datetime, end: datetime
+) -> tuple[list[tuple], list[tuple]]:
+    """The sessions a query wrote to ``out_table`` and the sessions computed by hand (gap
+    4 minutes) from the rows of ``event_table`` in ``[start, end)``."""
+    got = sorted(
+        (r.key, int(r.s), int(r.e), r.n, r.first_id)
+        for r in spark.table(out_table)
+        .select(
+            "key",
+            F.col("session_window.start").cast("long").alias("s"),
+            F.col("session_window.end").cast("long").alias("e"),
+            "n",
+            "first_id",
+        )
+        .collect()
+    )
+    rows = [
+        (r.key, int(r.t), r.id)
+        for r in spark.table(event_table)
+        .where(in_event_range(start, end))
+        .select("key", F.col("ts").cast("long").alias("t"), "id")
+        .collect()
+    ]
+    return got, sessions_by_hand(rows, 4 * 60, end)

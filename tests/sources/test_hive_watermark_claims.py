@@ -22,7 +22,7 @@ from test_hive_source import (
     data_offsets,
     in_event_range,
     run_available_now,
-    sessions_by_hand,
+    sessions_and_truth,
 )
 
 from kappaplus.sources.hive import read_hive_stream
@@ -101,26 +101,7 @@ def test_session_windows_are_exact_with_a_zero_delay(
     progress = run_available_now(sessions, scratch / "ck", "claims_sessions")
     assert len(data_offsets(progress)) >= 4
     assert dropped_late(progress) == 0
-    got = sorted(
-        (r.key, int(r.s), int(r.e), r.n, r.first_id)
-        for r in spark.table("claims_sessions")
-        .select(
-            "key",
-            F.col("session_window.start").cast("long").alias("s"),
-            F.col("session_window.end").cast("long").alias("e"),
-            "n",
-            "first_id",
-        )
-        .collect()
-    )
-    rows = [
-        (r.key, int(r.t), r.id)
-        for r in spark.table(claims_table)
-        .where(in_event_range(start, end))
-        .select("key", F.col("ts").cast("long").alias("t"), "id")
-        .collect()
-    ]
-    truth = sessions_by_hand(rows, 4 * 60, end)
+    got, truth = sessions_and_truth(spark, "claims_sessions", claims_table, start, end)
     assert len(truth) > 1000
     assert got == truth
 
