@@ -79,7 +79,7 @@ def test_archive_event_partitions_exactly_once(  # type: ignore[no-untyped-def]
     assert partitions == {f"dt={d}/hr={h}" for d, h in hours}
 
     # the archive is a backfill input: the Hive source reads it back in event-time slices
-    from kappaplus.sources.hive import read_hive_stream
+    from kappaplus.connectors.hive import read_hive_stream
 
     got: list[Any] = []
     query = (

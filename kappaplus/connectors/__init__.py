@@ -1,7 +1,15 @@
-"""The Spark Python data sources kappaplus registers, each joining the reading half (in
-:mod:`kappaplus.sources`) and, where there is one, the writing half (in :mod:`kappaplus.sinks`).
+"""One package per external system, each with its source, reader, options and sink:
 
-This package is where sources and sinks meet, so that neither imports the other.
+- :mod:`kappaplus.connectors.hive`: a Hive table read as an event-time-ordered stream
+  (``kappa_hive``), and the exactly-once Hive table sink;
+- :mod:`kappaplus.connectors.kafka`: Kafka through confluent-kafka (``kappa_kafka``), read
+  and write;
+- :mod:`kappaplus.connectors.hybrid`: lake history then Kafka (``kappa_hybrid``), composed of
+  the two above.
+
+Connectors use only the shared layers (:mod:`kappaplus.table`, :mod:`kappaplus.codecs`, ...);
+the runtime binds them to jobs. Within a connector the reading modules and the sink never
+import each other; they share options and offsets.
 """
 
 from __future__ import annotations
@@ -11,9 +19,9 @@ from typing import Any
 
 # module path, class name: imported on registration, not when this package is imported.
 _DATA_SOURCES = [
-    ("kappaplus.sources.hive", "HiveStreamDataSource"),
+    ("kappaplus.connectors.hive", "HiveStreamDataSource"),
     ("kappaplus.connectors.kafka", "KafkaDataSource"),
-    ("kappaplus.sources.hybrid", "HybridDataSource"),
+    ("kappaplus.connectors.hybrid", "HybridDataSource"),
 ]
 
 

@@ -83,9 +83,9 @@ def describe_table(
     partition_format: str | None = None,
 ) -> TableDescription:
     """Describe ``table`` as a backfill would read it (see the module docstring)."""
-    from kappaplus.sources.hive.catalog import resolve_table
-    from kappaplus.sources.hive.files import file_stats, list_data_files
-    from kappaplus.sources.hive.layout import PartitionTimeLayout, infer_layout
+    from kappaplus.connectors.hive.catalog import resolve_table
+    from kappaplus.connectors.hive.files import file_stats, list_data_files
+    from kappaplus.connectors.hive.layout import PartitionTimeLayout, infer_layout
     from kappaplus.table.catalogs import catalog_of
 
     found = resolve_table(spark, table)

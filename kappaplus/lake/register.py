@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
+from kappaplus.connectors.hive.files import filesystem_for
+from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
 from kappaplus.errors import ConfigError, DataError, TableError
-from kappaplus.sources.hive.files import filesystem_for
-from kappaplus.sources.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

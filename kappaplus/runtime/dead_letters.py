@@ -2,7 +2,7 @@
 
 The Hive source stages them, with their reason, as Parquet under a directory beside the
 run's checkpoints (one file per source file and row groups, so a replayed slice overwrites
-rather than duplicates; see :mod:`kappaplus.sources.hive.reader`). When the run ends,
+rather than duplicates; see :mod:`kappaplus.connectors.hive.reader`). When the run ends,
 :func:`publish_staged` moves them into the binding's dead-letter Hive table, in the same
 layout as a Kafka input's dead letters (:data:`kappaplus.dlq.HIVE_COLUMNS`): ``value`` is
 the row as JSON, ``reason`` says why (and which file), ``topic``/``partition``/``offset``

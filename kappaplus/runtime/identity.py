@@ -236,7 +236,7 @@ def check_targets(
     table looks like: the new checkpoint would read the same input again and commit its
     rows a second time. Refusing (rather than replacing) keeps every row a reader already
     saw; the error names the table, the earlier checkpoint and the way out."""
-    from kappaplus.sinks.hive import committed_runs
+    from kappaplus.connectors.hive.commits import committed_runs
 
     for plan in plans.values():
         if plan.hive is None:

@@ -5,12 +5,12 @@
   decode counts (``records``, ``good``, ``dead``) are observed under
   ``kappa_decode_<input>``; the dead letters themselves are written by a separate DLQ
   query per input (see :mod:`kappaplus.runtime.runner`) when the input has a ``dlq``.
-- ``backfill``: Hive table -> :func:`~kappaplus.sources.hive.read_hive_stream` over
+- ``backfill``: Hive table -> :func:`~kappaplus.connectors.hive.read_hive_stream` over
   ``[start, end)`` in slices of the configured event-time span and budgets, with the
   option ``watermarkDelay`` so a bounded run ends with end-of-input markers.
 - ``bootstrap``: Hive table for ``[start, cutoff)`` in event-time slices, then the Kafka
   topic from the offsets of ``cutoff - lateness``, as ONE source
-  (:func:`~kappaplus.sources.hybrid.read_hybrid_stream`): the lake owns event times
+  (:func:`~kappaplus.connectors.hybrid.source.read_hybrid_stream`): the lake owns event times
   before the cutoff, Kafka the rest; undecodable Kafka records go to a dead-letter path
   with their reasons (:func:`bootstrap_dead_letter_path`).
 
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.audit.counts import observe_kafka
+from kappaplus.connectors.hive import read_hive_stream
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
-from kappaplus.sources.hive import read_hive_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -301,7 +301,7 @@ def bind_input(
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap":
-        from kappaplus.sources.hybrid import read_hybrid_stream
+        from kappaplus.connectors.hybrid.source import read_hybrid_stream
 
         hive, kafka = binding.hive, binding.kafka
         if spec.kafka_metadata:

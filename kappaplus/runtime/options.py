@@ -63,7 +63,7 @@ class RunOptions:
 
     - ``mode``: ``stream`` (Kafka in), ``backfill`` (Hive in, backfill targets out) or
       ``bootstrap`` (Hive history up to ``cutoff``, then Kafka, production targets out:
-      the lambda source, :mod:`kappaplus.sources.hybrid`).
+      the lambda source, :mod:`kappaplus.connectors.hybrid.source`).
     - ``start`` / ``end``: backfill event-time range ``[start, end)`` (ISO-8601, naive
       means UTC); default the ``start``/``end`` of each input's Hive binding, else the
       whole table as it is when the run starts. A bootstrap takes ``start`` only.

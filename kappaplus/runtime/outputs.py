@@ -3,7 +3,7 @@
 Every output query uses ``foreachBatch`` with :class:`OutputWriter`, which per micro-batch
 computes the rows once (``persist``) and writes them to
 
-- the Hive table through :class:`~kappaplus.sinks.hive.HiveTableSink` (exactly once:
+- the Hive table through :class:`~kappaplus.connectors.hive.sink.HiveTableSink` (exactly once:
   a replayed batch publishes nothing twice), and/or
 - the Kafka topic through the ``kappa_kafka`` batch writer (at least once): each record's
   value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
@@ -106,7 +106,8 @@ class OutputWriter:
     """``foreachBatch`` function writing one output's batch to its Hive table and/or topic."""
 
     def __init__(self, plan: OutputPlan) -> None:
-        from kappaplus.sinks.hive import HiveSinkOptions, HiveTableSink
+        from kappaplus.connectors.hive.sink import HiveTableSink
+        from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
         self.plan = plan
         self.hive_sink = None

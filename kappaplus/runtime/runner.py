@@ -399,8 +399,8 @@ def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
     skipped (owned by the lake), dead letters, and where the dead letters are."""
     if run.mode != "bootstrap":
         return {}
+    from kappaplus.connectors.hybrid.source import hybrid_counts
     from kappaplus.runtime.inputs import bootstrap_dead_letter_path
-    from kappaplus.sources.hybrid import hybrid_counts
 
     out: dict[str, dict[str, Any]] = {}
     for spec in job.inputs:

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from kappaplus.connectors.hive.catalog import resolve_table
 from kappaplus.errors import DataError, TableError
 from kappaplus.lake.describe import describe_lines, describe_table
 from kappaplus.lake.register import register_table
 from kappaplus.settings import state_dir
-from kappaplus.sources.hive.catalog import resolve_table
 
 BASE = datetime(2024, 3, 1, tzinfo=UTC)
 US = 1_000_000

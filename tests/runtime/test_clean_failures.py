@@ -86,7 +86,9 @@ def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type
 
 
 def test_no_empty_staging_directory_is_left_behind(spark) -> None:  # type: ignore[no-untyped-def]
-    from kappaplus.sinks.hive import HiveSinkOptions, HiveTableSink, table_location
+    from kappaplus.connectors.hive.commits import table_location
+    from kappaplus.connectors.hive.sink import HiveTableSink
+    from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
     table = f"staging_{uid()}"
     sink = HiveTableSink(HiveSinkOptions(table=table, query_name="q1", partition_column="dt"))

@@ -3,7 +3,10 @@ function level and ``TYPE_CHECKING`` blocks alike, so no cycle hides in a functi
 
 - the local development stack (``kappaplus.local``) is imported only by the command-line
   entry points, never by production modules;
-- sources and sinks never import each other (``kappaplus.connectors`` joins them);
+- connectors are one package per system; a connector imports no other connector (except the
+  hybrid source, which composes the Hive and Kafka ones), and within a connector the reading
+  modules and the sink never import each other;
+- connectors import neither the runtime, the job configuration nor the session;
 - the shared layers import none of sources, sinks, connectors, runtime, job config or local;
 - module-level imports between kappaplus modules form no cycle.
 """
@@ -39,8 +42,6 @@ SHARED = (
 """Layers every other module may use; they use none of the layers above them."""
 
 ABOVE_SHARED = (
-    "kappaplus.sources",
-    "kappaplus.sinks",
     "kappaplus.connectors",
     "kappaplus.runtime",
     "kappaplus.local",
@@ -132,12 +133,50 @@ def test_local_stack_only_in_entry_points() -> None:
     assert violations(rule) == []
 
 
-def test_sources_and_sinks_do_not_import_each_other() -> None:
+CONNECTORS = (
+    "kappaplus.connectors.hive",
+    "kappaplus.connectors.kafka",
+    "kappaplus.connectors.hybrid",
+)
+COMPOSES = {
+    "kappaplus.connectors.hybrid": ("kappaplus.connectors.hive", "kappaplus.connectors.kafka")
+}
+READING = ("source", "reader", "offsets", "planner", "files", "layout", "manifest", "sizing")
+
+
+def _connector(name: str) -> str | None:
+    return next((c for c in CONNECTORS if _in(name, (c,))), None)
+
+
+def test_connectors_keep_to_their_system() -> None:
     def rule(name: str, target: str) -> str | None:
-        if _in(name, ("kappaplus.sources",)) and _in(target, ("kappaplus.sinks",)):
-            return "a source imports a sink"
-        if _in(name, ("kappaplus.sinks",)) and _in(target, ("kappaplus.sources",)):
-            return "a sink imports a source"
+        mine, theirs = _connector(name), _connector(target)
+        if mine and theirs and mine != theirs and theirs not in COMPOSES.get(mine, ()):
+            return "a connector imports another system's connector"
+        if mine and mine == theirs:
+            leaf, target_leaf = name.rsplit(".", 1)[-1], target.rsplit(".", 1)[-1]
+            if leaf in READING and target_leaf == "sink":
+                return "a reading module imports its connector's sink"
+            if leaf == "sink" and target_leaf in READING:
+                return "a sink imports its connector's reading modules"
+        return None
+
+    assert violations(rule) == []
+
+
+def test_connectors_import_no_runtime_or_job_config() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if _in(name, ("kappaplus.connectors",)) and _in(
+            target,
+            (
+                "kappaplus.runtime",
+                "kappaplus.session",
+                "kappaplus.jobs",
+                "kappaplus.local",
+                "kappaplus.config",
+            ),
+        ):
+            return "a connector imports the runtime, the session or the local stack"
         return None
 
     assert violations(rule) == []
@@ -156,7 +195,7 @@ def test_job_config_imports_no_connector() -> None:
     def rule(name: str, target: str) -> str | None:
         if name == "kappaplus.config" and _in(
             target,
-            ("kappaplus.sources", "kappaplus.sinks", "kappaplus.connectors", "kappaplus.runtime"),
+            ("kappaplus.connectors", "kappaplus.runtime"),
         ):
             return "the job configuration imports a connector or the runtime"
         return None

@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from kappaplus.sources.hive.layout import PartitionTimeLayout
-from kappaplus.sources.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
-from kappaplus.sources.hive.options import (
+from kappaplus.connectors.hive.layout import PartitionTimeLayout
+from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
+from kappaplus.connectors.hive.options import (
     HiveSourceOptions,
     NullEventTimePolicy,
     PartitionTimeKind,
 )
-from kappaplus.sources.hive.planner import PHASE_DATA, Position, SlicePlanner, align_down
+from kappaplus.connectors.hive.planner import PHASE_DATA, Position, SlicePlanner, align_down
 from kappaplus.timeutil import format_duration, from_micros, parse_duration, to_micros
 
 S = 1_000_000

@@ -1,0 +1,321 @@
+"""How a job's logical inputs and outputs bind to Kafka topics and Hive tables: the
+``[inputs.<name>.kafka|hive]`` and ``[outputs.<name>.kafka|hive]`` tables of a job config."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from kappaplus.config.fields import (
+    DEFAULT_MAX_FUTURE,
+    DEFAULT_MIN_EVENT_TIME,
+    PARTITION_SEGMENT,
+    STRFTIME_FIELD,
+    Duration,
+    PositiveInt,
+    Servers,
+    StrictModel,
+    TableName,
+    TopicName,
+    moment_text,
+    optional_duration,
+)
+from kappaplus.errors import ConfigError
+from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS
+from kappaplus.secrets import redact as redact_secrets
+from kappaplus.table import BATCH_COLUMN
+
+
+class DeadLetterTarget(StrictModel):
+    """Where undecodable records go, with their reason: a Kafka topic or a Hive table."""
+
+    topic: TopicName | None = None
+    table: TableName | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> DeadLetterTarget:
+        if (self.topic is None) == (self.table is None):
+            raise ValueError("set exactly one of 'topic' or 'table'")
+        return self
+
+
+class HiveDeadLetters(StrictModel):
+    """Where a backfill puts the rows of its Hive table that no slice can place."""
+
+    table: TableName
+
+
+class KafkaInput(StrictModel):
+    """A logical input bound to a Kafka topic."""
+
+    topic: TopicName
+    bootstrap_servers: Servers
+    format: Literal["json", "avro"] = "json"
+    schema_file: Path | None = None
+    # Avro: writer schemas by the Confluent schema id; schema_file is the reader schema
+    schema_registry_url: str | None = Field(None, repr=False)
+    starting_offsets: str = "latest"
+    max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
+    fail_on_data_loss: bool = Field(True, alias="failOnDataLoss", strict=True)
+    options: dict[str, str] = Field(default_factory=dict)
+    dlq: DeadLetterTarget | None = None
+
+    @field_validator("options")
+    @classmethod
+    def _kafka_prefixed(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.startswith("kafka."):
+                raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
+            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
+            if way_out is not None:
+                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
+        return value
+
+    @model_validator(mode="after")
+    def _avro_schema(self) -> KafkaInput:
+        if self.format == "avro" and self.schema_file is None:
+            raise ValueError("format 'avro' needs 'schema_file' (an .avsc file)")
+        if self.format != "avro" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' is for format 'avro' only")
+        return self
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        for key, value in super().__repr_args__():
+            if key == "options":
+                value = redact(value)
+            yield key, value
+
+
+def redact(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` with secret values replaced by ``***`` (for logs and errors)."""
+    return dict(redact_secrets(options))
+
+
+class HiveInput(StrictModel):
+    """A logical input bound to a Hive table read as a stream in event-time slices.
+
+    ``partition_format`` maps a time to the table's partition path, e.g.
+    ``dt=%Y-%m-%d/hr=%H``; ``partition_time`` says whether partitions hold events by event
+    time or by arrival time; with ``arrival`` partitions ``max_lateness`` bounds how long
+    after its event time a record can land (which partitions a slice must scan).
+    ``max_earliness`` is the clock skew the other way: how far after its arrival partition
+    (arrival stamps ahead of event stamps) or before its event partition an event may sit.
+
+    Rows no slice can place (null event time, or outside what their partition admits) fail
+    the run (``unplaceable = "fail"``, the default) or go with their reason to the Hive
+    dead-letter table ``dlq.table`` (``unplaceable = "dead_letter"``; default table
+    ``<table>_dead_letters``), the same table layout as a Kafka input's dead letters.
+    """
+
+    table: TableName
+    event_time_column: str = Field(min_length=1)
+    partition_format: str | None = None
+    partition_time: Literal["event", "arrival"] = "event"
+    max_lateness: Duration | None = None
+    max_earliness: Duration | None = None
+    unplaceable: Literal["fail", "dead_letter"] = "fail"
+    dlq: HiveDeadLetters | None = None
+    start: str | None = None
+    end: str | None = None
+    max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
+    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
+    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+
+    @field_validator("partition_format")
+    @classmethod
+    def _format(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        segments = value.strip("/").split("/")
+        for segment in segments:
+            if not PARTITION_SEGMENT.match(segment):
+                raise ValueError(f"segment {segment!r} is not 'column=%fmt'")
+        if not STRFTIME_FIELD.search(value):
+            raise ValueError("no time directive (%Y, %m, %d, %H ...) in the partition format")
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _timestamp(cls, value: str | None) -> str | None:
+        from kappaplus.timeutil import parse_timestamp
+
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
+        return value
+
+    @model_validator(mode="after")
+    def _arrival(self) -> HiveInput:
+        if self.partition_time == "arrival" and self.max_lateness is None:
+            raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
+        if self.dlq is not None and self.unplaceable != "dead_letter":
+            raise ValueError(
+                "'dlq' is only used with unplaceable = \"dead_letter\" (set it, or drop 'dlq')"
+            )
+        return self
+
+    @property
+    def dead_letter_table(self) -> str | None:
+        """The table unplaceable rows go to, or None when they fail the run."""
+        if self.unplaceable != "dead_letter":
+            return None
+        return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
+
+
+class EventTimeBounds(StrictModel):
+    """``[inputs.<name>.event_time_bounds]``: event times a row may plausibly carry.
+
+    A row outside them (an event dated 9999-12-31 or 1970-01-01) would move the watermark
+    to where every later row is late, forever; it goes to the dead letters instead (in
+    ``stream`` mode, reason ``event time ... outside ...``), counted as ``out_of_bounds``,
+    and the watermark never sees it.
+
+    - ``min``: the earliest valid event time, inclusive (default ``1970-01-02``: epoch-zero
+      placeholders are not events); ``"none"`` for no bound.
+    - ``max``: the first invalid event time (exclusive); default none.
+    - ``max_future``: how far ahead of processing time (the micro-batch's timestamp) an
+      event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
+    """
+
+    min: Annotated[Any, AfterValidator(moment_text)] = DEFAULT_MIN_EVENT_TIME
+    max: Annotated[Any, AfterValidator(moment_text)] = None
+    max_future: Annotated[Any, AfterValidator(optional_duration)] = DEFAULT_MAX_FUTURE
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EventTimeBounds:
+        from kappaplus.timeutil import parse_timestamp
+
+        low, high = self.min, self.max
+        if low is not None and high is not None and parse_timestamp(low) >= parse_timestamp(high):
+            raise ValueError(f"min {self.min!r} must be before max {self.max!r}")
+        return self
+
+
+class InputBinding(StrictModel):
+    """One logical input: its Kafka binding, its Hive binding, or both, and the
+    :class:`EventTimeBounds` of its rows."""
+
+    kafka: KafkaInput | None = None
+    hive: HiveInput | None = None
+    event_time_bounds: EventTimeBounds = Field(default_factory=EventTimeBounds)
+
+    @model_validator(mode="after")
+    def _some(self) -> InputBinding:
+        if self.kafka is None and self.hive is None:
+            raise ValueError(
+                "bind the input to a Kafka topic ([...kafka]) or a Hive table ([...hive])"
+            )
+        return self
+
+
+class KafkaOutput(StrictModel):
+    """An output written to a Kafka topic (backfill writes to ``backfill_topic``)."""
+
+    topic: TopicName
+    bootstrap_servers: Servers
+    format: Literal["json", "avro"] = "json"
+    schema_file: Path | None = None
+    backfill_topic: TopicName | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _kafka_prefixed(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.startswith("kafka."):
+                raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
+            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
+            if way_out is not None:
+                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
+        return value
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        for key, value in super().__repr_args__():
+            if key == "options":
+                value = redact(value)
+            yield key, value
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class HiveOutput(StrictModel):
+    """An output written to a Hive table (backfill writes to ``backfill_table``).
+
+    - ``partition_column`` / ``partition_expr``: the date partition (default ``dt``, the
+      date of the output's event-time column).
+    - ``hour_partition``: when set (e.g. ``"hr"``), the table is also partitioned by the
+      hour of the event-time column: ``dt=.../hr=...``.
+    - ``visibility``: ``"batch"`` (default) adds a last partition column ``kappa_batch`` so
+      a reader sees whole micro-batches only; ``"partition"`` partitions by time only (a
+      batch spanning several dates shows one date at a time). See
+      :mod:`kappaplus.connectors.hive.sink`.
+    """
+
+    table: TableName
+    backfill_table: TableName | None = None
+    partition_column: str = "dt"
+    partition_expr: str | None = None
+    hour_partition: str | None = None
+    visibility: Literal["batch", "partition"] = "batch"
+
+    @field_validator("partition_column", "hour_partition")
+    @classmethod
+    def _column(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        if not _IDENTIFIER.match(value):
+            raise ValueError("expected a column name (letters, digits, '_')")
+        if value.lower() == BATCH_COLUMN:
+            raise ValueError(f"{BATCH_COLUMN!r} is reserved for the batch id partition column")
+        date_column = info.data.get("partition_column")
+        if (
+            info.field_name == "hour_partition"
+            and isinstance(date_column, str)
+            and value.lower() == date_column.lower()
+        ):
+            raise ValueError(f"{value!r} is the partition_column already")
+        return value
+
+
+class ReconcileKeys(StrictModel):
+    """How ``kappa reconcile`` compares an output's production and backfill rows.
+
+    - ``key``: the columns identifying one window/row (e.g. ``rider_id``, ``session_start``).
+    - ``window_end``: the column a row is final by: a production row whose ``window_end``
+      is after the production watermark is still open there.
+    - ``measure``: an optional count column (e.g. ``event_count``): its difference between
+      the outputs is what the late rows must explain.
+    """
+
+    key: list[str] = Field(min_length=1)
+    window_end: str | None = None
+    measure: str | None = None
+
+
+class OutputBinding(StrictModel):
+    kafka: KafkaOutput | None = None
+    hive: HiveOutput | None = None
+    reconcile: ReconcileKeys | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> OutputBinding:
+        if self.kafka is None and self.hive is None:
+            raise ValueError(
+                "write the output to a Kafka topic ([...kafka]) or a Hive table ([...hive])"
+            )
+        return self

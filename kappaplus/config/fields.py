@@ -1,0 +1,116 @@
+"""Field types and validators shared by the job configuration models: durations, triggers,
+table, topic and server names, event-time moments, and the strict base model."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from kappaplus.errors import ConfigError
+from kappaplus.secrets import is_secret
+from kappaplus.timeutil import parse_duration
+
+Mode = Literal["stream", "backfill", "bootstrap"]
+MODES: tuple[str, ...] = ("stream", "backfill", "bootstrap")
+AVAILABLE_NOW = "available-now"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting carries a secret (its value is never shown): one of
+    :data:`kappaplus.secrets.SECRET_SETTINGS`, with any prefix."""
+    return is_secret(key)
+
+
+def _duration(value: Any) -> str:
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like '2 hours'")
+    if isinstance(value, int | float):
+        value = f"{value} seconds"
+    if not isinstance(value, str):
+        raise ValueError("expected a duration like '2 hours'")
+    try:
+        parse_duration(value)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+    return value
+
+
+def _trigger(value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in ("available-now", "availablenow"):
+        return AVAILABLE_NOW
+    return _duration(value)
+
+
+Duration = Annotated[Any, AfterValidator(_duration)]
+TriggerInterval = Annotated[Any, AfterValidator(_trigger)]
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_SERVER = re.compile(r"^[A-Za-z0-9.\-_\[\]:]+:\d{1,5}$")
+PARTITION_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^/=]+$")
+STRFTIME_FIELD = re.compile(r"%[YmdHMjy]")
+
+
+def _table(value: str) -> str:
+    if not _TABLE.match(value):
+        raise ValueError("expected a Hive table name like 'db.table' or 'table'")
+    return value
+
+
+def _topic(value: str) -> str:
+    if not _TOPIC.match(value) or value in (".", ".."):
+        raise ValueError("expected a Kafka topic name (letters, digits, '.', '_', '-')")
+    return value
+
+
+def _servers(value: str) -> str:
+    hosts = [part.strip() for part in value.split(",")]
+    if not hosts or not all(_SERVER.match(host) for host in hosts):
+        raise ValueError("expected 'host:port[,host:port...]'")
+    return value
+
+
+TableName = Annotated[str, AfterValidator(_table)]
+TopicName = Annotated[str, AfterValidator(_topic)]
+Servers = Annotated[str, AfterValidator(_servers)]
+
+
+class StrictModel(BaseModel):
+    """Base of every configuration model: unknown keys rejected, frozen, Spark's camelCase
+    option names accepted as aliases beside the snake_case field names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def moment_text(value: Any) -> str | None:
+    from kappaplus.timeutil import parse_timestamp
+
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        value = str(value)  # a TOML date or datetime
+    if value.strip().lower() in ("none", "off", ""):
+        return None
+    try:
+        parse_timestamp(value)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+    return value
+
+
+def optional_duration(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip().lower() in ("none", "off", ""):
+        return None
+    return _duration(value)
+
+
+DEFAULT_MIN_EVENT_TIME = "1970-01-02T00:00:00"
+DEFAULT_MAX_FUTURE = "1 day"

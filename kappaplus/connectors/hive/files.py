@@ -1,0 +1,291 @@
+"""Listing a table's data files and reading the metadata that drives slice planning.
+
+Everything here runs without Spark (in the source's planner process or on executors) and
+talks to storage through :mod:`pyarrow.fs`, so local disks, HDFS and object stores work
+alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
+
+from kappaplus.connectors.hive.layout import (
+    PartitionTimeLayout,
+    is_hidden,
+    parse_partition_values,
+)
+from kappaplus.errors import DataError
+from kappaplus.table.commit_log import COMMITS_DIR, parse_published
+from kappaplus.timeutil import to_micros
+
+log = logging.getLogger(__name__)
+
+UNBOUNDED_LO = -(2**62)
+UNBOUNDED_HI = 2**62
+TS_UTC = pa.timestamp("us", tz="UTC")
+
+
+def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and root path for a table location as Spark's catalog gives it."""
+    uri = location
+    if uri.startswith("file:") and not uri.startswith("file://"):
+        uri = "file://" + uri[len("file:") :]
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri.rstrip("/")
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of the table with the time range its partition admits.
+
+    ``admissible`` is the event-time range a row of this file must fall into to be
+    delivered: the partition's range for event-time partitions, the partition's range
+    widened by the maximum lateness for arrival-time partitions, unbounded otherwise.
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+    partition_dir: str
+    partition_values: dict[str, str] = field(hash=False, compare=False)
+    admissible_lo: int = UNBOUNDED_LO
+    admissible_hi: int = UNBOUNDED_HI
+
+    @property
+    def fingerprint(self) -> tuple[int, int]:
+        return (self.size, self.mtime_ns)
+
+    def admits(self, lo: int, hi: int) -> bool:
+        """Whether the admissible range overlaps ``[lo, hi)``."""
+        return self.admissible_lo < hi and self.admissible_hi > lo
+
+
+def list_data_files(
+    location: str,
+    partition_columns: tuple[str, ...],
+    layout: PartitionTimeLayout | None,
+    max_lateness: int,
+    arrival_time: bool,
+    table: str,
+    max_earliness: int = 0,
+) -> list[DataFile]:
+    """Every visible data file below ``location`` with its partition's admissible time range.
+
+    In a table the kappaplus Hive sink writes (it has a ``_kappa_commits`` directory) a
+    file the sink published counts only once its batch's commit marker exists, so this
+    reader, which lists files rather than asking the metastore, sees whole committed
+    batches only: never a batch the sink was still moving or registering, nor one a crash
+    left half published (:mod:`kappaplus.table.commit_log`).
+    """
+    fs, root = filesystem_for(location)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=False))
+    except (FileNotFoundError, OSError) as exc:
+        raise DataError(f"table {table!r}: cannot list its location {location!r}: {exc}") from exc
+    entries = [(info, info.path[len(root) :].lstrip("/").split("/")) for info in infos]
+    committed = _committed_batches(entries)
+    files: list[DataFile] = []
+    ranges: dict[str, tuple[int, int]] = {}
+    uncommitted = 0
+    for info, parts in entries:
+        if info.type != pafs.FileType.File:
+            continue
+        if any(is_hidden(p) for p in parts) or info.size == 0:
+            continue
+        if committed is not None:
+            batch = parse_published(parts[-1])
+            if batch is not None and batch not in committed:
+                uncommitted += 1
+                continue
+        partition_dir = "/".join(parts[:-1])
+        values = parse_partition_values(partition_dir)
+        if partition_columns and list(values)[: len(partition_columns)] != list(partition_columns):
+            log.warning(
+                "table %r: skipping %s, which is not under a partition directory %s",
+                table,
+                info.path,
+                "/".join(f"{c}=..." for c in partition_columns),
+            )
+            continue
+        lo, hi = UNBOUNDED_LO, UNBOUNDED_HI
+        if layout is not None:
+            if partition_dir not in ranges:
+                ranges[partition_dir] = layout.range_of(partition_dir)
+            lo, hi = ranges[partition_dir]
+            # arrival partitions: events up to max_lateness before the partition, and up to
+            # max_earliness after it (skewed clocks); event partitions the other way round
+            if arrival_time:
+                lo, hi = lo - max_lateness, hi + max_earliness
+            else:
+                lo, hi = lo - max_earliness, hi + max_lateness
+        files.append(
+            DataFile(
+                path=info.path,
+                size=info.size,
+                mtime_ns=info.mtime_ns or 0,
+                partition_dir=partition_dir,
+                partition_values=values,
+                admissible_lo=lo,
+                admissible_hi=hi,
+            )
+        )
+    if uncommitted:
+        log.info(
+            "table %r: %d published file(s) of batches without a commit marker left out "
+            "(a sink is writing them, or will replay them after a crash)",
+            table,
+            uncommitted,
+        )
+    files.sort(key=lambda f: (f.admissible_lo, f.path))
+    return files
+
+
+def _committed_batches(
+    entries: list[tuple[pafs.FileInfo, list[str]]],
+) -> set[tuple[str, int]] | None:
+    """(query, batch) of every commit marker under the table; None if it has no commit log."""
+    committed: set[tuple[str, int]] | None = None
+    for info, parts in entries:
+        if parts[0] != COMMITS_DIR:
+            continue
+        if committed is None:
+            committed = set()
+        if info.type == pafs.FileType.File and len(parts) == 3 and parts[2].isdigit():
+            committed.add((parts[1], int(parts[2])))
+    return committed
+
+
+@dataclass(frozen=True)
+class RowGroupStats:
+    """Row count, size and event-time statistics of one Parquet row group or ORC stripe."""
+
+    index: int
+    num_rows: int
+    num_bytes: int
+    ts_min: int | None  # None: no statistics, the range is unknown
+    ts_max: int | None
+    null_count: int | None
+
+    def may_overlap(self, lo: int, hi: int) -> bool:
+        if self.ts_min is None or self.ts_max is None:
+            return self.num_rows > 0
+        return self.ts_min < hi and self.ts_max >= lo
+
+    @property
+    def may_have_nulls(self) -> bool:
+        return self.null_count is None or self.null_count > 0
+
+
+def _stat_micros(value: object) -> int | None:
+    if isinstance(value, datetime):
+        return to_micros(value)
+    if isinstance(value, date):
+        return to_micros(datetime(value.year, value.month, value.day))
+    return None
+
+
+@lru_cache(maxsize=4096)
+def file_stats(
+    path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str
+) -> tuple[RowGroupStats, ...]:
+    """Row-group (Parquet) or stripe (ORC) statistics; cached by path, size and mtime."""
+    fs, _ = filesystem_for(location)
+    try:
+        if fmt == "parquet":
+            return _parquet_stats(fs, path, event_time)
+        return _orc_stats(fs, path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"cannot read {fmt} metadata of file {path!r}: {exc}") from exc
+
+
+def _parquet_stats(fs: pafs.FileSystem, path: str, event_time: str) -> tuple[RowGroupStats, ...]:
+    with fs.open_input_file(path) as handle:
+        meta = pq.ParquetFile(handle).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    column = names.index(event_time) if event_time in names else None
+    groups = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        lo = hi = nulls = None
+        if column is not None:
+            stats = rg.column(column).statistics
+            if stats is not None:
+                nulls = stats.null_count if stats.has_null_count else None
+                if stats.has_min_max and stats.physical_type != "INT96":
+                    lo, hi = _stat_micros(stats.min), _stat_micros(stats.max)
+        groups.append(RowGroupStats(i, rg.num_rows, rg.total_byte_size, lo, hi, nulls))
+    return tuple(groups)
+
+
+def _orc_stats(fs: pafs.FileSystem, path: str) -> tuple[RowGroupStats, ...]:
+    # pyarrow exposes no ORC column statistics: stripes are pruned by partition only.
+    with fs.open_input_file(path) as handle:
+        reader = orc.ORCFile(handle)
+        total, stripes = reader.nrows, reader.nstripes
+        per = max(1, total // max(1, stripes))
+        return tuple(
+            RowGroupStats(i, per, reader.content_length // max(1, stripes), None, None, None)
+            for i in range(stripes)
+        )
+
+
+def read_columns(
+    fs: pafs.FileSystem, path: str, fmt: str, row_groups: list[int], columns: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """Stream the given row groups (Parquet) or stripes (ORC) of a file, selected columns only.
+
+    Columns the file lacks (older files of an evolved schema) are simply absent.
+    """
+    try:
+        if fmt == "parquet":
+            with fs.open_input_file(path) as handle:
+                pfile = pq.ParquetFile(handle)
+                present = [c for c in columns if c in pfile.schema_arrow.names]
+                yield from pfile.iter_batches(
+                    batch_size=65_536, row_groups=row_groups, columns=present
+                )
+        else:
+            with fs.open_input_file(path) as handle:
+                reader = orc.ORCFile(handle)
+                present = [c for c in columns if c in reader.schema.names]
+                for stripe in row_groups:
+                    yield reader.read_stripe(stripe, columns=present)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"cannot read {fmt} file {path!r}: {exc}") from exc
+
+
+def to_micros_array(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Event times as int64 microseconds (UTC); nulls are removed."""
+    column = column.drop_null()
+    if not pa.types.is_timestamp(column.type):
+        raise DataError(f"event-time values have type {column.type}, expected a timestamp")
+    as_us = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False)
+    return np.asarray(as_us.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+@lru_cache(maxsize=512)
+def event_times(
+    path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str, row_group: int
+) -> np.ndarray:
+    """Sorted event times (microseconds) of one row group; cached for budget planning."""
+    fs, _ = filesystem_for(location)
+    batches = list(read_columns(fs, path, fmt, [row_group], [event_time]))
+    if not batches or event_time not in batches[0].schema.names:
+        return np.empty(0, dtype=np.int64)
+    table = pa.Table.from_batches(batches)
+    values = to_micros_array(table.column(event_time))
+    values = np.sort(values)
+    return values

@@ -1,0 +1,212 @@
+"""Executor side: read one input partition of a slice into Arrow batches of the exact schema.
+
+Rows are delivered when their event time is in the slice ``[lo, hi)`` *and* in the range
+their partition admits. The slice that owns a file also scans it for rows no slice can
+deliver (null event time, event time outside the admissible range) and routes them by the
+null-event-time policy: fail with a clear error, or write them to the dead-letter path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import InputPartition
+
+from kappaplus.connectors.hive.files import (
+    TS_UTC,
+    UNBOUNDED_HI,
+    filesystem_for,
+    read_columns,
+)
+from kappaplus.connectors.hive.layout import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
+from kappaplus.connectors.hive.manifest import ManifestEntry
+from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
+from kappaplus.errors import DataError
+from kappaplus.timeutil import iso
+
+
+@dataclass
+class SlicePartition(InputPartition):
+    """Part of a slice: some row groups of some files, or the end-of-input marker row."""
+
+    lo: int
+    hi: int
+    origin: int
+    entries: list[ManifestEntry] = field(default_factory=list)
+    marker_time: int | None = None
+
+
+def output_arrow_schema(options: HiveSourceOptions) -> pa.Schema:
+    """The Arrow schema of every batch: the delivered columns (+ the marker column)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(options.output_schema, timezone="UTC")
+    if options.emits_end_marker:
+        schema = schema.append(pa.field(MARKER_COLUMN, pa.bool_()))
+    return schema
+
+
+def marker_batch(options: HiveSourceOptions, marker_time: int) -> pa.RecordBatch:
+    """One row with every column null but the event time (+ marker flag)."""
+    schema = output_arrow_schema(options)
+    arrays = []
+    for f in schema:
+        if f.name == options.event_time_column:
+            arrays.append(pa.array([marker_time], type=pa.int64()).cast(f.type))
+        elif f.name == MARKER_COLUMN:
+            arrays.append(pa.array([True]))
+        else:
+            arrays.append(pa.nulls(1, type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_partition(options: HiveSourceOptions, part: SlicePartition) -> Iterator[pa.RecordBatch]:
+    """Yield the rows of ``part`` as record batches of :func:`output_arrow_schema`."""
+    if part.marker_time is not None:
+        yield marker_batch(options, part.marker_time)
+        return
+    schema = output_arrow_schema(options)
+    fs, _ = filesystem_for(options.location)
+    for entry in part.entries:
+        yield from _read_entry(options, part, entry, fs, schema)
+
+
+def _read_entry(
+    options: HiveSourceOptions,
+    part: SlicePartition,
+    entry: ManifestEntry,
+    fs: pafs.FileSystem,
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    info = fs.get_file_info(entry.path)
+    if info.type != pafs.FileType.File or info.size != entry.size:
+        raise DataError(
+            f"table {options.table!r}: file {entry.path!r} of slice [{iso(part.lo)}, "
+            f"{iso(part.hi)}) was removed or rewritten after the slice was planned; the batch "
+            "cannot be replayed exactly"
+        )
+    groups = sorted(set(entry.row_groups) | set(entry.route_row_groups))
+    owner = bool(entry.route_row_groups)
+    lo, hi = max(part.lo, entry.admissible_lo), min(part.hi, entry.admissible_hi)
+    end = options.ending_timestamp if options.ending_timestamp is not None else UNBOUNDED_HI
+    ts_name = options.event_time_column
+    routed: list[pa.Table] = []
+    # rows routed to dead letters keep every column, whatever the query reads
+    columns = options.table_data_columns if owner else options.data_columns
+    for batch in read_columns(fs, entry.path, options.format, groups, columns):
+        table = pa.Table.from_batches([batch])
+        if ts_name not in table.column_names:
+            raise DataError(
+                f"table {options.table!r}: file {entry.path!r} has no event-time column {ts_name!r}"
+            )
+        ts = pc.cast(table.column(ts_name), TS_UTC, safe=False)
+        micros = pc.cast(ts, pa.int64())
+        deliver = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
+        deliver = pc.fill_null(deliver, False)
+        selected = table.filter(deliver)
+        if selected.num_rows:
+            yield from _conform(selected, entry, schema, options).to_batches()
+        if owner:
+            outside = pc.or_(
+                pc.less(micros, entry.admissible_lo), pc.greater_equal(micros, entry.admissible_hi)
+            )
+            in_run = pc.and_(pc.greater_equal(micros, part.origin), pc.less(micros, end))
+            route = pc.or_kleene(pc.is_null(micros), pc.and_(outside, in_run))
+            route = pc.fill_null(route, False)
+            bad = table.filter(route)
+            if bad.num_rows:
+                routed.append(_with_reasons(bad, micros.filter(route), entry))
+    if routed:
+        _route(options, entry, pa.concat_tables(routed, promote_options="default"))
+
+
+def _conform(
+    table: pa.Table, entry: ManifestEntry, schema: pa.Schema, options: HiveSourceOptions
+) -> pa.Table:
+    arrays = []
+    for f in schema:
+        if f.name == MARKER_COLUMN:
+            arrays.append(pa.repeat(pa.scalar(False), table.num_rows))
+        elif f.name in options.partition_columns:
+            raw = entry.partition_values.get(f.name)
+            value = None if raw is None or raw == HIVE_DEFAULT else raw
+            arrays.append(_constant(value, f.type, table.num_rows, entry.path, f.name))
+        elif f.name in table.column_names:
+            column = table.column(f.name)
+            arrays.append(column if column.type == f.type else pc.cast(column, f.type, safe=False))
+        else:
+            arrays.append(pa.nulls(table.num_rows, type=f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _constant(value: str | None, kind: pa.DataType, n: int, path: str, column: str) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, type=kind)
+    try:
+        scalar = pa.array([value]).cast(kind)[0]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(
+            f"partition value {column}={value!r} of file {path!r} is not a valid {kind}"
+        ) from exc
+    return pa.repeat(scalar, n)
+
+
+def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.Table:
+    reasons = [
+        "event time is null"
+        if t is None
+        else f"event time {iso(t)} is outside the range its partition admits "
+        f"[{iso(entry.admissible_lo) if entry.admissible_lo > -(2**61) else '-inf'}, "
+        f"{iso(entry.admissible_hi) if entry.admissible_hi < 2**61 else '+inf'})"
+        for t in micros.to_pylist()
+    ]
+    return bad.append_column("_kappa_reason", pa.array(reasons, type=pa.string()))
+
+
+def unplaceable_advice(options: HiveSourceOptions) -> str:
+    """The settings that admit rows no slice can place or route them to dead letters, named
+    as the user set the source up: job configuration keys or source options."""
+    if options.advice_prefix:
+        return (
+            f"In [{options.advice_prefix}] widen max_earliness / max_lateness (clock skew, "
+            f'late arrivals), or set unplaceable = "dead_letter" (and dlq = {{ table = ... }}) '
+            "to route them to a dead-letter table instead."
+        )
+    return (
+        "Widen maxEarliness / maxLateness (clock skew, late arrivals), or set "
+        "nullEventTimePolicy=deadLetter with deadLetterPath to route them instead."
+    )
+
+
+def _route(options: HiveSourceOptions, entry: ManifestEntry, bad: pa.Table) -> None:
+    reasons = sorted(set(bad.column("_kappa_reason").to_pylist()))
+    if options.null_event_time_policy is NullEventTimePolicy.FAIL:
+        raise DataError(
+            f"table {options.table!r}: {bad.num_rows} rows of file {entry.path!r} cannot be "
+            f"placed in any event-time slice ({'; '.join(reasons[:3])}). "
+            + unplaceable_advice(options)
+        )
+    assert options.dead_letter_path is not None
+    now = datetime.now(tz=UTC)
+    n = bad.num_rows
+    bad = bad.append_column("_kappa_table", pa.array([options.table] * n, type=pa.string()))
+    bad = bad.append_column("_kappa_source_file", pa.array([entry.path] * n, type=pa.string()))
+    bad = bad.append_column("_kappa_dead_letter_time", pa.array([now] * n, type=TS_UTC))
+    # One file per source file and row groups: a replayed slice overwrites it, no duplicates.
+    identity = f"{entry.path}|{entry.size}|{entry.mtime_ns}|{sorted(entry.route_row_groups)}"
+    key = hashlib.sha256(identity.encode()).hexdigest()[:24]
+    fs, root = filesystem_for(options.dead_letter_path)
+    fs.create_dir(root, recursive=True)
+    target = f"{root}/{key}.parquet"
+    tmp = f"{root}/.{key}.{os.getpid()}.tmp"
+    # The source file's Spark schema footer would hide the added columns from Spark readers.
+    pq.write_table(bad.replace_schema_metadata(None), tmp, filesystem=fs)
+    fs.move(tmp, target)

@@ -1,0 +1,640 @@
+"""Exactly-once Hive table sink for streaming queries (a ``foreachBatch`` writer).
+
+Why not ``batch_df.write.insertInto(table)``: Structured Streaming replays the last
+micro-batch after a crash, and a plain append then writes its rows a second time; the
+alternative, dynamic partition overwrite, would delete the rows that earlier batches put
+in the same event-date partition. A Hive table has no transactions, so this sink builds
+exactly-once from what a Hive table does have: a file rename is atomic on HDFS and local
+file systems, one ``ALTER TABLE ... ADD PARTITION`` statement is one metastore
+transaction, readers of the table only see the partitions the metastore lists, and Spark
+ignores paths whose name starts with ``_`` or ``.``.
+
+Two visibility modes (option ``visibility``):
+
+- ``"batch"`` (the default): the table has one more, last partition column
+  :data:`BATCH_COLUMN` (``kappa_batch``, BIGINT) after the time partition column(s):
+  the batch's number in the table's own batch sequence, unique across every query that
+  writes the table (see "Batch numbers" below). A batch writes only NEW partitions
+  ``(dt=..., [hr=...,] kappa_batch=<s>)``: it moves all its files into their partition
+  directories while the metastore does not list them yet (invisible), then registers
+  all of them in ONE
+  ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION (...) LOCATION ... PARTITION (...) ...``
+  (one metastore ``add_partitions`` call, one transaction). A reader of the table
+  (``spark.table``, SQL through the catalog) sees all of a batch or none of it.
+- ``"partition"``: the table is partitioned by time only and batches add files to shared
+  partitions, one rename per file (see "What readers see" below). For users who do not
+  want a partition per batch.
+
+Layout (``<loc>`` is the table location; ``q`` the query name; ``b`` the batch id; ``s``
+the batch's ``kappa_batch`` number, here 12)::
+
+    <loc>/dt=2024-01-01/kappa_batch=12/kappa-q-00000000000000000007-00000.snappy.parquet
+                                                                 published ("batch")
+    <loc>/dt=2024-01-01/kappa-q-00000000000000000007-00000.snappy.parquet
+                                                                 published ("partition")
+    <loc>/_kappa_staging/q/7/data/dt=2024-01-01/part-....parquet  staged, hidden
+    <loc>/_kappa_staging/q/7/_MANIFEST.json                        staging done
+    <loc>/_kappa_commits/q/7                                       committed
+    <loc>/_kappa_batch_slots/12, _next                            kappa_batch 12 taken
+
+With ``extra_partitions`` (e.g. the event hour ``hr``) every time partition has more
+levels: ``dt=2024-01-01/hr=5/kappa_batch=12``.
+
+Protocol for batch ``b`` of query ``q`` (every step is idempotent; the ``fault_hook``
+step names are in quotes):
+
+1. If the commit marker ``_kappa_commits/q/b`` exists the batch was committed before a
+   crash (Spark had not yet recorded it): remove leftover staging, write nothing.
+2. Stage: unless ``_MANIFEST.json`` exists, delete any half-written staging directory and
+   write the batch with ``partitionBy(<time partition columns>)`` under
+   ``_kappa_staging/q/b/data`` (Spark's own task commit; all of it hidden from readers),
+   one file per partition by default ("written"). In ``"batch"`` mode take the batch's
+   ``kappa_batch`` number (see "Batch numbers"; kept in ``_SLOT`` so a re-staging keeps
+   it). Then write the manifest (temp file renamed into place, "staged"; it records the
+   number, so a replay publishes into the same partitions) mapping every staged file to
+   its partition and its published name ``kappa-<q>-<b>-<n>`` -- derived from (query,
+   batch, index), so the same file always lands under the same name. Once the manifest
+   exists staged files are never rewritten: a replay may split the same rows into
+   different files, and re-staging after some files were published would duplicate rows.
+
+   ``"batch"`` mode:
+
+3. Publish: create each partition directory (unknown to the metastore) and rename the
+   staged files into it ("published:<partition>" after each partition, "published" after
+   all). A published name that already exists was moved before a crash (roll forward); a
+   file that is neither staged nor published is a :class:`~kappaplus.errors.ReplayError`.
+4. Register: add all the batch's partitions in one statement ("registered"). Spark cuts
+   one ``ADD PARTITION`` into metastore calls of ``spark.sql.addPartitionInBatch.size``
+   (100) partitions; the sink raises it for the statement when a batch has more, so it is
+   always one call. A crash before it leaves the batch invisible to readers of the table;
+   the replay finds every file published and registers them.
+
+   ``"partition"`` mode:
+
+3. Register: create the partition directories and add any new ones to the metastore in
+   one statement ("registered"; a new partition is empty, nothing of the batch shows).
+4. Publish: rename each staged file into its (visible) partition directory
+   ("published:<partition>" after each partition), rolling forward as above.
+
+5. Commit: write ``_kappa_commits/q/b`` last (temp + rename, "committed"), delete the
+   staging directory, refresh the table in this session.
+
+What readers see. No file is ever visible half-written, and a replay adds nothing that
+was already published. In ``"batch"`` mode a reader of the table sees whole batches only
+(at any moment and after a crash at any step, until and after the replay; but see two
+queries writing one table below). In
+``"partition"`` mode with ``files_per_partition=1`` (the default) the batch's rows of one
+time partition are ONE file, so they appear in one atomic rename; a batch spanning several
+dates is published one rename per date, and a reader listing the table between two
+renames (or after a crash between them, until the replay) sees the earlier dates only.
+With ``files_per_partition > 1`` visibility in ``"partition"`` mode is per file. Readers
+that need whole batches there can compare with :meth:`HiveTableSink.committed_batches`.
+Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``)
+see files as they are renamed, in both modes; the ``kappa_hive`` streaming source lists
+files too but counts a published file only once its batch's commit marker exists
+(:mod:`kappaplus.table.commit_log`), so it sees whole committed batches in both modes.
+
+The price of ``"batch"`` mode: one metastore partition per (date[, hour], batch). At a
+10 s trigger that is up to 8640 partitions a day for each date written (an hour partition
+does not add to that for a stream writing the current hour, but a backfill batch spanning
+many hours registers one per hour), each with its own small file(s); query planning and
+the metastore slow down as partitions pile up. Compaction (merging a day's
+batch partitions) is NOT implemented. Readers select their columns as usual (``SELECT *``
+also returns ``kappa_batch``); ``kappa_batch`` also lets a reader take whole batches
+(``WHERE kappa_batch <= 41``).
+
+Batch numbers. Spark's batch ids restart at 0 with every new checkpoint, and several
+queries may write one table (a bootstrap then the stream, a ``--fresh`` start, two jobs),
+so ``kappa_batch`` is not the batch id: it is the table's own sequence. A batch with rows
+takes the next number after the last one taken (hint ``_kappa_batch_slots/_next``; for a
+table without it, after the largest ``kappa_batch`` registered) by creating the empty
+file ``_kappa_batch_slots/<n>``, which fails if another writer took ``n`` (then ``n + 1``
+is tried). So no two batches ever share a partition and every batch stays atomic.
+Numbers increase in the order batches are staged and may have gaps (an empty batch takes
+none); for one writer after another ``kappa_batch <= n`` is a prefix of
+what was written, for concurrent writers it is not (a batch staged earlier may commit
+later). The commit marker and the file names ``kappa-<q>-<b>-<n>`` keep the query's batch
+id.
+
+``MSCK REPAIR TABLE``: in ``"partition"`` mode harmless (the only partition directories it
+can find are ones step 3 registered; staging lives under ``_``-prefixed directories it
+skips). In ``"batch"`` mode it can register a batch's directories between steps 3 and 4
+and show a batch still being moved: do not run it on such a table (nothing needs it, the
+sink registers every partition itself).
+
+``update`` output mode writes each batch's changed rows as they are: the table is then a
+changelog (the latest row per key wins), not an upserted table.
+
+>>> sink = HiveTableSink(HiveSinkOptions(table="agg.ride_counts", query_name="ride_counts",
+...                                      event_time_column="start"))       # doctest: +SKIP
+>>> df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.connectors.hive.commits import partition_columns, table_location
+from kappaplus.connectors.hive.sink_options import (
+    ADD_PARTITION_BATCH,
+    DEFAULT_PARTITION,
+    MANIFEST_VERSION,
+    SLOTS_DIR,
+    STAGING_DIR,
+    HiveSinkOptions,
+    partition_key,
+    partition_segments,
+    quote_identifier,
+    sql_string,
+    table_sql,
+)
+from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
+from kappaplus.table import BATCH_COLUMN
+from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
+from kappaplus.table.hadoop_fs import HadoopFs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+FaultHook = Callable[[str, int], None]
+"""Called with each protocol step name (``written``, ``staged``, ``registered``,
+``published:<partition>``, ``published`` (batch mode), ``committed``) and the batch id
+after the step completes; tests raise from it to simulate a crash at that point."""
+
+
+@dataclass(frozen=True)
+class _StagedFile:
+    """One file of a batch's manifest: where it is staged and where it is published."""
+
+    partition: str  # the table partition it is published to, relative to the location
+    staged_dir: str  # its directory under the staging ``data`` directory
+    staged: str  # its staged file name
+    published: str  # its published file name
+
+    @classmethod
+    def parse(cls, entry: dict[str, str]) -> _StagedFile:
+        # manifests of version 1 (before batch visibility) have no staged_dir
+        return cls(
+            entry["partition"],
+            entry.get("staged_dir", entry["partition"]),
+            entry["staged"],
+            entry["published"],
+        )
+
+
+class HiveTableSink:
+    """``foreachBatch`` writer giving exactly-once appends to a partitioned Hive table.
+
+    Call it as ``sink(batch_df, batch_id)``; see the module docstring for the protocol.
+    ``fault_hook`` is for tests: it is called after each protocol step.
+    """
+
+    def __init__(self, options: HiveSinkOptions, *, fault_hook: FaultHook | None = None) -> None:
+        self.options = options
+        self.fault_hook = fault_hook
+
+    # -- public -------------------------------------------------------------------------
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self.write_batch(batch_df, batch_id)
+
+    def write_batch(self, batch_df: DataFrame, batch_id: int) -> bool:
+        """Commit ``batch_df`` as batch ``batch_id``; False if it was already committed."""
+        spark = batch_df.sparkSession
+        opts = self.options
+        df = self._with_partition_columns(batch_df)
+        location = self._ensure_table(spark, df)
+        fs = HadoopFs(spark, location)
+        marker = self._marker(location, batch_id)
+        staging = f"{location}/{STAGING_DIR}/{opts.query_name}/{batch_id}"
+        if fs.exists(marker):
+            if fs.exists(staging):
+                fs.delete(staging)
+                self._remove_empty_staging(fs, location)
+            log.info(
+                "%s: batch %d of %s already committed, skipped",
+                opts.table,
+                batch_id,
+                opts.query_name,
+            )
+            return False
+        manifest_path = f"{staging}/_MANIFEST.json"
+        if not fs.exists(manifest_path):
+            self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
+        manifest = json.loads(fs.read_text(manifest_path))
+        visibility = manifest.get("visibility", "partition")
+        if visibility != opts.visibility:
+            raise ReplayError(
+                f"table {opts.table}: batch {batch_id} of query {opts.query_name!r} was staged "
+                f"with visibility {visibility!r} ({manifest_path}), the sink now writes "
+                f"{opts.visibility!r}; replay it with the visibility it was staged with"
+            )
+        partitions: list[str] = manifest["partitions"]
+        files = [_StagedFile.parse(entry) for entry in manifest["files"]]
+        self._step("staged", batch_id)
+        if opts.visibility == "batch":
+            # Files first, into directories the metastore does not list, then every
+            # partition at once: a reader of the table sees the whole batch or none of it.
+            for partition in partitions:
+                fs.mkdirs(f"{location}/{partition}")
+                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+            self._step("published", batch_id)
+            self._register(spark, location, partitions)
+            self._step("registered", batch_id)
+        else:
+            for partition in partitions:
+                fs.mkdirs(f"{location}/{partition}")
+            self._register(spark, location, partitions)
+            self._step("registered", batch_id)
+            for partition in partitions:
+                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+        record = {
+            "query": opts.query_name,
+            "batch_id": batch_id,
+            "kappa_batch": manifest.get("slot"),
+            "visibility": opts.visibility,
+            "partitions": partitions,
+            "committed_at": time.time(),
+        }
+        if opts.provenance is not None:
+            record["provenance"] = opts.provenance
+        fs.write_atomically(marker, json.dumps(record))
+        self._step("committed", batch_id)
+        fs.delete(staging)
+        self._remove_empty_staging(fs, location)
+        spark.catalog.refreshTable(opts.table)
+        return True
+
+    def _remove_empty_staging(self, fs: HadoopFs, location: str) -> None:
+        """Remove ``_kappa_staging/<query>`` once it holds no batch (one query per name
+        writes there, so nothing else can be staging into it now)."""
+        query_dir = f"{location}/{STAGING_DIR}/{self.options.query_name}"
+        if fs.exists(query_dir) and not list(fs.fs.listStatus(fs.path(query_dir))):
+            fs.delete(query_dir)
+
+    def committed_batches(self, spark: SparkSession) -> list[int]:
+        """Ids of this query's batches committed to the table, ascending."""
+        if not spark.catalog.tableExists(self.options.table):
+            return []
+        location = table_location(spark, self.options.table)
+        fs = HadoopFs(spark, location)
+        base = f"{location}/{COMMITS_DIR}/{self.options.query_name}"
+        if not fs.exists(base):
+            return []
+        names = [status.getPath().getName() for status in fs.fs.listStatus(fs.path(base))]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    # -- protocol steps -----------------------------------------------------------------
+
+    def _step(self, name: str, batch_id: int) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(name, batch_id)
+
+    def _marker(self, location: str, batch_id: int) -> str:
+        return commit_marker(location, self.options.query_name, batch_id)
+
+    def published_name(self, batch_id: int, index: int, staged: str) -> str:
+        """The published file name of the ``index``-th staged file of a batch."""
+        suffix = ".snappy.parquet" if staged.endswith(".snappy.parquet") else ".parquet"
+        return published_name(self.options.query_name, batch_id, index, suffix)
+
+    def _with_partition_columns(self, df: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        opts = self.options
+        if opts.visibility == "batch" and BATCH_COLUMN in {c.lower() for c in df.columns}:
+            raise TableError(
+                f"table {opts.table}: the rows have a column {BATCH_COLUMN!r}, which visibility "
+                "'batch' reserves for the batch id partition column; rename it, or write with "
+                "visibility 'partition'"
+            )
+        if opts.partition_column not in df.columns:
+            expr = opts.partition_expression()
+            if expr is None:
+                raise ConfigError(
+                    "partition_column",
+                    opts.partition_column,
+                    f"the rows written to {opts.table} have no such column and neither "
+                    f"'partition_expr' nor 'event_time_column' says how to compute it "
+                    f"(columns: {', '.join(df.columns)})",
+                )
+            df = df.withColumn(opts.partition_column, F.expr(expr))
+        for name, expr in opts.extra_partitions:
+            if name not in df.columns:
+                df = df.withColumn(name, F.expr(expr))
+        return df
+
+    def _ensure_table(self, spark: SparkSession, df: DataFrame) -> str:
+        opts = self.options
+        if not spark.catalog.tableExists(opts.table):
+            if not opts.create_table:
+                raise TableError(f"table {opts.table} does not exist (create_table is off)")
+            time_columns = opts.time_partition_columns
+            columns = [f for f in df.schema.fields if f.name not in time_columns]
+            ddl_parts = [f"{quote_identifier(f.name)} {f.dataType.simpleString()}" for f in columns]
+            ddl_parts += [
+                f"{quote_identifier(name)} {df.schema[name].dataType.simpleString()}"
+                for name in time_columns
+            ]
+            if opts.visibility == "batch":
+                ddl_parts.append(f"{quote_identifier(BATCH_COLUMN)} bigint")
+            partitioned = ", ".join(quote_identifier(c) for c in opts.table_partition_columns)
+            if "." in opts.table:
+                spark.sql(
+                    f"CREATE DATABASE IF NOT EXISTS {quote_identifier(opts.table.split('.')[0])}"
+                )
+            try:
+                spark.sql(
+                    f"CREATE TABLE IF NOT EXISTS {table_sql(opts.table)} "
+                    f"({', '.join(ddl_parts)}) USING parquet PARTITIONED BY ({partitioned})"
+                )
+            except Exception as exc:  # another writer may have created it meanwhile
+                if not spark.catalog.tableExists(opts.table):
+                    raise TableError(f"cannot create table {opts.table}: {exc}") from exc
+            log.info("created table %s partitioned by %s", opts.table, opts.table_partition_columns)
+        self._check_schema(spark, df)
+        return table_location(spark, opts.table)
+
+    def _check_schema(self, spark: SparkSession, df: DataFrame) -> None:
+        from pyspark.sql.types import LongType
+
+        opts = self.options
+        parts = partition_columns(spark, opts.table)
+        wanted = opts.table_partition_columns
+        if [p.lower() for p in parts] != [c.lower() for c in wanted]:
+            hint = ""
+            if opts.visibility == "batch" and BATCH_COLUMN not in [p.lower() for p in parts]:
+                hint = (
+                    f"; a table without the {BATCH_COLUMN!r} partition column takes "
+                    "visibility 'partition'"
+                )
+            elif opts.visibility == "partition" and BATCH_COLUMN in [p.lower() for p in parts]:
+                hint = f"; a table partitioned by {BATCH_COLUMN!r} takes visibility 'batch'"
+            raise TableError(
+                f"table {opts.table} is partitioned by {parts}, the sink writes {wanted} "
+                f"(visibility {opts.visibility!r}){hint}"
+            )
+        table_schema = spark.table(opts.table).schema
+        expected = {f.name.lower(): f.dataType for f in table_schema.fields}
+        if opts.visibility == "batch":
+            batch_type = expected.pop(BATCH_COLUMN)
+            if batch_type != LongType():
+                raise TableError(
+                    f"table {opts.table}: partition column {BATCH_COLUMN!r} is "
+                    f"{batch_type.simpleString()}, the sink writes batch ids as bigint"
+                )
+        got = {f.name.lower(): f.dataType for f in df.schema.fields}
+        missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
+        if missing or extra:
+            raise TableError(
+                f"table {opts.table}: the rows do not fit its columns "
+                f"(missing: {missing or '-'}, unexpected: {extra or '-'})"
+            )
+        for name, data_type in expected.items():
+            if got[name] != data_type:
+                raise TableError(
+                    f"table {opts.table}: column {name!r} is {data_type.simpleString()} in the "
+                    f"table but {got[name].simpleString()} in the rows"
+                )
+
+    def _stage(
+        self,
+        spark: SparkSession,
+        fs: HadoopFs,
+        df: DataFrame,
+        location: str,
+        staging: str,
+        manifest_path: str,
+        batch_id: int,
+    ) -> None:
+        from pyspark.sql import functions as F
+
+        opts = self.options
+        slot_file = f"{staging}/_SLOT"
+        reserved = int(fs.read_text(slot_file)) if fs.exists(slot_file) else None
+        if fs.exists(staging):
+            fs.delete(staging)  # a crash before the manifest: nothing was published
+        data = f"{staging}/data"
+        time_columns = opts.time_partition_columns
+        # Each partition value goes to files_per_partition tasks, hence that many files.
+        keys = [F.col(c) for c in time_columns]
+        if opts.files_per_partition == 1:
+            shaped = df.repartition(*keys)
+        else:
+            salt = F.pmod(F.hash(*[F.col(c) for c in df.columns]), F.lit(opts.files_per_partition))
+            shaped = df.repartition(*keys, salt)
+        # Spark writes with its own task commit protocol; everything here is hidden.
+        (
+            shaped.write.mode("overwrite")
+            .option("maxRecordsPerFile", 0)
+            .partitionBy(*time_columns)
+            .parquet(data)
+        )
+        staged_dirs = self._staged_partitions(fs, data)
+        slot = None
+        if opts.visibility == "batch" and staged_dirs:
+            # a replay after a crash before the manifest keeps the number it reserved
+            slot = reserved if reserved is not None else self._reserve_slot(spark, fs, location)
+            fs.write_atomically(slot_file, str(slot))
+        suffix = f"/{BATCH_COLUMN}={slot}" if slot is not None else ""
+        files: list[dict[str, str]] = []
+        partitions: list[str] = []
+        for staged_dir in staged_dirs:
+            partition = staged_dir + suffix
+            partitions.append(partition)
+            for staged in fs.list_files(f"{data}/{staged_dir}"):
+                if staged.startswith(("_", ".")):
+                    continue
+                published = self.published_name(batch_id, len(files), staged)
+                files.append(
+                    {
+                        "partition": partition,
+                        "staged_dir": staged_dir,
+                        "staged": staged,
+                        "published": published,
+                    }
+                )
+        shared: list[str] = []
+        if slot is not None:
+            # The slot is new to the sink, so a registered partition with it was added by
+            # something else (a writer that does not reserve slots, or by hand).
+            shared = self._registered(spark, partitions, slot)
+            if shared:
+                log.warning(
+                    "table %s: batch %d of query %s writes partitions something else already "
+                    "registered (%s); its rows there become visible file by file",
+                    opts.table,
+                    batch_id,
+                    opts.query_name,
+                    ", ".join(shared),
+                )
+        self._step("written", batch_id)
+        manifest = {
+            "version": MANIFEST_VERSION,
+            "visibility": opts.visibility,
+            "slot": slot,
+            "partitions": partitions,
+            "shared": shared,
+            "files": files,
+        }
+        fs.write_atomically(manifest_path, json.dumps(manifest))
+
+    def _staged_partitions(self, fs: HadoopFs, data: str) -> list[str]:
+        """The leaf partition directories Spark wrote under ``data``, e.g. ``dt=.../hr=...``;
+        :class:`DataError` if any partition value is NULL."""
+        opts = self.options
+        found = [""]
+        for column in opts.time_partition_columns:
+            deeper = []
+            for parent in found:
+                base = f"{data}/{parent}" if parent else data
+                for name in fs.list_dirs(base):
+                    if not name.startswith(f"{column}="):
+                        continue
+                    if name == f"{column}={DEFAULT_PARTITION}":
+                        source = (
+                            opts.partition_expression()
+                            if column == opts.partition_column
+                            else dict(opts.extra_partitions).get(column)
+                        )
+                        raise DataError(
+                            f"table {opts.table}: some rows have a NULL partition column "
+                            f"{column!r} (from {source or column}); null event times must go "
+                            "to the dead letter queue before the sink"
+                        )
+                    deeper.append(f"{parent}/{name}" if parent else name)
+            found = deeper
+        return sorted(found)
+
+    def _reserve_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> int:
+        """A ``kappa_batch`` value no batch of any query has taken in this table.
+
+        Values are the table's batch sequence: the next after the last one reserved (the
+        hint ``_next``; without it, after the largest registered), taken by creating
+        ``<location>/_kappa_batch_slots/<value>``, which fails if another writer has it.
+        So two queries writing one table, one after the other (a bootstrap then the
+        stream, a ``--fresh`` start) or at the same time, never share a partition.
+        """
+        base = f"{location}/{SLOTS_DIR}"
+        hint = f"{base}/_next"
+        slot = None
+        if fs.exists(hint):
+            try:
+                slot = int(fs.read_text(hint).strip())
+            except ValueError:
+                slot = None
+        if slot is None:
+            fs.mkdirs(base)
+            slot = self._largest_registered_slot(spark) + 1
+        while not fs.create_new(f"{base}/{slot}"):
+            slot += 1
+        fs.write_text(hint, str(slot + 1))
+        return slot
+
+    def _largest_registered_slot(self, spark: SparkSession) -> int:
+        """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
+        rows = spark.sql(f"SHOW PARTITIONS {table_sql(self.options.table)}").collect()
+        values = [
+            int(value)
+            for row in rows
+            for column, value in partition_segments(str(row[0]))
+            if column.lower() == BATCH_COLUMN and value.lstrip("-").isdigit()
+        ]
+        return max(values, default=-1)
+
+    def _registered(self, spark: SparkSession, partitions: list[str], slot: int) -> list[str]:
+        """Which of ``partitions`` (of ``kappa_batch`` ``slot``) the metastore already lists."""
+        rows = spark.sql(
+            f"SHOW PARTITIONS {table_sql(self.options.table)} "
+            f"PARTITION ({quote_identifier(BATCH_COLUMN)} = {int(slot)})"
+        ).collect()
+        existing = {partition_key(str(row[0])) for row in rows}
+        return [p for p in partitions if partition_key(p) in existing]
+
+    def _publish(
+        self,
+        fs: HadoopFs,
+        location: str,
+        staging: str,
+        manifest_path: str,
+        partition: str,
+        files: list[_StagedFile],
+        batch_id: int,
+    ) -> None:
+        """Rename the staged files of one partition to their published names (roll forward)."""
+        opts = self.options
+        for entry in (f for f in files if f.partition == partition):
+            src = f"{staging}/data/{entry.staged_dir}/{entry.staged}"
+            dst = f"{location}/{partition}/{entry.published}"
+            if fs.exists(dst):
+                log.info("%s: %s already published", opts.table, dst)
+            elif fs.exists(src):
+                fs.rename(src, dst)
+            else:
+                raise ReplayError(
+                    f"table {opts.table}: batch {batch_id} of query {opts.query_name!r} "
+                    f"lists {entry.staged} in {manifest_path} but it is neither staged "
+                    f"at {src} nor published at {dst}"
+                )
+        self._step(f"published:{partition}", batch_id)
+
+    def _register(self, spark: SparkSession, location: str, partitions: list[str]) -> None:
+        """Add ``partitions`` (those not yet there) in ONE statement: one metastore call."""
+        if not partitions:
+            return
+        specs = []
+        for partition in partitions:
+            values = ", ".join(
+                f"{quote_identifier(column)} = {sql_string(value)}"
+                for column, value in partition_segments(partition)
+            )
+            specs.append(f"PARTITION ({values}) LOCATION {sql_string(location + '/' + partition)}")
+        statement = f"ALTER TABLE {table_sql(self.options.table)} ADD IF NOT EXISTS " + " ".join(
+            specs
+        )
+        # Spark splits the partitions of one ADD into metastore calls of this many; one
+        # call is one transaction, so the batch's partitions must fit into one.
+        batch_size = int(spark.conf.get(ADD_PARTITION_BATCH, "100") or "100")
+        if len(specs) <= batch_size:
+            spark.sql(statement)
+            return
+        spark.conf.set(ADD_PARTITION_BATCH, str(len(specs)))
+        try:
+            spark.sql(statement)
+        finally:
+            spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
+
+
+def write_stream(
+    df: DataFrame,
+    options: HiveSinkOptions,
+    *,
+    checkpoint_location: str,
+    trigger: dict[str, Any] | None = None,
+    output_mode: str = "append",
+    fault_hook: FaultHook | None = None,
+) -> StreamingQuery:
+    """Start a streaming query writing ``df`` to ``options.table`` exactly once.
+
+    ``trigger`` is passed to ``DataStreamWriter.trigger`` (e.g. ``{"availableNow": True}``).
+    """
+    sink = HiveTableSink(options, fault_hook=fault_hook)
+    writer = (
+        df.writeStream.queryName(options.query_name)
+        .outputMode(output_mode)
+        .option("checkpointLocation", checkpoint_location)
+        .foreachBatch(sink)
+    )
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start()

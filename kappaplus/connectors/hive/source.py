@@ -1,0 +1,176 @@
+"""The Spark Python data source ``kappa_hive``: a Hive table read as an unbounded stream.
+
+Each micro-batch covers one half-open event-time slice ``[lo, hi)``. Offsets are event
+times, so slices never overlap, never go backwards, and Spark's checkpoint makes every
+row with event time in ``[start, end)`` arrive exactly once. Use
+:func:`kappaplus.connectors.hive.read_hive_stream` rather than this class directly: it
+resolves the table through the catalog and hides the end-of-input marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import BooleanType, StructField, StructType
+
+from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore
+from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
+from kappaplus.connectors.hive.planner import (
+    PHASE_DATA,
+    Position,
+    SlicePlanner,
+)
+from kappaplus.connectors.hive.reader import SlicePartition, read_partition
+
+TARGET_PARTITIONS = 8
+MIN_PARTITION_ROWS = 20_000
+
+
+class HiveStreamDataSource(DataSource):
+    """``spark.readStream.format("kappa_hive")``; see :class:`HiveSourceOptions` for options."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = HiveSourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "kappa_hive"
+
+    def schema(self) -> StructType:
+        return source_schema(self.parsed)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return HiveStreamReader(self.parsed)
+
+
+def source_schema(options: HiveSourceOptions) -> StructType:
+    """The delivered columns, all nullable (marker rows are null but for the event time)."""
+    delivered = options.output_schema.fields
+    fields = [StructField(f.name, f.dataType, True, f.metadata) for f in delivered]
+    if options.emits_end_marker:
+        fields.append(StructField(MARKER_COLUMN, BooleanType(), True))
+    return StructType(fields)
+
+
+class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans event-time slices on the driver and reads their files on executors."""
+
+    def __init__(self, options: HiveSourceOptions) -> None:
+        self.options = options
+        self._planner: SlicePlanner | None = None
+
+    def __getstate__(self) -> dict:
+        # Executors need the options only; the planner's caches stay on the driver.
+        return {"options": self.options, "_planner": None}
+
+    @property
+    def planner(self) -> SlicePlanner:
+        if self._planner is None:
+            self._planner = SlicePlanner(self.options)
+        return self._planner
+
+    def initialOffset(self) -> dict:
+        return self.planner.initial_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_rows_per_trigger is not None:
+            return ReadMaxRows(self.options.max_rows_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # The event-time span per trigger is intrinsic to the offsets (it is what keeps
+        # windows and watermarks meaningful), so it holds whatever the read limit is.
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self.planner.next(start, budget)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.planner.prepare_available_now()
+
+    def reportLatestOffset(self) -> dict | None:
+        target = self.planner.target
+        end = target if target is not None else self.options.ending_timestamp
+        return None if end is None else {"hi": end}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        first, last = Position.parse(start), Position.parse(end)
+        markers: list[InputPartition] = []
+        if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
+            # an end-of-input marker batch, or the last data slice carrying the first marker
+            assert last.hi is not None and self.options.watermark_delay is not None
+            marker = last.hi + self.options.watermark_delay
+            markers = [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
+        if last.phase != PHASE_DATA or last.manifest is None or start == end:
+            return markers
+        manifest = ManifestStore(self.options.manifest_dir).get(last.manifest)
+        data = split_slice(
+            manifest.entries, manifest.lo, manifest.hi, last.origin or 0, self.options, self.planner
+        )
+        return [*data, *markers]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SlicePartition)
+        yield from read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: manifests are kept for replays from older checkpoints."""
+
+
+def split_slice(
+    entries: list[ManifestEntry],
+    lo: int,
+    hi: int,
+    origin: int,
+    options: HiveSourceOptions,
+    planner: SlicePlanner,
+) -> list[InputPartition]:
+    """Input partitions of whole files or runs of row groups, read in parallel.
+
+    A slice is cut into about :data:`TARGET_PARTITIONS` pieces so every core reads, but no
+    piece is smaller than :data:`MIN_PARTITION_ROWS` or larger than ``rowsPerPartition``.
+    """
+    sizes = {e.path: {g.index: g.num_rows for g in planner.stats_of_entry(e)} for e in entries}
+    total = sum(sum(s.values()) for s in sizes.values())
+    target = max(
+        MIN_PARTITION_ROWS, min(options.rows_per_partition, -(-total // TARGET_PARTITIONS))
+    )
+    parts: list[InputPartition] = []
+    current: list[ManifestEntry] = []
+    rows = 0
+    for entry in entries:
+        groups = sorted(set(entry.row_groups) | set(entry.route_row_groups))
+        run: list[int] = []
+        for group in groups:
+            run.append(group)
+            rows += sizes[entry.path].get(group, 0)
+            if rows >= target:
+                current.append(_subset(entry, run))
+                parts.append(SlicePartition(lo, hi, origin, current))
+                current, run, rows = [], [], 0
+        if run:
+            current.append(_subset(entry, run))
+    if current:
+        parts.append(SlicePartition(lo, hi, origin, current))
+    return parts
+
+
+def _subset(entry: ManifestEntry, groups: list[int]) -> ManifestEntry:
+    chosen = set(groups)
+    return ManifestEntry(
+        entry.path,
+        entry.size,
+        entry.mtime_ns,
+        entry.partition_values,
+        entry.admissible_lo,
+        entry.admissible_hi,
+        [g for g in entry.row_groups if g in chosen],
+        [g for g in entry.route_row_groups if g in chosen],
+    )

@@ -1,0 +1,236 @@
+"""Typed, validated options of the hybrid (lambda) source ``kappa_hybrid``.
+
+Spark hands the source one flat map of string options. They are routed and parsed once,
+here, into :class:`HybridSourceOptions`:
+
+- ``lake.<name>``: options of the Hive streaming source (``lake.table``, ``lake.location``,
+  ``lake.schema``, ``lake.eventTimeColumn``, ``lake.startingTimestamp``,
+  ``lake.maxEventTimePerTrigger``, ...). ``lake.endingTimestamp`` is the cutoff and
+  ``lake.watermarkDelay`` would end the stream after the lake, so both are refused.
+- ``cutoff``, ``lateness``, ``decoder``, ``deadLetterPath``, ``jobName``: the hybrid's own.
+- everything else: options of the Kafka source (``kafka.bootstrap.servers``,
+  ``subscribe``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ...). The hybrid chooses
+  where Kafka starts, so ``startingOffsets`` / ``startingTimestamp`` are refused.
+
+Every error is a :class:`~kappaplus.errors.ConfigError` naming the option and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.types import DataType, StructType
+
+from kappaplus.codecs import DecoderSpec
+from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.kafka.options import KafkaSourceOptions
+from kappaplus.errors import ConfigError
+from kappaplus.timeutil import iso, parse_duration, parse_timestamp
+
+LAKE_PREFIX = "lake."
+HYBRID_KEYS = ("cutoff", "lateness", "decoder", "deadLetterPath", "jobName")
+_REFUSED_LAKE = {
+    "endingtimestamp": "the lake is read up to 'cutoff'; set 'cutoff' instead",
+    "watermarkdelay": "end-of-input markers would stop the stream after the lake; "
+    "apply the watermark to the hybrid stream instead (read_hybrid_stream(watermark_delay=))",
+}
+_REFUSED_KAFKA = {
+    "startingoffsets": "the hybrid source starts Kafka at the offsets of cutoff - lateness",
+    "startingtimestamp": "the hybrid source starts Kafka at the offsets of cutoff - lateness",
+    "includeheaders": "Kafka records are decoded into the lake's schema; headers are not kept",
+}
+
+
+def decoder_to_json(spec: DecoderSpec) -> str:
+    """Serialize a :class:`DecoderSpec` for the ``decoder`` option (no SparkSession needed)."""
+    data: dict[str, Any] = {
+        "format": spec.format,
+        "eventTime": spec.event_time,
+        "required": list(spec.required),
+        "wireFormat": spec.wire_format,
+    }
+    if spec.format == "json":
+        data["schema"] = spec.event_schema.jsonValue()
+    else:
+        data["avroSchema"] = str(spec.avro_schema)
+    if spec.schema_ids is not None:
+        data["schemaIds"] = sorted(spec.schema_ids)
+    if spec.schema_registry_url is not None:
+        data["schemaRegistryUrl"] = spec.schema_registry_url
+    return json.dumps(data, sort_keys=True)
+
+
+def decoder_from_json(text: str) -> DecoderSpec:
+    """The inverse of :func:`decoder_to_json`; :class:`ConfigError` on anything else."""
+    try:
+        data = json.loads(text)
+        schema = StructType.fromJson(data["schema"]) if "schema" in data else None
+        ids = data.get("schemaIds")
+        return DecoderSpec(
+            format=data["format"],
+            event_time=data["eventTime"],
+            schema=schema,
+            avro_schema=data.get("avroSchema"),
+            required=tuple(data.get("required", ())),
+            wire_format=data.get("wireFormat", "auto"),
+            schema_ids=frozenset(ids) if ids is not None else None,
+            schema_registry_url=data.get("schemaRegistryUrl"),
+        )
+    except ConfigError:
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            "decoder", text[:80], f"not a decoder spec (use decoder_to_json): {exc}"
+        ) from exc
+
+
+def partition_formats(pattern: str | None) -> dict[str, str]:
+    """``dt=%Y-%m-%d/hr=%H`` -> ``{"dt": "%Y-%m-%d", "hr": "%H"}``: how each time-partition
+    column is derived from the event time (for Kafka events, which carry no partition)."""
+    if not pattern:
+        return {}
+    out = {}
+    for segment in pattern.strip("/").split("/"):
+        name, sep, fmt = segment.partition("=")
+        if sep and "%" in fmt:
+            out[name] = fmt
+    return out
+
+
+def _arrow_castable(source: DataType, target: DataType) -> bool:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        src, dst = to_arrow_type(source, timezone="UTC"), to_arrow_type(target, timezone="UTC")
+        pa.array([], type=src).cast(dst)
+    except (pa.ArrowException, TypeError, ValueError, NotImplementedError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class HybridSourceOptions:
+    """The lake's options, Kafka's options and what joins them; validated once.
+
+    Times are integer microseconds since the epoch (UTC).
+    """
+
+    lake: HiveSourceOptions
+    kafka: KafkaSourceOptions
+    cutoff: int
+    lateness: int
+    decoder: DecoderSpec
+    dead_letter_path: str
+    job_name: str
+    derived: dict[str, str]  # lake partition column -> strftime format of the event time
+
+    @property
+    def event_time_column(self) -> str:
+        return self.lake.event_time_column
+
+    @property
+    def kafka_start_ms(self) -> int:
+        """The Kafka timestamp (ms) from which records are read: ``cutoff - lateness``."""
+        return max(0, (self.cutoff - self.lateness) // 1000)
+
+    def describe(self) -> str:
+        return (
+            f"hybrid source: table {self.lake.table!r} until {iso(self.cutoff)}, then "
+            f"{self.kafka.describe()} from {iso(self.cutoff - self.lateness)}"
+        )
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> HybridSourceOptions:
+        """Route and validate Spark's string options (see the module docstring)."""
+        own = {k.lower(): k for k in HYBRID_KEYS}
+        lake_raw: dict[str, str] = {}
+        kafka_raw: dict[str, str] = {}
+        mine: dict[str, str] = {}
+        for key, value in options.items():
+            lowered = str(key).lower()
+            if lowered.startswith(LAKE_PREFIX):
+                name = str(key)[len(LAKE_PREFIX) :]
+                if name.lower() in _REFUSED_LAKE:
+                    raise ConfigError(str(key), value, _REFUSED_LAKE[name.lower()])
+                lake_raw[name] = value
+            elif lowered in own:
+                mine[own[lowered]] = value
+            else:
+                if lowered in _REFUSED_KAFKA:
+                    raise ConfigError(str(key), value, _REFUSED_KAFKA[lowered])
+                kafka_raw[str(key)] = value
+
+        def required(name: str) -> str:
+            value = mine.get(name)
+            if value is None or not str(value).strip():
+                raise ConfigError(name, value, "is required")
+            return str(value).strip()
+
+        cutoff = parse_timestamp(required("cutoff"), "cutoff")
+        lateness = parse_duration(mine.get("lateness") or "0 seconds", "lateness")
+        lake_raw["endingTimestamp"] = str(cutoff)
+        try:
+            lake = HiveSourceOptions.parse(lake_raw)
+        except ConfigError as exc:  # name the option as the caller spelled it
+            raise ConfigError(f"{LAKE_PREFIX}{exc.option}", exc.value, exc.problem) from exc
+        if lake.starting_timestamp is not None and lake.starting_timestamp >= cutoff:
+            raise ConfigError(
+                "lake.startingTimestamp",
+                iso(lake.starting_timestamp),
+                f"must be before the cutoff {iso(cutoff)}",
+            )
+        kafka_raw["startingTimestamp"] = str(max(0, (cutoff - lateness) // 1000))
+        kafka = KafkaSourceOptions.parse(kafka_raw, streaming=True)
+        decoder = decoder_from_json(required("decoder"))
+        dead = required("deadLetterPath")
+        job = (mine.get("jobName") or "").strip() or f"hybrid:{lake.table}"
+        derived = cls._unify(lake, decoder)
+        return cls(lake, kafka, cutoff, lateness, decoder, dead, job, derived)
+
+    @staticmethod
+    def _unify(lake: HiveSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
+        """Check that decoded Kafka events can be made into lake rows (schema unification).
+
+        Every lake column must be an event field of a compatible type, or a time-partition
+        column derivable from the event time; extra event fields are dropped.
+        """
+        if decoder.event_time != lake.event_time_column:
+            raise ConfigError(
+                "decoder",
+                decoder.event_time,
+                f"the decoder's event time must be the lake's event-time column "
+                f"{lake.event_time_column!r}",
+            )
+        events = {f.name: f.dataType for f in decoder.event_schema.fields}
+        formats = partition_formats(lake.partition_time_format)
+        derived: dict[str, str] = {}
+        for f in lake.schema.fields:
+            if f.name in events:
+                if events[f.name] != f.dataType and not _arrow_castable(events[f.name], f.dataType):
+                    raise ConfigError(
+                        "decoder",
+                        f"{f.name} {events[f.name].simpleString()}",
+                        f"cannot be converted to the lake column {f.name} "
+                        f"{f.dataType.simpleString()} of table {lake.table!r}",
+                    )
+            elif f.name in lake.partition_columns and f.name in formats:
+                derived[f.name] = formats[f.name]
+            else:
+                raise ConfigError(
+                    "decoder",
+                    f.name,
+                    f"lake column {f.name!r} of table {lake.table!r} is not in the decoder's "
+                    f"event schema ({', '.join(events)}) and cannot be derived from the event "
+                    "time; add it to the decoder schema",
+                )
+        return derived
+
+
+def safe_file_part(text: str) -> str:
+    """A string usable in a file name (topics may hold dots and dashes, nothing else odd)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)

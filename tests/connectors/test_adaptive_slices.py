@@ -1,0 +1,305 @@
+"""Adaptive slicing: property tests of the sizing function and of the planner over real
+Parquet files (written with pyarrow, read back by the source's own reader; no Spark).
+
+The planner loop here is the one Spark drives: ``initialOffset``, then ``latestOffset``
+from the previous end until it returns its argument, then ``partitions(start, end)`` and
+``read`` per micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.hive.reader import read_partition
+from kappaplus.connectors.hive.sizing import GRID, choose_end, estimate_end, round_down_to_grid
+from kappaplus.connectors.hive.source import HiveStreamReader
+
+US = 1_000_000
+HOUR = 3600 * US
+BASE = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp()) * US
+SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("ts", TimestampType()),
+        StructField("dt", StringType()),
+        StructField("hr", StringType()),
+    ]
+)
+
+
+# -- the sizing function --------------------------------------------------------------
+
+
+@st.composite
+def groups(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = draw(st.integers(1, 30))
+    starts = np.array(draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)))
+    widths = np.array(draw(st.lists(st.integers(1, 10**5), min_size=n, max_size=n)))
+    rows = np.array(draw(st.lists(st.integers(0, 10**4), min_size=n, max_size=n)))
+    return starts, starts + widths, rows
+
+
+def estimated_rows(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, lo: int, x: int):
+    """Independent reference: rows of each group in proportion to its overlap with [lo, x)."""
+    total = 0.0
+    for s, e, n in zip(starts.tolist(), ends.tolist(), rows.tolist(), strict=True):
+        overlap = max(0, min(e, x) - max(s, lo))
+        total += n * overlap / (e - s)
+    return total
+
+
+@given(groups(), st.integers(0, 10**6), st.integers(1, 2 * 10**6), st.integers(1, 10**5))
+def test_estimate_end_reaches_the_target_and_no_further(g, lo, length, target):
+    starts, ends, rows = g
+    limit = lo + length
+    end = estimate_end(starts, ends, rows, lo, limit, target)
+    assert lo < end <= limit
+    got = estimated_rows(starts, ends, rows, lo, end)
+    if end == limit:
+        return
+    # within the target (one row of float slack), or the minimal one-microsecond slice
+    assert got <= target + 1 or end == lo + 1
+    # ...and maximal: one microsecond more exceeds it (up to float rounding)
+    more = estimated_rows(starts, ends, rows, lo, end + 1)
+    assert more >= target - 1
+
+
+@given(groups(), st.integers(0, 10**6), st.integers(1, 2 * 10**6), st.integers(1, 10**5))
+def test_choose_end_lies_within_the_tolerance_of_the_target(g, lo, length, target):
+    starts, ends, rows = g
+    limit = lo + length
+    end = choose_end(starts, ends, rows, lo, limit, target)
+    assert lo < end <= limit
+    if end < limit:
+        high = estimate_end(starts, ends, rows, lo, limit, max(1, target * 9 // 8))
+        low = estimate_end(starts, ends, rows, lo, limit, max(1, target * 7 // 8))
+        assert min(low, high) <= end <= high
+
+
+@given(st.integers(0, 10**12), st.integers(1, 10**12), st.integers(0, 10**12))
+def test_round_down_to_grid_keeps_slices_non_empty(lo, extra, beyond):
+    x = lo + extra
+    limit = x + beyond
+    rounded = round_down_to_grid(x, lo, limit)
+    assert lo < rounded <= x or (x >= limit and rounded == limit)
+    assert any(rounded % step == 0 for step in GRID)
+
+
+# -- the planner over real files ------------------------------------------------------
+
+
+def write_table(root: Path, hours: list[int], seed: int, row_group_size: int) -> pa.Table:
+    """One Parquet file per hour partition with ``hours[h]`` rows at random times inside
+    hour ``h``; returns every row (id, ts in microseconds)."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    ids, times = [], []
+    next_id = 0
+    for h, n in enumerate(hours):
+        if n == 0:
+            continue
+        t = BASE + h * HOUR + rng.integers(0, HOUR, n)
+        i = np.arange(next_id, next_id + n)
+        next_id += n
+        ids.append(i)
+        times.append(t)
+        moment = datetime.fromtimestamp((BASE + h * HOUR) / US, tz=UTC)
+        part = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
+        part.mkdir(parents=True, exist_ok=True)
+        table = pa.table(
+            {"id": pa.array(i, pa.int64()), "ts": pa.array(t, pa.timestamp("us", tz="UTC"))}
+        )
+        pq.write_table(table, part / "part-0.parquet", row_group_size=row_group_size)
+    if not ids:
+        return pa.table({"id": pa.array([], pa.int64()), "ts": pa.array([], pa.int64())})
+    return pa.table({"id": np.concatenate(ids), "ts": np.concatenate(times)})
+
+
+def options(root: Path, manifests: Path, start: int, end: int, **extra: str) -> HiveSourceOptions:
+    def stamp(micros: int) -> str:
+        return datetime.fromtimestamp(micros / US, tz=UTC).isoformat()
+
+    raw = {
+        "table": "events",
+        "location": str(root),
+        "format": "parquet",
+        "schema": json.dumps(SCHEMA.jsonValue()),
+        "partitionColumns": "dt,hr",
+        "partitionTimeFormat": "dt=%Y-%m-%d/hr=%H",
+        "eventTimeColumn": "ts",
+        "startingTimestamp": stamp(start),
+        "endingTimestamp": stamp(end),
+        "manifestDir": str(manifests),
+        **extra,
+    }
+    return HiveSourceOptions.parse(raw)
+
+
+def run_planner(opts: HiveSourceOptions) -> list[tuple[dict, dict]]:
+    """(start, end) offsets of every micro-batch, as Spark would drive the source."""
+    reader = HiveStreamReader(opts)
+    reader.prepareForTriggerAvailableNow()
+    offset = reader.initialOffset()
+    batches = []
+    for _ in range(10_000):
+        following = reader.latestOffset(offset, reader.getDefaultReadLimit())
+        if following == offset:
+            return batches
+        batches.append((offset, following))
+        offset = following
+    raise AssertionError("the planner did not finish")
+
+
+def delivered(opts: HiveSourceOptions, start: dict, end: dict) -> list[tuple[int, int]]:
+    """(id, ts) of the rows a micro-batch delivers, read by the source's reader."""
+    reader = HiveStreamReader(opts)  # a fresh reader: what a restarted query would do
+    out: list[tuple[int, int]] = []
+    for part in reader.partitions(start, end):
+        for batch in read_partition(opts, part):
+            ts = batch.column("ts").cast(pa.int64()).to_pylist()
+            out.extend(zip(batch.column("id").to_pylist(), ts, strict=True))
+    return out
+
+
+hours_strategy = st.lists(st.sampled_from([0, 0, 1, 3, 20, 150, 600]), min_size=1, max_size=40)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    hours=hours_strategy,
+    seed=st.integers(0, 1000),
+    row_group_size=st.sampled_from([50, 1000]),
+    start_cut=st.integers(0, 90),
+    end_cut=st.integers(0, 90),
+    target=st.sampled_from([1, 40, 300, 2000, 100_000]),
+    cap=st.sampled_from([None, "rows", "span"]),
+)
+def test_adaptive_slices_cover_the_range_exactly_once(
+    hours, seed, row_group_size, start_cut, end_cut, target, cap
+):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "events"
+        truth = write_table(root, hours, seed, row_group_size)
+        start = BASE + start_cut * 60 * US
+        end = BASE + len(hours) * HOUR - end_cut * 60 * US
+        if end <= start:
+            end = start + HOUR
+        extra = {"targetRowsPerTrigger": str(target)}
+        if cap == "rows":
+            extra["maxRowsPerTrigger"] = "120"
+        if cap == "span":
+            extra["maxEventTimePerTrigger"] = "2 hours"
+        opts = options(root, Path(tmp) / "manifests", start, end, **extra)
+        batches = run_planner(opts)
+
+        ts = np.asarray(truth.column("ts").to_pylist() or [], dtype=np.int64)
+        ids = np.asarray(truth.column("id").to_pylist() or [], dtype=np.int64)
+        inside = (ts >= start) & (ts < end)
+        expected = sorted(zip(ids[inside].tolist(), ts[inside].tolist(), strict=True))
+
+        got: list[tuple[int, int]] = []
+        previous_hi = batches[0][0]["hi"] if batches else start
+        for first, last in batches:
+            lo, hi = last["lo"], last["hi"]
+            assert hi >= lo >= previous_hi, "slices never overlap nor go back"
+            gap = (ts >= previous_hi) & (ts < lo)
+            assert not np.any(gap), "a slice skips only ranges without rows"
+            if cap == "span" and hi > lo:
+                assert hi - lo <= 2 * HOUR
+            rows = delivered(opts, first, last)
+            assert all(lo <= t < hi for _, t in rows), "rows lie in their slice"
+            if cap == "rows":
+                times = [t for _, t in rows]
+                assert len(rows) <= 120 or len(set(times)) == 1
+            assert delivered(opts, first, last) == rows, "a replay reads the same rows"
+            got.extend(rows)
+            previous_hi = hi
+        if expected:
+            assert batches and batches[-1][1]["hi"] == end, "the slices reach the end bound"
+        assert len(got) == len(set(got)), "no duplicates"
+        assert sorted(got) == expected, "no loss"
+
+
+def test_dense_hours_get_short_slices_and_sparse_days_long_ones(tmp_path: Path):
+    hours = [5] * 24 + [2000] * 3 + [5] * 24
+    root = tmp_path / "events"
+    write_table(root, hours, seed=3, row_group_size=10_000)
+    start, end = BASE, BASE + len(hours) * HOUR
+    opts = options(root, tmp_path / "manifests", start, end, targetRowsPerTrigger="1000")
+    spans = [(b["lo"], b["hi"]) for _, b in run_planner(opts)]
+    dense = [(lo, hi) for lo, hi in spans if lo >= BASE + 24 * HOUR and hi <= BASE + 27 * HOUR]
+    assert len(dense) >= 4, "2000-row hours are cut into slices of about 1000 rows"
+    assert all(hi - lo <= HOUR for lo, hi in dense)
+    assert all(hi % (60 * US) == 0 for _, hi in spans), "slices end on whole minutes"
+    assert spans[0][1] - spans[0][0] >= 8 * HOUR, "120 rows a day fit in one long slice"
+    assert spans[-1][1] == end
+
+
+def test_replay_after_new_files_reads_the_planned_files_only(tmp_path: Path):
+    root = tmp_path / "events"
+    write_table(root, [100] * 6, seed=5, row_group_size=1000)
+    start, end = BASE, BASE + 6 * HOUR
+    opts = options(root, tmp_path / "manifests", start, end, targetRowsPerTrigger="250")
+    batches = run_planner(opts)
+    assert len(batches) >= 3
+    before = [delivered(opts, a, b) for a, b in batches]
+    # a restarted planner plans the same slices (boundaries are a function of the files)
+    assert [b for _, b in run_planner(opts)] == [b for _, b in batches]
+    # a late file lands in an hour already planned: a replay of the batch ignores it
+    extra = pa.table(
+        {
+            "id": pa.array([10**6], pa.int64()),
+            "ts": pa.array([BASE + 30 * 60 * US], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(extra, root / "dt=2024-03-01" / "hr=00" / "part-late.parquet")
+    after = [delivered(opts, a, b) for a, b in batches]
+    assert after == before
+
+
+def test_targets_are_validated_and_default_to_two_million_rows(tmp_path: Path):
+    import pytest
+
+    from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
+    from kappaplus.errors import ConfigError
+
+    opts = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR)
+    assert opts.target_rows_per_trigger == DEFAULT_TARGET_ROWS == 2_000_000
+    assert opts.max_event_time_per_trigger is None, "no span cap unless asked for"
+    by_bytes = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR, targetBytesPerTrigger="64")
+    assert by_bytes.target_rows_per_trigger is None and by_bytes.target_bytes_per_trigger == 64
+    with pytest.raises(ConfigError, match="'targetRowsPerTrigger' = '0': must be positive"):
+        options(tmp_path, tmp_path / "m", BASE, BASE + HOUR, targetRowsPerTrigger="0")
+
+
+def test_the_last_data_slice_carries_the_first_end_of_input_marker(tmp_path: Path):
+    root = tmp_path / "events"
+    truth = write_table(root, [100] * 6, seed=9, row_group_size=1000)
+    start, end = BASE, BASE + 6 * HOUR
+    delay = 10 * 60 * US
+    opts = options(
+        root, tmp_path / "m", start, end, targetRowsPerTrigger="250", watermarkDelay="10 minutes"
+    )
+    batches = run_planner(opts)
+    phases = [(b["phase"], b.get("markers", 0)) for _, b in batches]
+    assert phases[-3:] == [("data", 1), ("end", 2), ("end", 3)], phases
+    assert all(m == 0 for p, m in phases[:-3]), "no marker before the last data slice"
+    markers_seen = []
+    rows = 0
+    for first, last in batches:
+        got = delivered(opts, first, last)
+        markers_seen.append(sum(1 for i, t in got if i is None and t == end + delay))
+        rows += sum(1 for i, _ in got if i is not None)
+    assert markers_seen == [0] * (len(batches) - 3) + [1, 1, 1]
+    assert rows == truth.num_rows
