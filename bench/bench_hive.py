@@ -203,7 +203,7 @@ def rows_of(df) -> list[Row]:  # type: ignore[no-untyped-def]
 def bench_source(spark, start: int, end: int, span: str, work: Path, name: str, **options):  # type: ignore[no-untyped-def]
     """The ``kappa_hive`` stream over the bench table, ``span`` of event time per trigger,
     with its own fresh manifest directory under ``work/name``."""
-    from kappaplus.sources.hive import read_hive_stream
+    from kappaplus.connectors.hive import read_hive_stream
 
     shutil.rmtree(work / name, ignore_errors=True)
     return read_hive_stream(
@@ -406,8 +406,8 @@ def main() -> None:
         raw_scan_child(location, int(start), int(end), out)
         return
 
+    from kappaplus.connectors.hive import resolve_table
     from kappaplus.session import create_session
-    from kappaplus.sources.hive import resolve_table
 
     work = Path(tempfile.mkdtemp(prefix="bench-hive-"))
     load_before = os.getloadavg()

@@ -79,7 +79,7 @@ def write_table(spark, rows: int, hours: int) -> None:  # type: ignore[no-untype
 def run_once(spark, conf: dict[str, str], hours: int, work: Path, name: str) -> dict:  # type: ignore[no-untyped-def]
     from pyspark.sql import functions as F
 
-    from kappaplus.sources.hive import read_hive_stream
+    from kappaplus.connectors.hive import read_hive_stream
 
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", conf["provider"])
     spark.conf.set("spark.sql.shuffle.partitions", conf["partitions"])

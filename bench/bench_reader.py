@@ -77,9 +77,9 @@ def main() -> None:
         TimestampType,
     )
 
-    from kappaplus.sources.hive.options import HiveSourceOptions
-    from kappaplus.sources.hive.reader import read_partition
-    from kappaplus.sources.hive.source import HiveStreamReader
+    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.connectors.hive.reader import read_partition
+    from kappaplus.connectors.hive.source import HiveStreamReader
 
     work = Path(tempfile.mkdtemp(prefix="bench-reader-"))
     paths = write(work / "t", args.rows, args.hours)
