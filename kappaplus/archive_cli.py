@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.errors import ConfigError, KappaError
+from kappaplus.modes import Mode
 
 _console = Console()
 _AVRO = typer.Option(None, "--avro-schema", help="An .avsc file: the topic holds Avro records.")
@@ -103,7 +104,7 @@ def archive_command(
         )
         job, config = archive_job(options)
         run = RunOptions(
-            mode="stream",
+            mode=Mode.STREAM,
             trigger=trigger,
             until_idle=until_idle,
             timeout=timeout,

@@ -35,6 +35,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kappaplus.modes import Mode
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -340,7 +341,7 @@ def run_demo(
                 spark,
                 archiver,
                 archive_config,
-                RunOptions("stream", trigger="available-now", progress=True),
+                RunOptions(Mode.STREAM, trigger="available-now", progress=True),
                 console=console,
             )
             spark.catalog.refreshTable(EVENTS_TABLE)
@@ -363,7 +364,7 @@ def run_demo(
                 spark,
                 sessionization.JOB,
                 config,
-                RunOptions("stream", trigger="available-now", progress=True),
+                RunOptions(Mode.STREAM, trigger="available-now", progress=True),
                 console=console,
             )
         end = START + timedelta(days=days)
@@ -376,7 +377,9 @@ def run_demo(
                 spark,
                 sessionization.JOB,
                 config,
-                RunOptions("backfill", start=START.isoformat(), end=end.isoformat(), progress=True),
+                RunOptions(
+                    Mode.BACKFILL, start=START.isoformat(), end=end.isoformat(), progress=True
+                ),
                 console=console,
             )
         with _phase(report, "6. reconcile"):

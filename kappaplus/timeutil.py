@@ -70,6 +70,43 @@ def parse_duration(value: str | int | float | timedelta, option: str = "duration
     return total
 
 
+class Duration(str):
+    """A duration as written (``"2 hours"``: the text Spark's options and ``withWatermark``
+    take), parsed once, at construction: :attr:`micros` and :attr:`delta` are what Python
+    code uses, so no one parses the text again.
+
+    >>> d = Duration.parse("90 min", "watermark_delay")
+    >>> d, d.micros, d.delta
+    ('90 min', 5400000000, datetime.timedelta(seconds=5400))
+    """
+
+    micros: int
+
+    def __new__(cls, text: str, micros: int) -> Duration:
+        self = super().__new__(cls, text)
+        self.micros = micros
+        return self
+
+    @classmethod
+    def parse(cls, value: str | int | float | timedelta, option: str = "duration") -> Duration:
+        """Parse ``value`` (text, seconds, or a timedelta); errors name ``option``."""
+        if isinstance(value, Duration):
+            return value
+        micros = parse_duration(value, option)
+        if isinstance(value, str):
+            return cls(value, micros)
+        if isinstance(value, timedelta):
+            return cls(format_duration(micros), micros)
+        return cls(f"{value} seconds", micros)
+
+    @property
+    def delta(self) -> timedelta:
+        return timedelta(microseconds=self.micros)
+
+    def __reduce__(self) -> tuple[type[Duration], tuple[str, int]]:
+        return (Duration, (str(self), self.micros))
+
+
 def format_duration(micros: int) -> str:
     """Render microseconds as a Spark interval string, e.g. ``"7200 seconds"``."""
     if micros % MICROS_PER_SECOND == 0:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.errors import ConfigError
+from kappaplus.modes import Mode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,7 +131,7 @@ def _stream_checkpoint(
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import checkpoint_root as root_of
 
-    run = RunOptions("stream", checkpoint_root=checkpoint_root)
+    run = RunOptions(Mode.STREAM, checkpoint_root=checkpoint_root)
     identity = run_identity(job, resolve(config, "stream", job), run)
     return run_dir(root_of(config, run), identity) / output
 

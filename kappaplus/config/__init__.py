@@ -53,9 +53,7 @@ from kappaplus.config.fields import (
     AVAILABLE_NOW,
     DEFAULT_MAX_FUTURE,
     DEFAULT_MIN_EVENT_TIME,
-    MODES,
-    Duration,
-    Mode,
+    DurationField,
     PositiveInt,
     Servers,
     TableName,
@@ -80,13 +78,14 @@ from kappaplus.config.resolution import (
     check_job,
     resolve,
 )
+from kappaplus.modes import MODES, Mode
 
 __all__ = [
     "Mode",
     "MODES",
     "AVAILABLE_NOW",
     "is_secret_key",
-    "Duration",
+    "DurationField",
     "TriggerInterval",
     "PositiveInt",
     "TableName",

@@ -21,7 +21,7 @@ from kappaplus.config.fields import (
     DEFAULT_MIN_EVENT_TIME,
     PARTITION_SEGMENT,
     STRFTIME_FIELD,
-    Duration,
+    DurationField,
     PositiveInt,
     Servers,
     StrictModel,
@@ -121,13 +121,13 @@ class HiveInput(StrictModel):
     event_time_column: str = Field(min_length=1)
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
-    max_lateness: Duration | None = None
-    max_earliness: Duration | None = None
+    max_lateness: DurationField | None = None
+    max_earliness: DurationField | None = None
     unplaceable: Literal["fail", "dead_letter"] = "fail"
     dlq: HiveDeadLetters | None = None
     start: str | None = None
     end: str | None = None
-    max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
+    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
     max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")

@@ -4,21 +4,20 @@ table, topic and server names, event-time moments, and the strict base model."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
 )
 
 from kappaplus.errors import ConfigError
 from kappaplus.secrets import is_secret
-from kappaplus.timeutil import parse_duration
+from kappaplus.timeutil import Duration
 
-Mode = Literal["stream", "backfill", "bootstrap"]
-MODES: tuple[str, ...] = ("stream", "backfill", "bootstrap")
 AVAILABLE_NOW = "available-now"
 
 
@@ -28,18 +27,16 @@ def is_secret_key(key: str) -> bool:
     return is_secret(key)
 
 
-def _duration(value: Any) -> str:
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like '2 hours'")
-    if isinstance(value, int | float):
-        value = f"{value} seconds"
-    if not isinstance(value, str):
+def _duration(value: Any) -> Duration:
+    """A config duration, parsed once into a :class:`~kappaplus.timeutil.Duration`."""
+    if isinstance(value, Duration):
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError("expected a duration like '2 hours'")
     try:
-        parse_duration(value)
+        return Duration.parse(value)
     except ConfigError as exc:
         raise ValueError(exc.problem) from None
-    return value
 
 
 def _trigger(value: Any) -> str:
@@ -48,7 +45,8 @@ def _trigger(value: Any) -> str:
     return _duration(value)
 
 
-Duration = Annotated[Any, AfterValidator(_duration)]
+DurationField = Annotated[Duration, PlainValidator(_duration)]
+"""A duration in a job config: text as written (what Spark takes), parsed once (``.micros``)."""
 TriggerInterval = Annotated[Any, AfterValidator(_trigger)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 
@@ -87,7 +85,9 @@ class StrictModel(BaseModel):
     """Base of every configuration model: unknown keys rejected, frozen, Spark's camelCase
     option names accepted as aliases beside the snake_case field names."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, validate_default=True
+    )
 
 
 def moment_text(value: Any) -> str | None:
@@ -106,7 +106,7 @@ def moment_text(value: Any) -> str | None:
     return value
 
 
-def optional_duration(value: Any) -> str | None:
+def optional_duration(value: Any) -> Duration | None:
     if isinstance(value, str) and value.strip().lower() in ("none", "off", ""):
         return None
     return _duration(value)

@@ -14,13 +14,13 @@ from pydantic import (
 )
 
 from kappaplus.config.fields import (
-    MODES,
     is_secret_key,
 )
 from kappaplus.config.model import (
     JobConfig,
 )
 from kappaplus.errors import ConfigError
+from kappaplus.modes import MODES
 from kappaplus.secrets import redact as redact_secrets
 
 # -- loading ----------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def _describe(error: Mapping[str, Any], raw: Mapping[str, Any]) -> ConfigError:
         return ConfigError(path, value, "unknown key")
     if kind == "missing":
         return ConfigError(path, None, "required key is missing")
-    if kind == "literal_error" and len(loc) == 2 and loc[0] == "mode":
+    if kind in ("literal_error", "enum") and len(loc) == 2 and loc[0] == "mode":
         return ConfigError(path, value, f"unknown mode; expected one of {', '.join(MODES)}")
     message = str(error["msg"])
     message = message.removeprefix("Value error, ")

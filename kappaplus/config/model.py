@@ -16,14 +16,14 @@ from kappaplus.config.bindings import (
     OutputBinding,
 )
 from kappaplus.config.fields import (
-    Duration,
-    Mode,
+    DurationField,
     PositiveInt,
     StrictModel,
     TableName,
     TopicName,
     TriggerInterval,
 )
+from kappaplus.modes import Mode
 
 # -- per-mode overrides: only what the principles allow ---------------------------------
 
@@ -33,7 +33,7 @@ class _KafkaInputOverride(StrictModel):
 
 
 class _HiveInputOverride(StrictModel):
-    max_event_time_per_trigger: Duration | None = Field(None, alias="maxEventTimePerTrigger")
+    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
     max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
@@ -61,9 +61,9 @@ class OutputOverride(StrictModel):
 class ModeOverride(StrictModel):
     """What one mode may change: see the module docstring."""
 
-    watermark_delay: Duration | None = None
+    watermark_delay: DurationField | None = None
     trigger_interval: TriggerInterval | None = None
-    params: dict[str, Duration] = Field(default_factory=dict)
+    params: dict[str, DurationField] = Field(default_factory=dict)
     inputs: dict[str, InputOverride] = Field(default_factory=dict)
     outputs: dict[str, OutputOverride] = Field(default_factory=dict)
 
@@ -74,7 +74,7 @@ class JobConfig(StrictModel):
     job: str | None = None
     name: str | None = None
     checkpoint_dir: Path | None = None
-    watermark_delay: Duration | None = None
+    watermark_delay: DurationField | None = None
     trigger_interval: TriggerInterval = "10 seconds"
     params: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, InputBinding]

@@ -21,8 +21,6 @@ from kappaplus.config.bindings import (
 )
 from kappaplus.config.fields import (
     AVAILABLE_NOW,
-    MODES,
-    Mode,
 )
 from kappaplus.config.model import (
     InputOverride,
@@ -31,6 +29,8 @@ from kappaplus.config.model import (
     OutputOverride,
 )
 from kappaplus.errors import ConfigError
+from kappaplus.modes import MODES, Mode
+from kappaplus.timeutil import Duration
 
 if TYPE_CHECKING:
     from kappaplus.jobs import Job
@@ -66,7 +66,7 @@ class ResolvedConfig:
     job: str | None
     name: str | None
     checkpoint_dir: Path | None
-    watermark_delay: str | None
+    watermark_delay: Duration | None
     trigger_interval: str
     params: Mapping[str, Any]
     inputs: Mapping[str, ResolvedInput]
@@ -92,6 +92,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
     """
     if mode not in MODES:
         raise ConfigError("mode", mode, f"expected one of {', '.join(MODES)}")
+    run_mode = Mode(mode)
     if job is not None:
         check_job(config, job)
     override = config.mode.get(mode, ModeOverride())  # type: ignore[call-overload]
@@ -108,13 +109,13 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
     inputs: dict[str, ResolvedInput] = {}
     for name, binding in config.inputs.items():
         patch = override.inputs.get(name, InputOverride())
-        kafka = binding.kafka if mode in ("stream", "bootstrap") else None
-        hive = binding.hive if mode in ("backfill", "bootstrap") else None
-        if mode in ("stream", "bootstrap") and kafka is None:
+        kafka = binding.kafka if run_mode.reads_kafka else None
+        hive = binding.hive if run_mode.reads_lake else None
+        if run_mode.reads_kafka and kafka is None:
             raise ConfigError(
                 f"inputs.{name}.kafka", None, f"{mode} mode needs a Kafka topic for input {name!r}"
             )
-        if mode in ("backfill", "bootstrap") and hive is None:
+        if run_mode.reads_lake and hive is None:
             raise ConfigError(
                 f"inputs.{name}.hive", None, f"{mode} mode needs a Hive table for input {name!r}"
             )
@@ -149,7 +150,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
 
     watermark = override.watermark_delay or config.watermark_delay
     if watermark is None and job is not None:
-        watermark = job.watermark_delay
+        watermark = Duration.parse(job.watermark_delay, f"job {job.name}.watermark_delay")
     note(
         f"mode.{mode}",
         {

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kappaplus.event_time import MARKER_COLUMN
-from kappaplus.timeutil import parse_duration, parse_timestamp
+from kappaplus.timeutil import parse_timestamp
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -55,7 +55,7 @@ def _violations(column: str, bounds: EventTimeBounds) -> list[tuple[Column, Colu
         high = F.timestamp_micros(F.lit(parse_timestamp(bounds.max, "max")))
         found.append((col >= high, reason(f"is not before the bound max = {bounds.max}")))
     if bounds.max_future is not None:
-        ahead = parse_duration(bounds.max_future, "max_future")
+        ahead = bounds.max_future.micros
         limit = F.timestamp_micros(F.unix_micros(F.current_timestamp()) + F.lit(ahead))
         found.append(
             (col > limit, reason(f"is more than max_future = {bounds.max_future} ahead of now"))

@@ -96,10 +96,10 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
     for spec in job.inputs:
         binding = resolved.inputs[spec.name]
         entry: dict[str, Any] = {}
-        if run.mode in ("stream", "bootstrap") and binding.kafka is not None:
+        if run.mode.reads_kafka and binding.kafka is not None:
             entry["kafka.topic"] = binding.kafka.topic
             entry["kafka.servers"] = _mask_servers(binding.kafka.bootstrap_servers)
-        if run.mode in ("backfill", "bootstrap") and binding.hive is not None:
+        if run.mode.reads_lake and binding.hive is not None:
             hive = binding.hive
             entry["hive.table"] = hive.table
             entry["hive.event_time_column"] = hive.event_time_column

@@ -20,14 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from kappaplus.config import AVAILABLE_NOW
 from kappaplus.errors import ConfigError
+from kappaplus.modes import MODES, Mode
 from kappaplus.timeutil import parse_duration, parse_timestamp
 
-RunMode = Literal["stream", "backfill", "bootstrap"]
-RUN_MODES: tuple[str, ...] = ("stream", "backfill", "bootstrap")
 ONCE = "once"
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -89,7 +88,7 @@ class RunOptions:
       (:mod:`kappaplus.runtime.metrics`; 0 picks a free port).
     """
 
-    mode: RunMode
+    mode: Mode
     start: str | None = None
     end: str | None = None
     trigger: str | None = None
@@ -107,8 +106,9 @@ class RunOptions:
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in RUN_MODES:
-            raise ConfigError("mode", self.mode, "expected stream, backfill or bootstrap")
+        if self.mode not in MODES:
+            raise ConfigError("mode", self.mode, f"expected one of {', '.join(MODES)}")
+        object.__setattr__(self, "mode", Mode(self.mode))
         if self.mode != "bootstrap":
             for name in ("cutoff", "lateness"):
                 if getattr(self, name) is not None:
@@ -160,7 +160,7 @@ class RunOptions:
         """The trigger of this run given the configuration's ``trigger_interval``."""
         if self.trigger is not None:
             return self.trigger
-        return AVAILABLE_NOW if self.mode == "backfill" else configured
+        return AVAILABLE_NOW if self.mode.has_end else configured
 
     def trigger_kind(self, configured: str = "10 seconds") -> str:
         chosen = self.effective_trigger(configured)

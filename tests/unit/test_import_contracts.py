@@ -31,6 +31,7 @@ ENTRY_POINTS = {
 SHARED = (
     "kappaplus.errors",
     "kappaplus.settings",
+    "kappaplus.modes",
     "kappaplus.timeutil",
     "kappaplus.event_time",
     "kappaplus.secrets",

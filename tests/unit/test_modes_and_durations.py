@@ -1,0 +1,71 @@
+"""One ``Mode`` enum decides what each mode reads and writes; durations are parsed once, when a
+config is loaded, and carry their value (``.micros``) to every user of the config."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from kappaplus.config import parse_config, resolve
+from kappaplus.errors import ConfigError
+from kappaplus.modes import MODES, Mode
+from kappaplus.runtime.options import RunOptions
+from kappaplus.timeutil import Duration
+
+CONFIG = """
+job = "kappaplus.examples.sessionization:JOB"
+watermark_delay = "10 minutes"
+[inputs.events.kafka]
+topic = "events"
+bootstrap_servers = "localhost:9092"
+[inputs.events.hive]
+table = "raw.events"
+event_time_column = "event_time"
+[inputs.events.event_time_bounds]
+max_future = "2 hours"
+[outputs.sessions.hive]
+table = "agg.sessions"
+[mode.backfill]
+watermark_delay = 0
+"""
+
+
+def test_modes_decide_what_a_run_reads() -> None:
+    assert [m.value for m in Mode] == list(MODES) == ["stream", "backfill", "bootstrap"]
+    assert [(m.reads_kafka, m.reads_lake, m.has_end) for m in Mode] == [
+        (True, False, False),
+        (False, True, True),
+        (True, True, False),
+    ]
+    cfg = parse_config(CONFIG)
+    for mode in Mode:
+        binding = resolve(cfg, mode).inputs["events"]
+        assert (binding.kafka is not None, binding.hive is not None) == (
+            mode.reads_kafka,
+            mode.reads_lake,
+        )
+
+
+def test_run_options_take_a_mode_name_and_refuse_others() -> None:
+    assert RunOptions("backfill").mode is Mode.BACKFILL
+    with pytest.raises(ConfigError, match="replay"):
+        RunOptions("replay")  # type: ignore[arg-type]
+
+
+def test_durations_are_parsed_once_and_keep_their_text() -> None:
+    cfg = parse_config(CONFIG)
+    stream, backfill = resolve(cfg, "stream"), resolve(cfg, "backfill")
+    assert stream.watermark_delay == "10 minutes"
+    assert stream.watermark_delay is not None and stream.watermark_delay.micros == 600_000_000
+    assert backfill.watermark_delay is not None and backfill.watermark_delay.micros == 0
+    bounds = cfg.inputs["events"].event_time_bounds
+    assert bounds.max_future is not None and bounds.max_future.delta.total_seconds() == 7200
+    # a default is parsed too, and a Duration survives pickling (Spark ships closures)
+    assert (
+        parse_config(CONFIG.replace('max_future = "2 hours"', ""))
+        .inputs["events"]
+        .event_time_bounds.max_future.micros
+        == 86_400_000_000
+    )
+    assert pickle.loads(pickle.dumps(Duration.parse("90 s"))).micros == 90_000_000
