@@ -16,6 +16,7 @@ from pydantic import (
 
 from kappaplus.errors import ConfigError
 from kappaplus.secrets import is_secret
+from kappaplus.table import TABLE_NAME
 from kappaplus.timeutil import Duration
 
 AVAILABLE_NOW = "available-now"
@@ -50,7 +51,6 @@ DurationField = Annotated[Duration, PlainValidator(_duration)]
 TriggerInterval = Annotated[Any, AfterValidator(_trigger)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 
-_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SERVER = re.compile(r"^[A-Za-z0-9.\-_\[\]:]+:\d{1,5}$")
 PARTITION_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^/=]+$")
@@ -58,7 +58,7 @@ STRFTIME_FIELD = re.compile(r"%[YmdHMjy]")
 
 
 def _table(value: str) -> str:
-    if not _TABLE.match(value):
+    if not TABLE_NAME.match(value):
         raise ValueError("expected a Hive table name like 'db.table' or 'table'")
     return value
 

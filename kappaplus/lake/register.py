@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
 from kappaplus.errors import ConfigError, DataError, TableError
+from kappaplus.table import TABLE_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 FORMATS = ("parquet", "orc")
 BATCH = 200
 """Partitions per ``ALTER TABLE ... ADD PARTITION`` statement."""
-_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -161,7 +161,7 @@ def register_table(
     from kappaplus.table.catalogs import catalog_of, note_registration
 
     began = time.monotonic()
-    if not _TABLE.match(table):
+    if not TABLE_NAME.match(table):
         raise ConfigError("NAME", table, "expected a Hive table name like 'db.table'")
     fmt = format.lower()
     if fmt not in FORMATS:

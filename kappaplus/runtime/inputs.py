@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.runtime.options import RunOptions
 
-DEFAULT_SLICE = "1 hour"
-
 
 def decode_metrics_name(input_name: str) -> str:
     """Name of the observed decode counts of a Kafka input in each output query."""
@@ -176,7 +174,12 @@ def hybrid_options(
     run: RunOptions,
     job_name: str,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input."""
+    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input.
+
+    The lake phase is sliced like a backfill (adaptive slices unless the binding caps them).
+    """
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+
     cutoff = run.cutoff if run.cutoff is not None else hive.end
     if cutoff is None:
         raise ConfigError(
@@ -185,7 +188,7 @@ def hybrid_options(
             f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.hive): the lake "
             "owns event times before it, Kafka the rest",
         )
-    lateness = run.lateness or hive.max_lateness or "1 hour"
+    lateness = run.lateness or hive.max_lateness or DEFAULT_LATENESS
     options: dict[str, Any] = {
         "table": hive.table,
         "event_time_column": hive.event_time_column,
@@ -193,7 +196,7 @@ def hybrid_options(
         "decoder": decoder_spec(spec, kafka),
         "start": run.start if run.start is not None else hive.start,
         "lateness": lateness,
-        "max_event_time_per_trigger": hive.max_event_time_per_trigger or DEFAULT_SLICE,
+        "max_event_time_per_trigger": hive.max_event_time_per_trigger,  # None: adaptive
         "watermark_delay": None,
         "dead_letter_path": bootstrap_dead_letter_path(job_name, spec.name),
         "job_name": job_name,

@@ -3,7 +3,9 @@
 - The batch partition column and the commit log of published files
   (:mod:`kappaplus.table.commit_log`), shared by the table writers (the exactly-once Hive
   sink, the archiver) and the table reader (the ``kappa_hive`` source).
-- Which catalog a table lives in (:mod:`kappaplus.table.catalogs`).
+- Which catalog a table lives in (:mod:`kappaplus.table.catalogs`); what a table name is
+  (:data:`TABLE_NAME`); a table's storage through Hadoop's FileSystem
+  (:mod:`kappaplus.table.hadoop_fs`).
 
 Registering and describing a user's own tables is one layer up, in :mod:`kappaplus.lake`.
 
@@ -11,6 +13,11 @@ Imports no source, sink or runtime module.
 """
 
 from __future__ import annotations
+
+import re
+
+TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+"""A table name every command accepts: ``table`` or ``database.table`` (letters, digits, ``_``)."""
 
 BATCH_COLUMN = "kappa_batch"
 """The batch-id partition column the Hive sink adds in ``"batch"`` visibility (BIGINT)."""

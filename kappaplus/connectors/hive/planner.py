@@ -26,7 +26,7 @@ from kappaplus.connectors.hive.layout import PartitionTimeLayout
 from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.connectors.hive.options import HiveSourceOptions, PartitionTimeKind
 from kappaplus.connectors.hive.sizing import choose_end
-from kappaplus.timeutil import iso
+from kappaplus.timeutil import format_duration, iso
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ class SlicePlanner:
                     "table %r: files without event-time statistics or time partitions; "
                     "slices of %s instead of a rows target",
                     o.table,
-                    "1 hour",
+                    format_duration(FALLBACK_SPAN),
                 )
             return min(hi, align_down(lo, FALLBACK_SPAN) + FALLBACK_SPAN)
         targets = [t for t in (o.target_rows_per_trigger,) if t is not None]

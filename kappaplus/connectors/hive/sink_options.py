@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from urllib.parse import unquote
 
 from kappaplus.errors import ConfigError
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.table import BATCH_COLUMN, TABLE_NAME
 
 if TYPE_CHECKING:
     pass
@@ -38,7 +38,6 @@ class HiveOutputBinding(Protocol):
 Visibility = Literal["batch", "partition"]
 VISIBILITIES: tuple[str, ...] = get_args(Visibility)
 
-_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -84,7 +83,7 @@ class HiveSinkOptions:
     (:mod:`kappaplus.runtime.identity`), so a later run can tell what the table holds."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.table, str) or not _TABLE.match(self.table):
+        if not isinstance(self.table, str) or not TABLE_NAME.match(self.table):
             raise ConfigError("table", self.table, "expected a Hive table name like 'db.table'")
         if not isinstance(self.query_name, str) or not _QUERY.match(self.query_name):
             raise ConfigError(

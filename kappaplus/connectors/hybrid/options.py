@@ -32,6 +32,10 @@ from kappaplus.errors import ConfigError
 from kappaplus.timeutil import iso, parse_duration, parse_timestamp
 
 LAKE_PREFIX = "lake."
+DEFAULT_LATENESS = "1 hour"
+"""How far before the cutoff Kafka is read by default (records up to this late still reach
+the job); the runtime's ``--lateness`` and the Hive binding's ``max_lateness`` override it."""
+
 HYBRID_KEYS = ("cutoff", "lateness", "decoder", "deadLetterPath", "jobName")
 _REFUSED_LAKE = {
     "endingtimestamp": "the lake is read up to 'cutoff'; set 'cutoff' instead",

@@ -73,7 +73,11 @@ from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
 from kappaplus.connectors.hive.planner import Position
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
-from kappaplus.connectors.hybrid.options import HybridSourceOptions, decoder_to_json
+from kappaplus.connectors.hybrid.options import (
+    DEFAULT_LATENESS,
+    HybridSourceOptions,
+    decoder_to_json,
+)
 from kappaplus.connectors.hybrid.reader import (
     HybridCounts,
     hybrid_counts,
@@ -325,8 +329,8 @@ def hybrid_stream_options(
     cutoff: Any,
     decoder: DecoderSpec,
     start: Any = None,
-    lateness: str | int = "1 hour",
-    max_event_time_per_trigger: str = "1 day",
+    lateness: str | int = DEFAULT_LATENESS,
+    max_event_time_per_trigger: str | None = None,
     dead_letter_path: str | None = None,
     job_name: str | None = None,
     **options: Any,
@@ -395,8 +399,8 @@ def read_hybrid_stream(
     cutoff: Any,
     decoder: DecoderSpec,
     start: Any = None,
-    lateness: str | int = "1 hour",
-    max_event_time_per_trigger: str = "1 day",
+    lateness: str | int = DEFAULT_LATENESS,
+    max_event_time_per_trigger: str | None = None,
     watermark_delay: str | None = None,
     dead_letter_path: str | None = None,
     job_name: str | None = None,
