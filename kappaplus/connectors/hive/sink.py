@@ -1,129 +1,19 @@
 """Exactly-once Hive table sink for streaming queries (a ``foreachBatch`` writer).
 
-Why not ``batch_df.write.insertInto(table)``: Structured Streaming replays the last
-micro-batch after a crash, and a plain append then writes its rows a second time; the
-alternative, dynamic partition overwrite, would delete the rows that earlier batches put
-in the same event-date partition. A Hive table has no transactions, so this sink builds
-exactly-once from what a Hive table does have: a file rename is atomic on HDFS and local
-file systems, one ``ALTER TABLE ... ADD PARTITION`` statement is one metastore
-transaction, readers of the table only see the partitions the metastore lists, and Spark
-ignores paths whose name starts with ``_`` or ``.``.
+A plain append writes a replayed micro-batch twice, and dynamic partition overwrite deletes
+what earlier batches wrote to the same partition; a Hive table has no transactions. So the
+sink builds exactly-once from what a Hive table has: an atomic file rename, one
+``ALTER TABLE ... ADD PARTITION`` statement as one metastore transaction, readers that see
+only listed partitions, and Spark ignoring ``_``-prefixed paths. For batch ``b`` of query
+``q``: stage the rows under ``_kappa_staging/q/b`` with a manifest (names derived from
+``(q, b, n)``, so a replay lands on the same names), publish (rename into place; in
+``"batch"`` visibility into new ``kappa_batch=<s>`` partitions registered in one statement,
+so readers see whole batches), then write the commit marker ``_kappa_commits/q/b``, which
+records the run's provenance (job identity, range) so a lost checkpoint cannot write the
+same rows twice. Every step is idempotent; a crash at any step rolls forward on replay.
 
-Two visibility modes (option ``visibility``):
-
-- ``"batch"`` (the default): the table has one more, last partition column
-  :data:`BATCH_COLUMN` (``kappa_batch``, BIGINT) after the time partition column(s):
-  the batch's number in the table's own batch sequence, unique across every query that
-  writes the table (see "Batch numbers" below). A batch writes only NEW partitions
-  ``(dt=..., [hr=...,] kappa_batch=<s>)``: it moves all its files into their partition
-  directories while the metastore does not list them yet (invisible), then registers
-  all of them in ONE
-  ``ALTER TABLE ... ADD IF NOT EXISTS PARTITION (...) LOCATION ... PARTITION (...) ...``
-  (one metastore ``add_partitions`` call, one transaction). A reader of the table
-  (``spark.table``, SQL through the catalog) sees all of a batch or none of it.
-- ``"partition"``: the table is partitioned by time only and batches add files to shared
-  partitions, one rename per file (see "What readers see" below). For users who do not
-  want a partition per batch.
-
-Layout (``<loc>`` is the table location; ``q`` the query name; ``b`` the batch id; ``s``
-the batch's ``kappa_batch`` number, here 12)::
-
-    <loc>/dt=2024-01-01/kappa_batch=12/kappa-q-00000000000000000007-00000.snappy.parquet
-                                                                 published ("batch")
-    <loc>/dt=2024-01-01/kappa-q-00000000000000000007-00000.snappy.parquet
-                                                                 published ("partition")
-    <loc>/_kappa_staging/q/7/data/dt=2024-01-01/part-....parquet  staged, hidden
-    <loc>/_kappa_staging/q/7/_MANIFEST.json                        staging done
-    <loc>/_kappa_commits/q/7                                       committed
-    <loc>/_kappa_batch_slots/12, _next                            kappa_batch 12 taken
-
-With ``extra_partitions`` (e.g. the event hour ``hr``) every time partition has more
-levels: ``dt=2024-01-01/hr=5/kappa_batch=12``.
-
-Protocol for batch ``b`` of query ``q`` (every step is idempotent; the ``fault_hook``
-step names are in quotes):
-
-1. If the commit marker ``_kappa_commits/q/b`` exists the batch was committed before a
-   crash (Spark had not yet recorded it): remove leftover staging, write nothing.
-2. Stage: unless ``_MANIFEST.json`` exists, delete any half-written staging directory and
-   write the batch with ``partitionBy(<time partition columns>)`` under
-   ``_kappa_staging/q/b/data`` (Spark's own task commit; all of it hidden from readers),
-   one file per partition by default ("written"). In ``"batch"`` mode take the batch's
-   ``kappa_batch`` number (see "Batch numbers"; kept in ``_SLOT`` so a re-staging keeps
-   it). Then write the manifest (temp file renamed into place, "staged"; it records the
-   number, so a replay publishes into the same partitions) mapping every staged file to
-   its partition and its published name ``kappa-<q>-<b>-<n>`` -- derived from (query,
-   batch, index), so the same file always lands under the same name. Once the manifest
-   exists staged files are never rewritten: a replay may split the same rows into
-   different files, and re-staging after some files were published would duplicate rows.
-
-   ``"batch"`` mode:
-
-3. Publish: create each partition directory (unknown to the metastore) and rename the
-   staged files into it ("published:<partition>" after each partition, "published" after
-   all). A published name that already exists was moved before a crash (roll forward); a
-   file that is neither staged nor published is a :class:`~kappaplus.errors.ReplayError`.
-4. Register: add all the batch's partitions in one statement ("registered"). Spark cuts
-   one ``ADD PARTITION`` into metastore calls of ``spark.sql.addPartitionInBatch.size``
-   (100) partitions; the sink raises it for the statement when a batch has more, so it is
-   always one call. A crash before it leaves the batch invisible to readers of the table;
-   the replay finds every file published and registers them.
-
-   ``"partition"`` mode:
-
-3. Register: create the partition directories and add any new ones to the metastore in
-   one statement ("registered"; a new partition is empty, nothing of the batch shows).
-4. Publish: rename each staged file into its (visible) partition directory
-   ("published:<partition>" after each partition), rolling forward as above.
-
-5. Commit: write ``_kappa_commits/q/b`` last (temp + rename, "committed"), delete the
-   staging directory, refresh the table in this session.
-
-What readers see. No file is ever visible half-written, and a replay adds nothing that
-was already published. In ``"batch"`` mode a reader of the table sees whole batches only
-(at any moment and after a crash at any step, until and after the replay; but see two
-queries writing one table below). In
-``"partition"`` mode with ``files_per_partition=1`` (the default) the batch's rows of one
-time partition are ONE file, so they appear in one atomic rename; a batch spanning several
-dates is published one rename per date, and a reader listing the table between two
-renames (or after a crash between them, until the replay) sees the earlier dates only.
-With ``files_per_partition > 1`` visibility in ``"partition"`` mode is per file. Readers
-that need whole batches there can compare with :meth:`HiveTableSink.committed_batches`.
-Readers that list files instead of asking the metastore (``spark.read.parquet(<loc>)``)
-see files as they are renamed, in both modes; the ``kappa_hive`` streaming source lists
-files too but counts a published file only once its batch's commit marker exists
-(:mod:`kappaplus.table.commit_log`), so it sees whole committed batches in both modes.
-
-The price of ``"batch"`` mode: one metastore partition per (date[, hour], batch). At a
-10 s trigger that is up to 8640 partitions a day for each date written (an hour partition
-does not add to that for a stream writing the current hour, but a backfill batch spanning
-many hours registers one per hour), each with its own small file(s); query planning and
-the metastore slow down as partitions pile up. Compaction (merging a day's
-batch partitions) is NOT implemented. Readers select their columns as usual (``SELECT *``
-also returns ``kappa_batch``); ``kappa_batch`` also lets a reader take whole batches
-(``WHERE kappa_batch <= 41``).
-
-Batch numbers. Spark's batch ids restart at 0 with every new checkpoint, and several
-queries may write one table (a bootstrap then the stream, a ``--fresh`` start, two jobs),
-so ``kappa_batch`` is not the batch id: it is the table's own sequence. A batch with rows
-takes the next number after the last one taken (hint ``_kappa_batch_slots/_next``; for a
-table without it, after the largest ``kappa_batch`` registered) by creating the empty
-file ``_kappa_batch_slots/<n>``, which fails if another writer took ``n`` (then ``n + 1``
-is tried). So no two batches ever share a partition and every batch stays atomic.
-Numbers increase in the order batches are staged and may have gaps (an empty batch takes
-none); for one writer after another ``kappa_batch <= n`` is a prefix of
-what was written, for concurrent writers it is not (a batch staged earlier may commit
-later). The commit marker and the file names ``kappa-<q>-<b>-<n>`` keep the query's batch
-id.
-
-``MSCK REPAIR TABLE``: in ``"partition"`` mode harmless (the only partition directories it
-can find are ones step 3 registered; staging lives under ``_``-prefixed directories it
-skips). In ``"batch"`` mode it can register a batch's directories between steps 3 and 4
-and show a batch still being moved: do not run it on such a table (nothing needs it, the
-sink registers every partition itself).
-
-``update`` output mode writes each batch's changed rows as they are: the table is then a
-changelog (the latest row per key wins), not an upserted table.
+The whole protocol, the layout, what readers see at each step, batch numbers and the cost
+of ``"batch"`` visibility: ``docs/hive-sink.md``.
 
 >>> sink = HiveTableSink(HiveSinkOptions(table="agg.ride_counts", query_name="ride_counts",
 ...                                      event_time_column="start"))       # doctest: +SKIP
