@@ -38,7 +38,6 @@ def test_the_guide_has_files_and_commands() -> None:
         assert step in commands
 
 
-@pytest.mark.slow
 def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
     script = ["set -euo pipefail"]
     for kind, body in guide_blocks():
