@@ -17,7 +17,6 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.dataset as ds
-import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.S)
