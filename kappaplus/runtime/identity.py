@@ -154,6 +154,43 @@ def run_dir(root: Path, identity: RunIdentity) -> Path:
     return Path(root) / slug(identity.job) / identity.mode / identity.key()
 
 
+def unclaimed_checkpoints(directory: Path) -> list[Path]:
+    """Spark checkpoints written beside ``directory`` by a version that kept one checkpoint
+    per job and mode (``<root>/<job>/<mode>/<output>``), before checkpoints were keyed by run
+    identity: directories with Spark's ``metadata`` file and ``offsets/`` log and no identity."""
+    mode_root = directory.parent
+    if not mode_root.is_dir():
+        return []
+    return sorted(
+        child
+        for child in mode_root.iterdir()
+        if child.is_dir()
+        and child != directory
+        and (child / "metadata").is_file()
+        and (child / "offsets").is_dir()
+        and not (child / IDENTITY_FILE).exists()
+    )
+
+
+def check_unclaimed(directory: Path) -> None:
+    """Refuse a first run in ``directory`` while a checkpoint of the old layout sits beside
+    it: starting from the configured offsets instead would silently re-read (duplicates) or
+    skip (a gap) what that checkpoint had already processed."""
+    if (directory / IDENTITY_FILE).exists():
+        return
+    old = unclaimed_checkpoints(directory)
+    if not old:
+        return
+    names = ", ".join(str(path) for path in old)
+    raise IdentityError(
+        "checkpoint",
+        names,
+        f"checkpoints of an earlier layout exist ({names}) and record no run identity: to "
+        f"resume from them, move each into {directory}/ (only if this config wrote them); to "
+        "start over, delete them or pass --fresh",
+    )
+
+
 def check_identity(directory: Path, identity: RunIdentity, *, create: bool = True) -> None:
     """Refuse (:class:`IdentityError`) if ``directory`` holds a checkpoint of another
     identity; record ``identity`` there if it holds none yet (and ``create``)."""

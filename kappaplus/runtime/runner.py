@@ -45,6 +45,7 @@ from kappaplus.runtime.identity import (
     RunIdentity,
     check_identity,
     check_targets,
+    check_unclaimed,
     run_dir,
     run_identity,
 )
@@ -121,6 +122,8 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
     if run.fresh and directory.exists():
         log.warning("--fresh: deleting checkpoints %s", directory)
         shutil.rmtree(directory)
+    if not run.fresh:
+        check_unclaimed(directory)
     check_identity(directory, identity)
     check_checkpoint_files(directory)
     return directory

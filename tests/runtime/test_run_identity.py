@@ -77,6 +77,25 @@ def test_identity_differences_are_named_before_spark(scratch: Path) -> None:
         check_before_spark(job, first, run)
 
 
+def test_a_checkpoint_of_the_old_layout_is_not_silently_left_behind(scratch: Path) -> None:
+    """Before identities, a job kept one checkpoint per mode: ``<root>/<job>/<mode>/<output>``.
+    A first run in the identity layout must not start from the configured offsets beside it
+    (that re-reads or skips what it had processed): it refuses, naming it and the ways out."""
+    job, run = sessionization.JOB, RunOptions("backfill", START, END)
+    config = _config(scratch, "events_old", "sessions_old")
+    old = checkpoint_root(config, run) / "rider-sessions" / "backfill" / "sessions"
+    (old / "offsets").mkdir(parents=True)
+    (old / "metadata").write_text('{"id": "5f0c"}')
+    with pytest.raises(IdentityError) as caught:
+        check_before_spark(job, config, run)
+    message = str(caught.value)
+    assert str(old) in message and "move each into" in message and "--fresh" in message
+    # --fresh starts over (the old checkpoint stays where it is); then the run is claimed
+    fresh = check_before_spark(job, config, RunOptions("backfill", START, END, fresh=True))
+    assert (fresh / IDENTITY_FILE).is_file() and old.is_dir()
+    assert check_before_spark(job, config, run) == fresh
+
+
 def test_kappa_run_refuses_another_identity_with_exit_2_before_spark(
     scratch: Path, tmp_path: Path
 ) -> None:
