@@ -437,3 +437,13 @@ def test_fail_on_data_loss_is_a_key_of_the_kafka_binding() -> None:
     assert kafka_options(lenient)["failOnDataLoss"] is False
     with pytest.raises(ValueError):
         KafkaInput.model_validate({**base, "failOnDataLoss": "maybe"})
+
+
+def test_kafka_client_settings_are_checked_alike_for_inputs_and_outputs() -> None:
+    unprefixed = _error(BASE.replace('"kafka.sasl.mechanism"', '"sasl.mechanism"'))
+    assert unprefixed.option == "inputs.rides.kafka.options"
+    assert "'sasl.mechanism'" in str(unprefixed) and "must start with 'kafka.'" in str(unprefixed)
+    java_only = BASE + '[outputs.counts.kafka.options]\n"kafka.sasl.jaas.config" = "x"\n'
+    err = _error(java_only)
+    assert err.option == "outputs.counts.kafka.options"
+    assert "Java client setting" in str(err) and "x" not in str(err.value)

@@ -22,6 +22,7 @@ from kappaplus.config.fields import (
     PARTITION_SEGMENT,
     STRFTIME_FIELD,
     DurationField,
+    KafkaClientSettings,
     PositiveInt,
     Servers,
     StrictModel,
@@ -31,7 +32,6 @@ from kappaplus.config.fields import (
     optional_duration,
 )
 from kappaplus.errors import ConfigError
-from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS
 from kappaplus.secrets import redact as redact_secrets
 from kappaplus.table import BATCH_COLUMN
 
@@ -67,19 +67,8 @@ class KafkaInput(StrictModel):
     starting_offsets: str = "latest"
     max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
     fail_on_data_loss: bool = Field(True, alias="failOnDataLoss", strict=True)
-    options: dict[str, str] = Field(default_factory=dict)
+    options: KafkaClientSettings = Field(default_factory=dict)
     dlq: DeadLetterTarget | None = None
-
-    @field_validator("options")
-    @classmethod
-    def _kafka_prefixed(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key.startswith("kafka."):
-                raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
-            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
-            if way_out is not None:
-                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
-        return value
 
     @model_validator(mode="after")
     def _avro_schema(self) -> KafkaInput:
@@ -230,18 +219,7 @@ class KafkaOutput(StrictModel):
     format: Literal["json", "avro"] = "json"
     schema_file: Path | None = None
     backfill_topic: TopicName | None = None
-    options: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("options")
-    @classmethod
-    def _kafka_prefixed(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not key.startswith("kafka."):
-                raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
-            way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
-            if way_out is not None:
-                raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
-        return value
+    options: KafkaClientSettings = Field(default_factory=dict)
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
         for key, value in super().__repr_args__():

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from kappaplus.errors import ConfigError
+from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS
 from kappaplus.secrets import is_secret
 from kappaplus.table import TABLE_NAME
 from kappaplus.timeutil import Duration
@@ -45,6 +46,20 @@ def _trigger(value: Any) -> str:
         return AVAILABLE_NOW
     return _duration(value)
 
+
+def _kafka_client_settings(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not key.startswith("kafka."):
+            raise ValueError(f"key {key!r}: Kafka client settings must start with 'kafka.'")
+        way_out = JAVA_ONLY_SETTINGS.get(key.lower().removeprefix("kafka."))
+        if way_out is not None:
+            raise ValueError(f"key {key!r}: a Java client setting; {way_out}")
+    return value
+
+
+KafkaClientSettings = Annotated[dict[str, str], AfterValidator(_kafka_client_settings)]
+"""``options`` of a Kafka binding: librdkafka settings, each prefixed ``kafka.``; Java-only
+settings (``sasl.jaas.config``, ...) refused with the librdkafka way to say the same."""
 
 DurationField = Annotated[Duration, PlainValidator(_duration)]
 """A duration in a job config: text as written (what Spark takes), parsed once (``.micros``)."""
