@@ -22,6 +22,8 @@ def test_bounded_chaos_loses_and_doubles_nothing(capsys) -> None:  # type: ignor
             "7",
             "--riders",
             "12",
+            "--hours",
+            "6",
             "--only",
             "sigterm-group",
             "lost-checkpoint",
