@@ -127,9 +127,9 @@ def _stream_checkpoint(
     """The checkpoint of ``output``'s query in the job's production (stream) run: the
     directory the run's identity gives (:func:`kappaplus.runtime.identity.run_dir`)."""
     from kappaplus.config import resolve
+    from kappaplus.runtime.checkpoints import checkpoint_root as root_of
     from kappaplus.runtime.identity import run_dir, run_identity
     from kappaplus.runtime.options import RunOptions
-    from kappaplus.runtime.runner import checkpoint_root as root_of
 
     run = RunOptions(Mode.STREAM, checkpoint_root=checkpoint_root)
     identity = run_identity(job, resolve(config, "stream", job), run)

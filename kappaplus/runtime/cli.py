@@ -179,10 +179,11 @@ def run_command(
     from kappaplus.jobs import load_job
     from kappaplus.jvm import shutdown_jvm
     from kappaplus.local.metastore import LOCAL_DISCOVERY
+    from kappaplus.runtime.checkpoints import check_before_spark
     from kappaplus.runtime.failures import explain
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
-    from kappaplus.runtime.runner import check_before_spark, run_job
+    from kappaplus.runtime.runner import run_job
     from kappaplus.session import create_session
 
     if list_jobs:

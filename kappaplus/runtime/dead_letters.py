@@ -27,6 +27,10 @@ import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from kappaplus.jobs import Job
+    from kappaplus.runtime.options import RunOptions
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +120,95 @@ def publish_staged(
             table,
         )
     return counts.hive
+
+
+def publish_run_dead_letters(
+    spark: SparkSession, job: Job, resolved: Any, run: RunOptions, mode_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """Move the rows a backfill's sources could not place into each input's dead-letter
+    table (``unplaceable = "dead_letter"``); their counts per input for the run record."""
+    from kappaplus.runtime.dead_letters import publish_staged
+    from kappaplus.runtime.inputs import dead_letter_staging
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in job.inputs:
+        hive = resolved.inputs[spec.name].hive
+        table = None if hive is None else hive.dead_letter_table
+        if table is None:
+            continue
+        try:
+            count = publish_staged(
+                spark,
+                job=job.name,
+                input_name=spec.name,
+                staging=dead_letter_staging(mode_dir, spec.name),
+                table=table,
+                start=run.start if run.start is not None else hive.start,
+                end=run.end if run.end is not None else hive.end,
+            )
+        except Exception as exc:  # noqa: BLE001 - must not hide the run's outcome
+            log.error("publishing the dead letters of input %s to %s: %s", spec.name, table, exc)
+            out[spec.name] = {"dead_letter_table": table, "dead_letter_error": str(exc)}
+            continue
+        out[spec.name] = {"dead_letters": count, "dead_letter_table": table}
+    return out
+
+
+def start_dead_letter_query(
+    spark: SparkSession,
+    job: Job,
+    input_name: str,
+    resolved: Any,
+    mode_dir: Path,
+    trigger: str,
+) -> tuple[StreamingQuery, str] | None:
+    """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
+    from kappaplus.codecs import dead_letters, decode_kafka
+    from kappaplus.dlq import dead_letter_writer
+    from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
+    from kappaplus.runtime.inputs import (
+        dead_letter_target,
+        decoder_spec,
+        dlq_metrics_name,
+        read_kafka_records,
+    )
+    from kappaplus.runtime.options import slug, trigger_args
+    from kappaplus.runtime.outputs import checkpoint_id
+
+    kafka = resolved.inputs[input_name].kafka
+    if kafka is None:
+        return None
+    target = dead_letter_target(input_name, kafka)
+    if target is None:
+        return None
+    checkpoint = mode_dir / f"_dlq_{input_name}"
+    ident = checkpoint_id(checkpoint)
+    spec = job.input(input_name)
+    decoded = mark_out_of_bounds(
+        decode_kafka(
+            read_kafka_records(spark, kafka),
+            decoder_spec(spec, kafka),
+            metrics=dlq_metrics_name(input_name),
+        ),
+        spec.event_time_column,
+        resolved.inputs[input_name].bounds,
+        bounds_metrics_name(input_name, "kappa_dlq_bounds"),
+    )
+    sink_id = f"{slug(job.name)}-{input_name}-{ident}"[:100]
+    writer = dead_letter_writer(target, sink_id=sink_id)
+    query = (
+        dead_letters(decoded, job.name)
+        .writeStream.queryName(f"{slug(job.name)}-stream-dlq-{input_name}-{ident}")
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(_discard_result(writer))
+        .trigger(**trigger_args(trigger))
+        .start()
+    )
+    return query, str(checkpoint)
+
+
+def _discard_result(write: Any) -> Any:
+    def call(df: Any, batch_id: int) -> None:
+        write(df, batch_id)
+
+    return call

@@ -26,7 +26,7 @@ from kappaplus.errors import ConfigError
 from kappaplus.runtime.options import slug, trigger_args
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from kappaplus.config import HiveOutput, KafkaOutput, ResolvedOutput
@@ -170,3 +170,23 @@ def start_output(df: DataFrame, plan: OutputPlan, trigger: str) -> StreamingQuer
         .trigger(**trigger_args(trigger))
     )
     return writer.start()
+
+
+def check_sql(spark: SparkSession, plans: dict[str, OutputPlan]) -> None:
+    """Parse every SQL expression of the outputs' config (``partition_expr``) now, with
+    Spark's own parser, so a bad one is one line naming its key, not a failure at the
+    first batch."""
+    jspark: Any = spark._jsparkSession  # type: ignore[attr-defined]
+    parser = jspark.sessionState().sqlParser()
+    for name, plan in plans.items():
+        if plan.hive is None or not plan.hive.partition_expr:
+            continue
+        try:
+            parser.parseExpression(plan.hive.partition_expr)
+        except Exception as exc:  # noqa: BLE001 - Spark's ParseException, as one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"outputs.{name}.hive.partition_expr",
+                plan.hive.partition_expr,
+                f"not a SQL expression ({first[:200]})",
+            ) from None

@@ -25,12 +25,7 @@ from __future__ import annotations
 
 import getpass
 import logging
-import shutil
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,30 +34,35 @@ from rich.console import Console
 from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
-from kappaplus.errors import ConfigError, KappaError
-from kappaplus.runtime.failures import check_checkpoint_files, explain
+from kappaplus.errors import KappaError
+from kappaplus.runtime.checkpoints import (
+    LOCK_FILE,
+    prepare_checkpoint,
+)
+from kappaplus.runtime.dead_letters import publish_run_dead_letters, start_dead_letter_query
+from kappaplus.runtime.failures import explain
 from kappaplus.runtime.identity import (
-    RunIdentity,
-    check_identity,
     check_targets,
-    check_unclaimed,
-    run_dir,
     run_identity,
 )
 from kappaplus.runtime.inputs import (
     BoundInput,
     bind_inputs,
-    dead_letter_target,
     decode_metrics_name,
-    decoder_spec,
     dlq_metrics_name,
-    read_kafka_records,
 )
-from kappaplus.runtime.locks import check_free, hold
-from kappaplus.runtime.options import RunOptions, slug, trigger_args
-from kappaplus.runtime.outputs import OutputPlan, checkpoint_id, plan_output, start_output
+from kappaplus.runtime.locks import hold
+from kappaplus.runtime.observers import audit_recorder, flush_audit, serve_metrics, stop_metrics
+from kappaplus.runtime.options import RunOptions, slug
+from kappaplus.runtime.outputs import (
+    OutputPlan,
+    check_sql,
+    plan_output,
+    start_output,
+)
 from kappaplus.runtime.progress import ProgressTracker, format_seconds
 from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
+from kappaplus.runtime.stopping import StopRequest, signals_stop
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECORD_EVERY = 5.0
-LOCK_FILE = "_kappa.lock"
 
 
 @dataclass
@@ -101,104 +100,6 @@ class RunResult:
         """``records``/``good``/``dead`` of a Kafka input as the first output query saw them."""
         first = next(iter(self.plans))
         return dict(self.tracker.stats[first].observed.get(decode_metrics_name(input_name), {}))
-
-
-def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
-    """Where checkpoints of this run live (see :class:`RunOptions`)."""
-    if run.checkpoint_root is not None:
-        return Path(run.checkpoint_root)
-    if config.checkpoint_dir is not None:
-        return Path(config.checkpoint_dir)
-    return state_dir() / "checkpoints"
-
-
-def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity) -> Path:
-    """The run's checkpoint directory (derived from its identity), emptied by ``--fresh``;
-    :class:`~kappaplus.runtime.identity.IdentityError` if it belongs to another run.
-
-    Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
-    directory = run_dir(checkpoint_root(config, run), identity)
-    check_free(directory / LOCK_FILE, f"the checkpoint {directory}")
-    if run.fresh and directory.exists():
-        log.warning("--fresh: deleting checkpoints %s", directory)
-        shutil.rmtree(directory)
-    if not run.fresh:
-        check_unclaimed(directory)
-    check_identity(directory, identity)
-    check_checkpoint_files(directory)
-    return directory
-
-
-def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
-    """Everything about a run that can be checked without Spark: bindings resolve and the
-    checkpoint belongs to this run. Returns the run's checkpoint directory."""
-    from kappaplus.runtime.inputs import check_event_time
-
-    resolved = resolve(config, run.mode, job)
-    for spec in job.inputs:
-        hive = resolved.inputs[spec.name].hive
-        if hive is not None:
-            check_event_time(spec, hive)
-    return prepare_checkpoint(config, run, run_identity(job, resolved, run))
-
-
-def check_sql(spark: SparkSession, plans: dict[str, OutputPlan]) -> None:
-    """Parse every SQL expression of the outputs' config (``partition_expr``) now, with
-    Spark's own parser, so a bad one is one line naming its key, not a failure at the
-    first batch."""
-    jspark: Any = spark._jsparkSession  # type: ignore[attr-defined]
-    parser = jspark.sessionState().sqlParser()
-    for name, plan in plans.items():
-        if plan.hive is None or not plan.hive.partition_expr:
-            continue
-        try:
-            parser.parseExpression(plan.hive.partition_expr)
-        except Exception as exc:  # noqa: BLE001 - Spark's ParseException, as one line
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(
-                f"outputs.{name}.hive.partition_expr",
-                plan.hive.partition_expr,
-                f"not a SQL expression ({first[:200]})",
-            ) from None
-
-
-@dataclass
-class StopRequest:
-    """The first SIGTERM/SIGINT received while a run is under way (None: none yet)."""
-
-    signum: int | None = None
-
-    @property
-    def stopped_by(self) -> str | None:
-        if self.signum is None:
-            return None
-        return "ctrl-c" if self.signum == signal.SIGINT else "sigterm"
-
-
-@contextmanager
-def signals_stop() -> Iterator[StopRequest]:
-    """While inside, SIGTERM and SIGINT only record a stop request; the run's poll loop
-    sees it and stops every query at a clean point. The handler raises nothing: raising in
-    the middle of a py4j call would leave the gateway connection with an unread answer.
-    Later signals are ignored. Restores the previous handlers on the way out."""
-    request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if request.signum is not None:
-            log.warning("signal %d: already stopping", signum)
-            return
-        request.signum = signum
-        log.warning("signal %d: stopping at the next clean point", signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield request
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def run_job(
@@ -260,8 +161,8 @@ def run_job(
     )
     queries: dict[str, StreamingQuery] = {}
     tracker = ProgressTracker([*plans])
-    auditor = _auditor(spark, job, run, resolved, plans) if run.audit else None
-    metrics = _serve_metrics(spark, run, plans)
+    auditor = audit_recorder(spark, job, run, resolved, plans) if run.audit else None
+    metrics = serve_metrics(spark, run, plans)
     status = FAILED
     paths, names = _lock_paths(mode_dir, plans)
     locks = hold(paths, record.run_id, names)
@@ -271,7 +172,9 @@ def run_job(
     try:
         if run.mode == "stream":
             for spec in job.inputs:
-                started = _start_dlq(spark, job, spec.name, resolved, mode_dir, trigger)
+                started = start_dead_letter_query(
+                    spark, job, spec.name, resolved, mode_dir, trigger
+                )
                 if started is not None:
                     key = f"dlq:{spec.name}"
                     queries[key] = started[0]
@@ -303,11 +206,11 @@ def run_job(
             if auditor is not None:
                 auditor.collect(name, _progress(query))
         try:
-            _flush_audit(auditor, final=True)
-            _stop_metrics(spark, metrics)
+            flush_audit(auditor, final=True)
+            stop_metrics(spark, metrics)
             extra = _bootstrap_counts(job, run)
             if staging is not None:
-                extra.update(_publish_dead_letters(spark, job, resolved, run, staging))
+                extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
             _finish(record, tracker, plans, dlq_names, status, extra)
         finally:
             stopping.__exit__(None, None, None)
@@ -325,76 +228,6 @@ def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path
         paths.append(state_dir() / "locks" / f"{kind}-{slug(name.lower())}.lock")
         names.append(f"the output {kind} {name}")
     return paths, names
-
-
-def _auditor(
-    spark: SparkSession, job: Job, run: RunOptions, resolved: Any, plans: dict[str, OutputPlan]
-) -> Any:
-    """The recorder of this run's audit counts (:mod:`kappaplus.audit.table`)."""
-    from kappaplus.audit.table import AuditRecorder
-
-    datasets: dict[tuple[str, str], str] = {}
-    for spec in job.inputs:
-        binding = resolved.inputs[spec.name]
-        if binding.kafka is not None:
-            datasets[("kafka", spec.name)] = binding.kafka.topic
-        if binding.hive is not None:
-            datasets[("lake", spec.name)] = binding.hive.table
-            datasets[("source", spec.name)] = binding.hive.table
-    for name, plan in plans.items():
-        targets = [t.split(" ", 1)[1] for t in plan.targets()]
-        datasets[("output", name)] = ",".join(targets)
-    return AuditRecorder(
-        spark,
-        job.name,
-        run.mode,
-        {name: plan.query_name for name, plan in plans.items()},
-        input_stages_from=next(iter(plans), None),
-        datasets=datasets,
-    )
-
-
-def _serve_metrics(
-    spark: SparkSession, run: RunOptions, plans: dict[str, OutputPlan]
-) -> tuple[Any, Any] | None:
-    """Register the metrics listener and serve ``/metrics`` when ``run.metrics_port`` is
-    set (:mod:`kappaplus.runtime.metrics`)."""
-    if run.metrics_port is None:
-        return None
-    from kappaplus.runtime.metrics import MetricsListener, MetricsServer
-
-    listener = MetricsListener({plan.query_name: name for name, plan in plans.items()})
-    try:
-        server = MetricsServer(listener, run.metrics_port)
-    except OSError as exc:
-        raise ConfigError(
-            "--metrics-port", run.metrics_port, f"cannot listen there ({exc.strerror})"
-        ) from exc
-    spark.streams.addListener(listener)
-    server.start()
-    return listener, server
-
-
-def _stop_metrics(spark: SparkSession, metrics: tuple[Any, Any] | None) -> None:
-    if metrics is None:
-        return
-    listener, server = metrics
-    server.stop()
-    try:
-        spark.streams.removeListener(listener)
-    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
-        log.warning("removing the metrics listener: %s", exc)
-
-
-def _flush_audit(auditor: Any, *, final: bool = False) -> None:
-    """Write the queued audit rows; a failure is logged (and retried), never fatal."""
-    if auditor is None:
-        return
-    try:
-        auditor.flush()
-    except Exception as exc:  # noqa: BLE001 - the audit must not stop the job
-        level = logging.ERROR if final else logging.WARNING
-        log.log(level, "writing audit counts to %s: %s", auditor.table, exc)
 
 
 def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
@@ -418,38 +251,6 @@ def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _publish_dead_letters(
-    spark: SparkSession, job: Job, resolved: Any, run: RunOptions, mode_dir: Path
-) -> dict[str, dict[str, Any]]:
-    """Move the rows a backfill's sources could not place into each input's dead-letter
-    table (``unplaceable = "dead_letter"``); their counts per input for the run record."""
-    from kappaplus.runtime.dead_letters import publish_staged
-    from kappaplus.runtime.inputs import dead_letter_staging
-
-    out: dict[str, dict[str, Any]] = {}
-    for spec in job.inputs:
-        hive = resolved.inputs[spec.name].hive
-        table = None if hive is None else hive.dead_letter_table
-        if table is None:
-            continue
-        try:
-            count = publish_staged(
-                spark,
-                job=job.name,
-                input_name=spec.name,
-                staging=dead_letter_staging(mode_dir, spec.name),
-                table=table,
-                start=run.start if run.start is not None else hive.start,
-                end=run.end if run.end is not None else hive.end,
-            )
-        except Exception as exc:  # noqa: BLE001 - must not hide the run's outcome
-            log.error("publishing the dead letters of input %s to %s: %s", spec.name, table, exc)
-            out[spec.name] = {"dead_letter_table": table, "dead_letter_error": str(exc)}
-            continue
-        out[spec.name] = {"dead_letters": count, "dead_letter_table": table}
-    return out
-
-
 def _pid() -> int:
     import os
 
@@ -461,58 +262,6 @@ def _user() -> str | None:
         return getpass.getuser()
     except (KeyError, OSError):
         return None
-
-
-def _start_dlq(
-    spark: SparkSession,
-    job: Job,
-    input_name: str,
-    resolved: Any,
-    mode_dir: Path,
-    trigger: str,
-) -> tuple[StreamingQuery, str] | None:
-    """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
-    from kappaplus.codecs import dead_letters, decode_kafka
-    from kappaplus.dlq import dead_letter_writer
-    from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
-
-    kafka = resolved.inputs[input_name].kafka
-    if kafka is None:
-        return None
-    target = dead_letter_target(input_name, kafka)
-    if target is None:
-        return None
-    checkpoint = mode_dir / f"_dlq_{input_name}"
-    ident = checkpoint_id(checkpoint)
-    spec = job.input(input_name)
-    decoded = mark_out_of_bounds(
-        decode_kafka(
-            read_kafka_records(spark, kafka),
-            decoder_spec(spec, kafka),
-            metrics=dlq_metrics_name(input_name),
-        ),
-        spec.event_time_column,
-        resolved.inputs[input_name].bounds,
-        bounds_metrics_name(input_name, "kappa_dlq_bounds"),
-    )
-    sink_id = f"{slug(job.name)}-{input_name}-{ident}"[:100]
-    writer = dead_letter_writer(target, sink_id=sink_id)
-    query = (
-        dead_letters(decoded, job.name)
-        .writeStream.queryName(f"{slug(job.name)}-stream-dlq-{input_name}-{ident}")
-        .option("checkpointLocation", str(checkpoint))
-        .foreachBatch(_discard_result(writer))
-        .trigger(**trigger_args(trigger))
-        .start()
-    )
-    return query, str(checkpoint)
-
-
-def _discard_result(write: Any) -> Any:
-    def call(df: Any, batch_id: int) -> None:
-        write(df, batch_id)
-
-    return call
 
 
 def _progress(query: StreamingQuery) -> list[Any]:
@@ -582,7 +331,7 @@ def _wait(
                 log.info("%s", tracker.line())
                 last_logged = now
             if now - last_saved >= RECORD_EVERY:
-                _flush_audit(auditor)
+                flush_audit(auditor)
                 _update_record(record, tracker)
                 record.save()
                 last_saved = now

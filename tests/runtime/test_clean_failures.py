@@ -71,8 +71,7 @@ def test_a_password_in_bootstrap_servers_is_never_echoed(tmp_path: Path) -> None
 def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type: ignore[no-untyped-def]
     from kappaplus.config import HiveOutput
     from kappaplus.jobs import OutputSpec
-    from kappaplus.runtime.outputs import OutputPlan
-    from kappaplus.runtime.runner import check_sql
+    from kappaplus.runtime.outputs import OutputPlan, check_sql
 
     spec = OutputSpec("sessions")
     hive = HiveOutput(table="t", partition_expr="to_date(session_start")

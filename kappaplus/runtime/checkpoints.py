@@ -1,0 +1,73 @@
+"""A run's checkpoint directory, and everything about a run that can be checked before Spark
+starts: the bindings resolve, event-time columns are declared, and the checkpoint belongs to
+this run (its identity; no checkpoint of the earlier layout left behind; no other live run;
+Spark's files readable).
+
+``kappa run`` calls :func:`check_before_spark` before it starts a session, so these errors
+come in a second, not after a JVM start."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kappaplus.config import JobConfig, resolve
+from kappaplus.runtime.failures import check_checkpoint_files
+from kappaplus.runtime.identity import (
+    RunIdentity,
+    check_identity,
+    check_unclaimed,
+    run_dir,
+    run_identity,
+)
+from kappaplus.runtime.locks import check_free
+from kappaplus.runtime.options import RunOptions
+from kappaplus.settings import state_dir
+
+if TYPE_CHECKING:
+    from kappaplus.jobs import Job
+
+log = logging.getLogger(__name__)
+LOCK_FILE = "_kappa.lock"
+"""The lock a run holds in its checkpoint directory (:mod:`kappaplus.runtime.locks`)."""
+
+
+def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
+    """Where checkpoints of this run live (see :class:`RunOptions`)."""
+    if run.checkpoint_root is not None:
+        return Path(run.checkpoint_root)
+    if config.checkpoint_dir is not None:
+        return Path(config.checkpoint_dir)
+    return state_dir() / "checkpoints"
+
+
+def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity) -> Path:
+    """The run's checkpoint directory (derived from its identity), emptied by ``--fresh``;
+    :class:`~kappaplus.runtime.identity.IdentityError` if it belongs to another run.
+
+    Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
+    directory = run_dir(checkpoint_root(config, run), identity)
+    check_free(directory / LOCK_FILE, f"the checkpoint {directory}")
+    if run.fresh and directory.exists():
+        log.warning("--fresh: deleting checkpoints %s", directory)
+        shutil.rmtree(directory)
+    if not run.fresh:
+        check_unclaimed(directory)
+    check_identity(directory, identity)
+    check_checkpoint_files(directory)
+    return directory
+
+
+def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
+    """Everything about a run that can be checked without Spark: bindings resolve and the
+    checkpoint belongs to this run. Returns the run's checkpoint directory."""
+    from kappaplus.runtime.inputs import check_event_time
+
+    resolved = resolve(config, run.mode, job)
+    for spec in job.inputs:
+        hive = resolved.inputs[spec.name].hive
+        if hive is not None:
+            check_event_time(spec, hive)
+    return prepare_checkpoint(config, run, run_identity(job, resolved, run))
