@@ -276,8 +276,10 @@ def bind_input(
     watermark_delay: str,
     job_name: str = "job",
     dead_letter_staging: str | None = None,
+    source_state: str | None = None,
 ) -> BoundInput:
-    """The watermarked, conformed streaming DataFrame of one input in ``mode``."""
+    """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
+    holds the source's state (slice manifests; default: under the state directory)."""
     from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
     from kappaplus.runtime.bounds import (
@@ -319,6 +321,8 @@ def bind_input(
             )
         check_event_time(spec, hive)
         options = hybrid_options(spec, hive, kafka, run, job_name)
+        if source_state is not None:
+            options["manifestDir"] = f"{source_state}/manifests"
         raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
@@ -331,6 +335,8 @@ def bind_input(
         check_event_time(spec, hive)
         options = hive_options(hive, run, watermark_delay)
         options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
+        if source_state is not None:
+            options["manifestDir"] = f"{source_state}/manifests"
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())
         raw = _observe_source(read_hive_stream(spark, hive.table, **options), spec, "lake")
@@ -367,12 +373,14 @@ def bind_inputs(
     job: Job,
     resolved: ResolvedConfig,
     run: RunOptions,
-    staging: Path | None = None,
+    mode_dir: Path | None = None,
 ) -> dict[str, BoundInput]:
     """Every input of ``job`` bound for ``run.mode`` (see the module docstring).
 
-    ``staging``: where a backfill's source stages the rows no slice can place, one
-    directory per input (see :func:`dead_letter_staging`).
+    ``mode_dir``: the run's checkpoint directory. The sources keep their state under it
+    (slice manifests, and a backfill's staged unplaceable rows: :func:`source_state_dir`,
+    :func:`dead_letter_staging`), so ``--fresh`` or a new identity starts all of it over and
+    a checkpoint moved elsewhere takes it along.
     """
     delay = resolved.watermark_delay or job.watermark_delay
     return {
@@ -384,10 +392,18 @@ def bind_inputs(
             run,
             delay,
             job.name,
-            None if staging is None else dead_letter_staging(staging, spec.name),
+            None
+            if mode_dir is None or run.mode != "backfill"
+            else dead_letter_staging(mode_dir, spec.name),
+            None if mode_dir is None else source_state_dir(mode_dir, spec.name),
         )
         for spec in job.inputs
     }
+
+
+def source_state_dir(mode_dir: Path, input_name: str) -> str:
+    """Where the source of ``input_name`` keeps its state (slice manifests) for this run."""
+    return str(mode_dir / "_sources" / input_name)
 
 
 def dead_letter_staging(mode_dir: Path, input_name: str) -> str:

@@ -121,7 +121,7 @@ def run_job(
     mode_dir = prepare_checkpoint(config, run, identity)
 
     staging = mode_dir if run.mode == "backfill" else None
-    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, staging)
+    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, mode_dir)
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(

@@ -77,6 +77,10 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
     assert set(backfill_rows) == truth
     assert backfill.rows_dropped_late == 0
     assert backfill.record.done == 1.0
+    # the slice manifests are source state: they live in the run's checkpoint directory
+    query_checkpoint = Path(backfill.record.checkpoints["sessions"])
+    manifests = query_checkpoint.parent / "_sources" / "rider_events" / "manifests"
+    assert manifests.is_dir() and any(manifests.iterdir()), manifests
     print(f"backfill: {len(truth)} sessions in {time.monotonic() - t0:.0f}s")
 
     # -- stream: the same events produced in arrival order, plus 2 undecodable records;
