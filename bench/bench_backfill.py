@@ -108,8 +108,9 @@ class Timed:
     returncode: int
 
 
-def run_timed(cmd: list[str], env: dict[str, str], watch: Path | None = None) -> Timed:
-    """Run ``cmd``; wall seconds, peak PSS of its tree, and when ``watch`` first existed."""
+def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | None = None) -> Timed:
+    """Run ``cmd``; wall seconds, peak PSS of its tree, and when a path matching ``watch``
+    (a directory and a glob pattern under it) first existed."""
     began = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
     peak = 0
@@ -120,7 +121,7 @@ def run_timed(cmd: list[str], env: dict[str, str], watch: Path | None = None) ->
         nonlocal peak
         while not stop.is_set():
             peak = max(peak, tree_pss(proc.pid))
-            if watch is not None and not first and watch.exists():
+            if watch is not None and not first and any(watch[0].glob(watch[1])):
                 first.append(time.perf_counter() - began)
             stop.wait(0.5)
 
@@ -365,12 +366,13 @@ def run_kappa(work: Path, env: dict[str, str], job: str, days: int) -> tuple[Tim
         "--no-progress",
     ]
     slug = f"bench-{job.lower()}"
-    commits = checkpoints / slug / "backfill" / output / "commits" / "0"
-    timed = run_timed(cmd, env, watch=commits)
+    # <root>/<job>/<mode>/<run identity>/<output>: one identity per config
+    runs = checkpoints / slug / "backfill"
+    timed = run_timed(cmd, env, watch=(runs, f"*/{output}/commits/0"))
     if timed.returncode != 0:
         raise SystemExit(f"kappa run {job} failed with status {timed.returncode}")
     data = markers = 0
-    for offsets in (checkpoints / slug / "backfill" / output / "offsets").glob("[0-9]*"):
+    for offsets in runs.glob(f"*/{output}/offsets/[0-9]*"):
         last = offsets.read_text().strip().splitlines()[-1]
         phase = json.loads(last).get("phase")
         data += phase == "data"
