@@ -61,13 +61,19 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
 
 
 def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
-    """Everything about a run that can be checked without Spark: bindings resolve and the
-    checkpoint belongs to this run. Returns the run's checkpoint directory."""
-    from kappaplus.runtime.inputs import check_event_time
+    """Everything about a run that can be checked without Spark: bindings resolve, the
+    checkpoint belongs to this run, and the Kafka brokers of the inputs it reads answer.
+    Returns the run's checkpoint directory."""
+    from kappaplus.runtime.inputs import check_event_time, check_kafka_reachable
 
     resolved = resolve(config, run.mode, job)
     for spec in job.inputs:
         hive = resolved.inputs[spec.name].hive
         if hive is not None:
             check_event_time(spec, hive)
-    return prepare_checkpoint(config, run, run_identity(job, resolved, run))
+    directory = prepare_checkpoint(config, run, run_identity(job, resolved, run))
+    for spec in job.inputs:
+        kafka = resolved.inputs[spec.name].kafka
+        if kafka is not None:
+            check_kafka_reachable(spec.name, kafka)
+    return directory

@@ -92,6 +92,51 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
     return options
 
 
+def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 10.0) -> None:
+    """Ask the binding's brokers for the topic's metadata before Spark starts, so a wrong or
+    unreachable ``bootstrap_servers`` (or refused credentials) is one line naming the key
+    in seconds, not a failed query a minute later. Uses the binding's client settings."""
+    from confluent_kafka import Consumer
+
+    from kappaplus.errors import KafkaError
+    from kappaplus.kafka_conf import client_conf
+    from kappaplus.secrets import mask_url
+
+    key = f"inputs.{input_name}.kafka.bootstrap_servers"
+    settings = {**kafka.options, "kafka.bootstrap.servers": kafka.bootstrap_servers}
+    conf: dict[str, Any] = dict(client_conf(settings))
+    conf.update(
+        {
+            "group.id": "kappaplus-preflight",
+            "enable.auto.commit": False,
+            "log_level": 0,
+            "error_cb": lambda error: None,  # reported below as one line
+        }
+    )
+    consumer = Consumer(conf)
+    try:
+        metadata = consumer.list_topics(kafka.topic, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - KafkaException: transport, auth, timeout
+        raise KafkaError(
+            f"{key}: cannot reach Kafka at {mask_url(kafka.bootstrap_servers)} within "
+            f"{timeout:.0f} s ({_reason(exc)}): is the broker up (`kappa up --print-env` "
+            "prints the local one)? are the kafka.* client settings right?"
+        ) from None
+    finally:
+        consumer.close()
+    topic = metadata.topics.get(kafka.topic)
+    if topic is not None and topic.error is not None and topic.error.code() != 3:
+        # 3: UNKNOWN_TOPIC_OR_PART, fine (brokers may create it); others: authorization...
+        raise KafkaError(f"inputs.{input_name}.kafka.topic: {kafka.topic}: {topic.error.str()}")
+
+
+def _reason(exc: BaseException) -> str:
+    """librdkafka's own words (``Local: Broker transport failure``), else the first line."""
+    error: Any = exc.args[0] if exc.args else None
+    text = str(error.str()) if hasattr(error, "str") else str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
 def read_kafka_records(spark: SparkSession, kafka: KafkaInput) -> DataFrame:
     """The raw Kafka records of an input binding (Spark's Kafka schema)."""
     from kappaplus.connectors.kafka import read_kafka_stream

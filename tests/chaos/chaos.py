@@ -13,6 +13,10 @@ Scenarios: ``sigterm-group`` (SIGTERM to the whole process group, as ``timeout``
 systemd and Kubernetes do), ``sigint-group``, ``sigkill`` (the driver only; its JVM must
 follow), ``lost-checkpoint`` (kill, move the checkpoint away, run again: must refuse),
 each at a random moment: before the first commit, or after 1-3 committed micro-batches.
+``stream-sigkill`` and ``stream-sigterm-group`` do the same to a ``--mode stream`` run
+(``--trigger available-now``) reading the same events, in arrival order, from a topic of
+the embedded broker; it is compared with an uninterrupted stream run (the late events it
+drops depend only on its batches, which a restarted query replays from its offset log).
 Broker and metastore restarts are not covered here yet.
 """
 
@@ -36,7 +40,16 @@ ROOT = Path(__file__).resolve().parents[2]
 KAPPA = [sys.executable, "-m", "kappaplus.cli"]
 START = "2024-03-01T00:00:00"
 COLUMNS = "rider_id, session_start, session_end, event_count, event_types"
-SCENARIOS = ("sigterm-group", "sigint-group", "sigkill", "lost-checkpoint")
+SCENARIOS = (
+    "sigterm-group",
+    "sigint-group",
+    "sigkill",
+    "lost-checkpoint",
+    "stream-sigkill",
+    "stream-sigterm-group",
+)
+STREAM_TOPIC = "chaos-events"
+STREAM_BATCH = 60  # Kafka records per stream micro-batch
 
 
 @dataclass
@@ -137,7 +150,7 @@ def read_outputs(home: Path, tables: list[str]) -> dict[str, list[list[object]]]
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def write_config(home: Path, table: str, out: str) -> Path:
+def write_config(home: Path, table: str, out: str, bootstrap: str = "127.0.0.1:9092") -> Path:
     config = home / f"{out}.toml"
     config.write_text(
         textwrap.dedent(
@@ -147,8 +160,10 @@ def write_config(home: Path, table: str, out: str) -> Path:
             [params]
             session_gap = "30 minutes"
             [inputs.rider_events.kafka]
-            topic = "rider-events"
-            bootstrap_servers = "127.0.0.1:9092"
+            topic = "{STREAM_TOPIC}"
+            bootstrap_servers = "{bootstrap}"
+            starting_offsets = "earliest"
+            maxOffsetsPerTrigger = {STREAM_BATCH}
             [inputs.rider_events.hive]
             table = "{table}"
             event_time_column = "event_time"
@@ -172,6 +187,7 @@ def kappa_run(
     interrupt: tuple[int, int] | None = None,
     timeout: float = 900,
     end: str = "2024-03-01T12:00:00",
+    mode: str = "backfill",
 ) -> tuple[int, str]:
     """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
     commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
@@ -184,11 +200,12 @@ def kappa_run(
         "-c",
         str(config),
         "--mode",
-        "backfill",
-        "--start",
-        START,
-        "--end",
-        end,
+        mode,
+        *(
+            ["--start", START, "--end", end]
+            if mode == "backfill"
+            else ["--trigger", "available-now"]
+        ),
         "--no-progress",
     ]
     proc = subprocess.Popen(
@@ -263,18 +280,21 @@ def check(outcome: Outcome, rows: list[list[object]], baseline: list[list[object
 
 
 def scenario(
-    home: Path, table: str, name: str, out: str, commits: int, end: str
+    home: Path, table: str, name: str, out: str, commits: int, end: str, bootstrap: str = ""
 ) -> tuple[Outcome, str | None]:
     """Run one scenario; returns the outcome (rows checked later) and the table to read."""
-    config = write_config(home, table, out)
+    config = write_config(home, table, out, bootstrap or "127.0.0.1:9092")
     moment = "before 1st commit" if commits == 0 else f"after {commits} commit(s)"
     sig = {
         "sigterm-group": signal.SIGTERM,
         "sigint-group": signal.SIGINT,
         "sigkill": signal.SIGKILL,
         "lost-checkpoint": signal.SIGKILL,
+        "stream-sigkill": signal.SIGKILL,
+        "stream-sigterm-group": signal.SIGTERM,
     }[name]
-    first, err1 = kappa_run(home, config, interrupt=(sig, commits), end=end)
+    mode = "stream" if name.startswith("stream-") else "backfill"
+    first, err1 = kappa_run(home, config, interrupt=(sig, commits), end=end, mode=mode)
     outcome = Outcome(name, moment, first, None)
     if "Traceback" in err1:
         outcome.problems.append("a traceback on the terminal: " + err1[-300:])
@@ -287,7 +307,7 @@ def scenario(
     if name == "lost-checkpoint":
         moved = home / f"{out}.moved"
         shutil.move(str(home / "checkpoints" / out), str(moved))
-    second, err2 = kappa_run(home, config, end=end)
+    second, err2 = kappa_run(home, config, end=end, mode=mode)
     outcome.second_exit = second
     if "Traceback" in err2:
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
@@ -302,6 +322,36 @@ def scenario(
     return outcome, out
 
 
+def stream_topic(home: Path, riders: int, seed: int, hours: int) -> tuple[object, str]:
+    """Start the embedded broker of ``home`` and produce the events of :func:`prepare` to a
+    one-partition topic in arrival order, then flush events a day later that move a
+    stream's watermark past every session. Returns (broker, bootstrap)."""
+    from datetime import timedelta
+
+    from kappaplus.examples.generate import arrival_order, produce, rider_events
+    from kappaplus.local.broker import EmbeddedBroker, create_topic
+    from kappaplus.local.processes import free_port
+
+    broker = EmbeddedBroker(home, port=free_port())
+    bootstrap = broker.start()
+    create_topic(bootstrap, STREAM_TOPIC, partitions=1)
+    events = rider_events(riders=riders, start=START, hours=hours, seed=seed, late_fraction=0.2)
+    at = max(e["event_time"] for e in events) + timedelta(days=1)
+    flush = [
+        {
+            "event_id": f"flush-{i}",
+            "rider_id": "zz-flush",
+            "event_type": "app_open",
+            "area": "downtown",
+            "event_time": at,
+            "arrival_time": at,
+        }
+        for i in range(2 * STREAM_BATCH)
+    ]
+    produce(bootstrap, STREAM_TOPIC, arrival_order(events) + flush)
+    return broker, bootstrap
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", type=int, default=8)
@@ -312,15 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     home = Path(tempfile.mkdtemp(prefix="kappa-chaos-"))
+    broker = None
     try:
         table = "chaos_events"
         started = time.monotonic()
         end = end_of(args.hours)
-        prepare(home, table, args.riders, args.seed, args.hours)
-        code, err = kappa_run(home, write_config(home, table, "chaos_base"), end=end)
-        if code != 0:
-            print(f"the uninterrupted run failed ({code}): {err[-2000:]}")
-            return 1
         planned = []
         names = args.only or list(SCENARIOS)
         for index in range(args.scenarios):
@@ -328,22 +374,51 @@ def main(argv: list[str] | None = None) -> int:
             planned.append(
                 (name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)]))
             )
+        streams = any(name.startswith("stream-") for name, _, _ in planned)
+        backfills = any(not name.startswith("stream-") for name, _, _ in planned)
+        prepare(home, table, args.riders, args.seed, args.hours)
+        bootstrap = ""
+        if streams:
+            broker, bootstrap = stream_topic(home, args.riders, args.seed, args.hours)
+        baselines = {}
+        if backfills:
+            baselines["backfill"] = "chaos_base"
+            code, err = kappa_run(home, write_config(home, table, "chaos_base"), end=end)
+            if code != 0:
+                print(f"the uninterrupted backfill failed ({code}): {err[-2000:]}")
+                return 1
+        if streams:
+            baselines["stream"] = "chaos_stream_base"
+            config = write_config(home, table, "chaos_stream_base", bootstrap)
+            code, err = kappa_run(home, config, mode="stream")
+            if code != 0:
+                print(f"the uninterrupted stream failed ({code}): {err[-2000:]}")
+                return 1
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
-            outcomes.append(scenario(home, table, name, out, commits, end))
+            outcomes.append(scenario(home, table, name, out, commits, end, bootstrap))
             done = outcomes[-1][0]
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
-        # a backfill writes <table>_backfill
-        tables = [f"{t}_backfill" for t in ["chaos_base", *(t for _, t in outcomes if t)]]
-        rows = {t.removesuffix("_backfill"): r for t, r in read_outputs(home, tables).items()}
-        baseline = rows["chaos_base"]
-        if not baseline:
-            print("the uninterrupted run wrote no rows: nothing to compare")
-            return 1
-        print(f"\nuninterrupted run: {len(baseline)} rows")
+
+        def output_table(out: str, stream: bool) -> str:
+            return out if stream else f"{out}_backfill"  # a backfill writes <table>_backfill
+
+        wanted = {output_table(b, m == "stream"): b for m, b in baselines.items()}
+        for outcome, out in outcomes:
+            if out is not None:
+                wanted[output_table(out, outcome.name.startswith("stream-"))] = out
+        rows = {wanted[t]: r for t, r in read_outputs(home, list(wanted)).items()}
+        for mode, base in baselines.items():
+            if not rows[base]:
+                print(f"the uninterrupted {mode} run wrote no rows: nothing to compare")
+                return 1
+            print(f"\nuninterrupted {mode} run: {len(rows[base])} rows")
         failed = 0
         totals = {"rows": 0, "lost": 0, "duplicated": 0, "refused": 0}
         for outcome, out in outcomes:
+            baseline = rows[
+                baselines["stream" if outcome.name.startswith("stream-") else "backfill"]
+            ]
             if outcome.refused is None and out is not None:
                 check(outcome, rows[out], baseline)
             elif out is not None and outcome.refused is not None:
@@ -367,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if failed else 0
     finally:
+        if broker is not None:
+            broker.stop()
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -68,6 +68,33 @@ def test_a_password_in_bootstrap_servers_is_never_echoed(tmp_path: Path) -> None
     assert "bootstrap_servers" in result.output and "hunter2" not in result.output
 
 
+def test_an_unreachable_broker_is_one_line_naming_the_key_before_spark(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "job.toml"
+    config.write_text(
+        'job = "kappaplus.examples.sessionization:JOB"\n'
+        "[inputs.rider_events.kafka]\n"
+        'topic = "t"\n'
+        f'bootstrap_servers = "127.0.0.1:{port}"\n'
+        "[outputs.sessions.hive]\n"
+        'table = "o"\n'
+    )
+    result = CliRunner().invoke(
+        app, ["run", "sessionization", "-c", str(config), "-m", "stream"], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "inputs.rider_events.kafka.bootstrap_servers" in lines[0]
+    assert f"cannot reach Kafka at 127.0.0.1:{port}" in lines[0]
+    assert "Broker transport failure" in lines[0]
+    assert "Traceback" not in result.output and "SparkSession" not in result.output
+
+
 def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type: ignore[no-untyped-def]
     from kappaplus.config import HiveOutput
     from kappaplus.jobs import OutputSpec
