@@ -16,8 +16,11 @@ runs as:
 - (C) raw pyarrow: read the three columns of the range's files and ``group_by``;
 - (D) Spark's own streaming file source, ``readStream.parquet`` with ``maxFilesPerTrigger``
   set so it runs as many data micro-batches as A, the same watermark and aggregation;
-- (E) not run: producing the history into Kafka and replaying it with ``--mode stream``
-  (listed in the table as not measured).
+- (E) the path Kappa+ replaces: the history produced into a topic of the embedded broker
+  (timed apart, as "E produce"), then the same job replayed from it with ``kappa run
+  --mode stream --trigger available-now`` (``maxOffsetsPerTrigger`` 2,000,000, the backfill's
+  default rows per slice) into its production table. Not run above ``--e-max-days`` (the
+  embedded broker keeps topics in memory).
 
 Plus the sessionization job (``backfill_jobs:SESSIONS``, 10-minute gap per rider) at
 ``--session-days`` with A and B. Every way's result is compared with B (windows ending
@@ -343,6 +346,98 @@ def job_config(work: Path, job: str, days: int) -> Path:
     return path
 
 
+E_TOPIC = "bench-history"
+E_BATCH = 2_000_000
+
+
+def child_produce(args: argparse.Namespace) -> None:
+    """(E), first half: produce every row of the range's files to the topic, as JSON."""
+    import pyarrow.parquet as pq
+    from confluent_kafka import Producer
+
+    root = args.location.removeprefix("file:")
+    producer = Producer(
+        {
+            "bootstrap.servers": args.table,
+            "linger.ms": 50,
+            "batch.num.messages": 10000,
+            "compression.type": "lz4",
+            "log_level": 0,
+        }
+    )
+    sent = 0
+    for directory, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            if not name.endswith(".parquet") or name.startswith((".", "_")):
+                continue
+            table = pq.read_table(
+                os.path.join(directory, name), columns=["id", "key", "rider", "amount", "ts"]
+            )
+            for row in table.to_pylist():
+                row["ts"] = row["ts"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                while True:
+                    try:
+                        producer.produce(E_TOPIC, value=json.dumps(row).encode())
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                sent += 1
+            producer.poll(0)
+    if producer.flush(300) != 0:
+        raise SystemExit("producing the history did not finish")
+    Path(args.out).write_text(json.dumps({"rows": sent}))
+
+
+def e_config(work: Path, days: int, bootstrap: str) -> Path:
+    path = work / f"hourly-{days}d-stream.toml"
+    path.write_text(
+        'job = "backfill_jobs:HOURLY"\n'
+        'watermark_delay = "2 minutes"\n\n'
+        "[inputs.events.kafka]\n"
+        f'topic = "{E_TOPIC}"\n'
+        f'bootstrap_servers = "{bootstrap}"\n'
+        'starting_offsets = "earliest"\n'
+        f"maxOffsetsPerTrigger = {E_BATCH}\n\n"
+        "[outputs.counts.hive]\n"
+        f'table = "bench_hourly_{days}d_stream"\n'
+    )
+    return path
+
+
+def run_stream(work: Path, env: dict[str, str], days: int, location: str) -> tuple[Timed, Timed]:
+    """(E): produce the history into a fresh embedded broker, then ``kappa run --mode
+    stream`` over it; (produce timing, stream timing)."""
+    from kappaplus.local.broker import EmbeddedBroker, create_topic
+    from kappaplus.local.processes import free_port
+
+    broker = EmbeddedBroker(work / f"broker-{days}", port=free_port())
+    bootstrap = broker.start()
+    try:
+        create_topic(bootstrap, E_TOPIC, partitions=1)
+        produced, _ = child("produce", work, env, location=location, table=bootstrap)
+        checkpoints = work / "checkpoints" / f"E-{days}"
+        cmd = [
+            str(Path(sys.executable).parent / "kappa"),
+            "run",
+            "backfill_jobs:HOURLY",
+            "--mode",
+            "stream",
+            "-c",
+            str(e_config(work, days, bootstrap)),
+            "--trigger",
+            "available-now",
+            "--checkpoint",
+            str(checkpoints),
+            "--no-progress",
+        ]
+        timed = run_timed(cmd, env, watch=(checkpoints, "**/counts/commits/0"))
+        if timed.returncode != 0:
+            raise SystemExit(f"kappa run --mode stream failed with status {timed.returncode}")
+        return produced, timed
+    finally:
+        broker.stop()
+
+
 def run_kappa(work: Path, env: dict[str, str], job: str, days: int) -> tuple[Timed, int, int]:
     """(A): ``kappa run`` in its own process; (timing, data batches, marker batches)."""
     config = job_config(work, job, days)
@@ -472,6 +567,29 @@ def bench_days(
                 note=f"maxFilesPerTrigger={per}",
             )
         )
+    if "E" in ways and days <= args.e_max_days:
+        produced, timed_e = run_stream(work, env, days, location)
+        _, got_e = child(
+            "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d_stream"
+        )
+        missing = len({tuple(r) for r in expected} - {tuple(r) for r in got_e["rows"]})
+        results.append(
+            Result(days, "hourly", "P", produced.seconds, rows, produced.peak_pss_mb, "-", "-")
+        )
+        results.append(
+            Result(
+                days,
+                "hourly",
+                "E",
+                timed_e.seconds,
+                rows,
+                timed_e.peak_pss_mb,
+                f"{max(1, math.ceil(rows / E_BATCH))}",
+                str(got_e["rows"] == expected)
+                + (f" ({missing} windows missing or wrong)" if missing else ""),
+                timed_e.first_batch_s,
+            )
+        )
     if days == args.session_days:
         timed_sb, struth = child("batch", work, env, days=days, kind="sessions")
         results.append(
@@ -513,6 +631,8 @@ def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str
         "B": "(B) one Spark batch query",
         "C": "(C) raw pyarrow read + group_by",
         "D": "(D) `readStream.parquet`, maxFilesPerTrigger",
+        "P": "(E produce) the history into Kafka (confluent-kafka producer)",
+        "E": "(E) `kappa run --mode stream` over the Kafka history",
     }
     lines = [
         f"Measured {datetime.now(tz=UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()} with "
@@ -536,7 +656,11 @@ def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str
             f"| {r.days} | {r.job} | {names[r.way]}{note} | {r.seconds:.1f} | {r.rows_per_s:,.0f} "
             f"| {r.peak_pss_mb:,.0f} | {r.batches} | {first} | {r.correct} | {ratio} |"
         )
-    lines.append("| - | hourly | (E) Kafka history + `--mode stream` | not measured | | | | | | |")
+    measured_e = {r.days for r in results if r.way == "E"}
+    for days in sorted({r.days for r in results} - measured_e):
+        lines.append(
+            f"| {days} | hourly | (E) Kafka history + `--mode stream` | not measured | | | | | | |"
+        )
     return "\n".join(lines)
 
 
@@ -547,7 +671,7 @@ def chart(results: list[Result]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for way in "ABCD":
+    for way in "ABCDE":
         points = sorted((r.days, r) for r in results if r.way == way and r.job == "hourly")
         if not points:
             continue
@@ -582,7 +706,10 @@ def main() -> None:
     parser.add_argument("--days", default="1,7,30")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--session-days", type=int, default=7)
-    parser.add_argument("--ways", default="A,B,C,D")
+    parser.add_argument("--ways", default="A,B,C,D,E")
+    parser.add_argument(
+        "--e-max-days", type=int, default=7, help="run (E) up to this many days (in-memory broker)"
+    )
     parser.add_argument("--files-per-hour", type=int, default=2)
     parser.add_argument("--no-docs", action="store_true")
     # child processes
@@ -603,6 +730,7 @@ def main() -> None:
             "filestream": child_filestream,
             "read_output": child_read_output,
             "raw": child_raw,
+            "produce": child_produce,
         }[args.child](args)
         return
 
