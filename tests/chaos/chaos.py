@@ -77,7 +77,7 @@ class Outcome:
             else f"{self.rows} rows, {self.lost} lost, {self.duplicated} duplicated"
         )
         return (
-            f"{self.name:16} {self.moment:18} exits {self.first_exit}/{self.second_exit}: "
+            f"{self.name:20} {self.moment:18} exits {self.first_exit}/{self.second_exit}: "
             f"{what} -- {verdict}"
         )
 
