@@ -161,8 +161,10 @@ def start_dead_letter_query(
     resolved: Any,
     mode_dir: Path,
     trigger: str,
+    drain_file: str | None = None,
 ) -> tuple[StreamingQuery, str] | None:
-    """The DLQ query of a Kafka input: decode the topic again, write its dead letters."""
+    """The DLQ query of a Kafka input: decode the topic again, write its dead letters
+    (``drain_file``: :mod:`kappaplus.draining`)."""
     from kappaplus.codecs import dead_letters, decode_kafka
     from kappaplus.dlq import dead_letter_writer
     from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
@@ -186,7 +188,7 @@ def start_dead_letter_query(
     spec = job.input(input_name)
     decoded = mark_out_of_bounds(
         decode_kafka(
-            read_kafka_records(spark, kafka),
+            read_kafka_records(spark, kafka, drain_file),
             decoder_spec(spec, kafka),
             metrics=dlq_metrics_name(input_name),
         ),

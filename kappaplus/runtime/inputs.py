@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kappaplus.audit.counts import observe_kafka
 from kappaplus.connectors.hive import read_hive_stream
+from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
 
@@ -137,11 +138,17 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
-def read_kafka_records(spark: SparkSession, kafka: KafkaInput) -> DataFrame:
-    """The raw Kafka records of an input binding (Spark's Kafka schema)."""
+def read_kafka_records(
+    spark: SparkSession, kafka: KafkaInput, drain_file: str | None = None
+) -> DataFrame:
+    """The raw Kafka records of an input binding (Spark's Kafka schema); ``drain_file``:
+    see :mod:`kappaplus.draining`."""
     from kappaplus.connectors.kafka import read_kafka_stream
 
-    return read_kafka_stream(spark, **kafka_options(kafka))
+    options = kafka_options(kafka)
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    return read_kafka_stream(spark, **options)
 
 
 def dead_letter_target(name: str, kafka: KafkaInput) -> DeadLetterTarget | None:
@@ -322,9 +329,11 @@ def bind_input(
     job_name: str = "job",
     dead_letter_staging: str | None = None,
     source_state: str | None = None,
+    drain_file: str | None = None,
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
-    holds the source's state (slice manifests; default: under the state directory)."""
+    holds the source's state (slice manifests; default: under the state directory);
+    ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.draining`)."""
     from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
     from kappaplus.runtime.bounds import (
@@ -339,7 +348,7 @@ def bind_input(
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
         decoded = mark_out_of_bounds(
             decode_kafka(
-                read_kafka_records(spark, kafka),
+                read_kafka_records(spark, kafka, drain_file),
                 decoder_spec(spec, kafka),
                 metrics=decode_metrics_name(spec.name),
             ),
@@ -368,6 +377,8 @@ def bind_input(
         options = hybrid_options(spec, hive, kafka, run, job_name)
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
+        if drain_file is not None:
+            options[DRAIN_OPTION] = drain_file
         raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
@@ -382,6 +393,8 @@ def bind_input(
         options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
+        if drain_file is not None:
+            options[DRAIN_OPTION] = drain_file
         # read only the declared columns from the files (conform keeps nothing else)
         options["columns"] = ",".join(spec.job_struct_type().fieldNames())
         raw = _observe_source(read_hive_stream(spark, hive.table, **options), spec, "lake")
@@ -419,6 +432,7 @@ def bind_inputs(
     resolved: ResolvedConfig,
     run: RunOptions,
     mode_dir: Path | None = None,
+    drain_file: str | None = None,
 ) -> dict[str, BoundInput]:
     """Every input of ``job`` bound for ``run.mode`` (see the module docstring).
 
@@ -441,6 +455,7 @@ def bind_inputs(
             if mode_dir is None or run.mode != "backfill"
             else dead_letter_staging(mode_dir, spec.name),
             None if mode_dir is None else source_state_dir(mode_dir, spec.name),
+            drain_file,
         )
         for spec in job.inputs
     }

@@ -16,9 +16,11 @@ count the output queries observed.
 
 The run ends when every query has terminated (``available-now`` / ``once``), when no
 query has read a row for ``until_idle`` seconds, after ``timeout`` seconds, or on
-Ctrl-C / SIGTERM: then every query is stopped (Spark finishes nothing half-way: the
-checkpoint and the exactly-once Hive sink make the next run resume where this one
-stopped). A JSON run record under ``state_dir()/runs`` follows the run throughout.
+Ctrl-C / SIGTERM: then the queries drain (the micro-batch under way is committed, no new
+one starts: :mod:`kappaplus.draining`) and are stopped; a second signal stops them at
+once (the interrupted batch is redone: the checkpoint and the exactly-once Hive sink make
+the next run resume where this one stopped). A JSON run record under ``state_dir()/runs``
+follows the run throughout.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from rich.console import Console
 from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
+from kappaplus.draining import DrainSignal, drain_requested
 from kappaplus.errors import KappaError
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
@@ -121,7 +124,8 @@ def run_job(
     mode_dir = prepare_checkpoint(config, run, identity)
 
     staging = mode_dir if run.mode == "backfill" else None
-    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, mode_dir)
+    drain = DrainSignal.under(mode_dir / "_drain")
+    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, mode_dir, drain.path)
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(
@@ -173,7 +177,7 @@ def run_job(
         if run.mode == "stream":
             for spec in job.inputs:
                 started = start_dead_letter_query(
-                    spark, job, spec.name, resolved, mode_dir, trigger
+                    spark, job, spec.name, resolved, mode_dir, trigger, drain.path
                 )
                 if started is not None:
                     key = f"dlq:{spec.name}"
@@ -191,7 +195,7 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console, request, auditor)
+        status = _wait(queries, tracker, record, run, console, request, auditor, drain)
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except Exception as exc:
@@ -213,6 +217,7 @@ def run_job(
                 extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
             _finish(record, tracker, plans, dlq_names, status, extra)
         finally:
+            drain.clear()
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
     return RunResult(record, job, status, plans, tracker, queries)
@@ -281,6 +286,16 @@ def _busy(query: StreamingQuery) -> bool:
     return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
 
 
+def _drained(queries: dict[str, StreamingQuery], drain: DrainSignal) -> bool:
+    """Ask the sources to admit no new data (once); True when no query is inside a
+    micro-batch any more, so stopping them interrupts nothing."""
+    if not drain_requested(drain.path):
+        drain.request()
+        log.info("draining: waiting for the micro-batch under way to be committed")
+        return False
+    return not any(q.isActive and _busy(q) for q in queries.values())
+
+
 def _stop_quietly(query: StreamingQuery) -> None:
     try:
         if query.isActive:
@@ -297,9 +312,11 @@ def _wait(
     console: Console | None,
     request: StopRequest | None = None,
     auditor: Any = None,
+    drain: DrainSignal | None = None,
 ) -> str:
-    """Poll the queries until the run ends (or ``request`` says a signal came); keep
-    progress, the audit counts and the run record current."""
+    """Poll the queries until the run ends (or ``request`` says a signal came: then drain
+    them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
+    current."""
     started = time.monotonic()
     last_saved = 0.0
     last_logged = 0.0
@@ -314,7 +331,8 @@ def _wait(
         while True:
             if request is not None and request.stopped_by is not None:
                 record.stopped_by = request.stopped_by
-                return STOPPED
+                if drain is None or request.urgent or _drained(queries, drain):
+                    return STOPPED
             for name, query in queries.items():
                 progress = _progress(query)
                 tracker.update(name, progress)
@@ -336,7 +354,7 @@ def _wait(
                 record.save()
                 last_saved = now
             if all(not q.isActive for q in queries.values()):
-                return FINISHED
+                return STOPPED if record.stopped_by is not None else FINISHED
             if (
                 run.until_idle is not None
                 and tracker.idle_for() >= run.until_idle

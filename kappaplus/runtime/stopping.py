@@ -1,6 +1,8 @@
 """Stopping a run at a clean point: SIGTERM and SIGINT (to the process or its whole group,
 as ``timeout``, systemd and Kubernetes send them) only record a request, which the run's poll
-loop honours between micro-batches."""
+loop honours by draining its queries (:mod:`kappaplus.draining`: the micro-batch under way
+finishes, no new one starts). A second signal asks to stop now: the batch under way is then
+interrupted (and redone by the next run)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ class StopRequest:
     """The first SIGTERM/SIGINT received while a run is under way (None: none yet)."""
 
     signum: int | None = None
+    urgent: bool = False
+    """A second signal came: stop without waiting for the micro-batch under way."""
 
     @property
     def stopped_by(self) -> str | None:
@@ -33,7 +37,8 @@ def signals_stop() -> Iterator[StopRequest]:
     """While inside, SIGTERM and SIGINT only record a stop request; the run's poll loop
     sees it and stops every query at a clean point. The handler raises nothing: raising in
     the middle of a py4j call would leave the gateway connection with an unread answer.
-    Later signals are ignored. Restores the previous handlers on the way out."""
+    A second signal sets ``urgent``; later ones are ignored. Restores the previous handlers
+    on the way out."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
@@ -41,10 +46,20 @@ def signals_stop() -> Iterator[StopRequest]:
 
     def handler(signum: int, frame: Any) -> None:
         if request.signum is not None:
-            log.warning("signal %d: already stopping", signum)
+            if not request.urgent:
+                request.urgent = True
+                log.warning(
+                    "signal %d again: stopping now (the micro-batch under way is interrupted "
+                    "and redone by the next run)",
+                    signum,
+                )
             return
         request.signum = signum
-        log.warning("signal %d: stopping at the next clean point", signum)
+        log.warning(
+            "signal %d: stopping once the micro-batch under way is committed "
+            "(send it again to stop now)",
+            signum,
+        )
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

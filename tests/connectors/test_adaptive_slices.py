@@ -303,3 +303,31 @@ def test_the_last_data_slice_carries_the_first_end_of_input_marker(tmp_path: Pat
         rows += sum(1 for i, _ in got if i is not None)
     assert markers_seen == [0] * (len(batches) - 3) + [1, 1, 1]
     assert rows == truth.num_rows
+
+
+def test_a_drain_file_stops_admission_and_a_restart_plans_the_rest(tmp_path: Path):
+    """What a stopping run relies on (kappaplus.draining): once the drain file exists the
+    source reports no new data; a later run (no drain file) plans exactly the remaining
+    slices, so together they deliver every row once."""
+    root = tmp_path / "events"
+    truth = write_table(root, [100] * 6, seed=9, row_group_size=1000)
+    start, end = BASE, BASE + 6 * HOUR
+    drain = tmp_path / "drain"
+    opts = options(
+        root, tmp_path / "manifests", start, end, targetRowsPerTrigger="250", drainFile=str(drain)
+    )
+    reader = HiveStreamReader(opts)
+    reader.prepareForTriggerAvailableNow()
+    first = reader.initialOffset()
+    second = reader.latestOffset(first, reader.getDefaultReadLimit())
+    assert second != first
+    drain.touch()
+    assert reader.latestOffset(second, reader.getDefaultReadLimit()) == second
+    drain.unlink()
+    rest = [b for b in run_planner(opts) if b[0]["hi"] >= second["hi"]]
+    got = delivered(opts, first, second)
+    for a, b in rest:
+        got.extend(delivered(opts, a, b))
+    assert sorted(got) == sorted(
+        zip(truth.column("id").to_pylist(), truth.column("ts").to_pylist(), strict=True)
+    )

@@ -39,6 +39,7 @@ SHARED = (
     "kappaplus.kafka_conf",
     "kappaplus.table",
     "kappaplus.codecs",
+    "kappaplus.draining",
 )
 """Layers every other module may use; they use none of the layers above them."""
 

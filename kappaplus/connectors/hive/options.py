@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
+from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.timeutil import parse_duration, parse_timestamp
@@ -76,6 +77,8 @@ class HiveSourceOptions:
     advise its keys instead of the source options."""
     target_rows_per_trigger: int | None = DEFAULT_TARGET_ROWS
     target_bytes_per_trigger: int | None = None
+    drain_file: str | None = None
+    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
     def output_schema(self) -> StructType:
@@ -236,6 +239,7 @@ class HiveSourceOptions:
             columns=columns,
             target_rows_per_trigger=target_rows,
             target_bytes_per_trigger=target_bytes,
+            drain_file=get(DRAIN_OPTION),
         )
 
 

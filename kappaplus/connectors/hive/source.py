@@ -29,6 +29,7 @@ from kappaplus.connectors.hive.planner import (
     SlicePlanner,
 )
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
+from kappaplus.draining import drain_requested
 
 TARGET_PARTITIONS = 8
 MIN_PARTITION_ROWS = 20_000
@@ -89,6 +90,8 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         # The event-time span per trigger is intrinsic to the offsets (it is what keeps
         # windows and watermarks meaningful), so it holds whatever the read limit is.
+        if drain_requested(self.options.drain_file):
+            return start  # the run is stopping: the batch under way is the last
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return self.planner.next(start, budget)
 

@@ -36,7 +36,7 @@ DEFAULT_LATENESS = "1 hour"
 """How far before the cutoff Kafka is read by default (records up to this late still reach
 the job); the runtime's ``--lateness`` and the Hive binding's ``max_lateness`` override it."""
 
-HYBRID_KEYS = ("cutoff", "lateness", "decoder", "deadLetterPath", "jobName")
+HYBRID_KEYS = ("cutoff", "lateness", "decoder", "deadLetterPath", "jobName", "drainFile")
 _REFUSED_LAKE = {
     "endingtimestamp": "the lake is read up to 'cutoff'; set 'cutoff' instead",
     "watermarkdelay": "end-of-input markers would stop the stream after the lake; "
@@ -132,6 +132,8 @@ class HybridSourceOptions:
     dead_letter_path: str
     job_name: str
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
+    drain_file: str | None = None
+    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
     def event_time_column(self) -> str:
@@ -194,7 +196,8 @@ class HybridSourceOptions:
         dead = required("deadLetterPath")
         job = (mine.get("jobName") or "").strip() or f"hybrid:{lake.table}"
         derived = cls._unify(lake, decoder)
-        return cls(lake, kafka, cutoff, lateness, decoder, dead, job, derived)
+        drain = (mine.get("drainFile") or "").strip() or None
+        return cls(lake, kafka, cutoff, lateness, decoder, dead, job, derived, drain)
 
     @staticmethod
     def _unify(lake: HiveSourceOptions, decoder: DecoderSpec) -> dict[str, str]:

@@ -87,6 +87,7 @@ from kappaplus.connectors.hybrid.reader import (
 from kappaplus.connectors.kafka.offsets import PARTITION_EOF, from_json
 from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
+from kappaplus.draining import drain_requested
 from kappaplus.settings import state_dir
 from kappaplus.timeutil import iso, parse_duration
 
@@ -151,6 +152,8 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.kafka.prepareForTriggerAvailableNow()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if drain_requested(self.options.drain_file):
+            return start  # the run is stopping: the batch under way is the last
         if start.get("phase") == PHASE_KAFKA:
             self._phase = PHASE_KAFKA
             end = self.kafka.latestOffset(start["kafka"], self._kafka_limit(limit))

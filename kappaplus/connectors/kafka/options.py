@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
 from kappaplus.kafka_conf import (
     client_conf,
@@ -111,6 +112,8 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
+    drain_file: str | None = None
+    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
     def bootstrap(self) -> str:
@@ -215,6 +218,7 @@ class KafkaSourceOptions:
             fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
             include_headers=parse_bool(opts, "includeHeaders", False),
             poll_timeout_ms=poll_timeout,
+            drain_file=opts.get(DRAIN_OPTION.lower()) or None,
         )
 
 

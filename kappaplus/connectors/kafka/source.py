@@ -39,6 +39,7 @@ from kappaplus.connectors.kafka.reader import (
     read_range,
     report_data_loss,
 )
+from kappaplus.draining import drain_requested
 from kappaplus.errors import KafkaError
 
 if TYPE_CHECKING:
@@ -210,6 +211,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if drain_requested(self.options.drain_file):
+            return start  # the run is stopping: the batch under way is the last
         start_offsets = from_json(start)
         oracle = self.oracle
         tps = sorted(self._target) if self._target is not None else oracle.topic_partitions()
