@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from kappaplus.errors import ConfigError
+from kappaplus.late_rules import LateRule
 from kappaplus.timeutil import parse_duration
 
 if TYPE_CHECKING:
@@ -178,12 +179,17 @@ class OutputSpec:
     - ``event_time_column``: the column whose date partitions the Hive output.
     - ``partition_by``: the partition column, ``dt`` (the event date) by default; a sink
       derives it from ``event_time_column`` when the output does not carry it itself.
+    - ``late_by``: how the output's stateful operator keys input rows in event time
+      (``event_time``, ``window:<param>[/<param>]``, ``session:<param>``; see
+      :mod:`kappaplus.late_rules`): what lets a stream run keep the rows the watermark
+      drops in a late-rows table (``[outputs.<name>.late]`` in the job config).
     """
 
     name: str
     output_mode: OutputMode = "append"
     event_time_column: str | None = None
     partition_by: str = DEFAULT_PARTITION_COLUMN
+    late_by: str | None = None
 
     def __post_init__(self) -> None:
         _check_name("output", self.name)
@@ -284,6 +290,9 @@ class Job:
                     f"job {self.name}.window_params", key, "names a param without a default"
                 )
             parse_duration(self.params[key], f"job {self.name}.params.{key}")
+        for out in self.outputs:
+            if out.late_by is not None:
+                LateRule.parse(out.late_by, self.params, f"job {self.name}.{out.name}.late_by")
 
     @property
     def input_names(self) -> list[str]:

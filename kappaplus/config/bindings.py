@@ -285,10 +285,23 @@ class ReconcileKeys(StrictModel):
     measure: str | None = None
 
 
+class LateRowsTarget(StrictModel):
+    """Where a stream run keeps the input rows an output's watermark dropped as late.
+
+    - ``table``: a Hive table (created on first use): the input's columns, ``kappa_input``
+      and ``kappa_missed_watermark`` (the watermark each row arrived behind), written exactly
+      once per micro-batch. Needs the job's output to declare ``late_by``
+      (:mod:`kappaplus.late_rules`). Stream mode only: a backfill reads in event-time order.
+    """
+
+    table: TableName
+
+
 class OutputBinding(StrictModel):
     kafka: KafkaOutput | None = None
     hive: HiveOutput | None = None
     reconcile: ReconcileKeys | None = None
+    late: LateRowsTarget | None = None
 
     @model_validator(mode="after")
     def _some(self) -> OutputBinding:

@@ -18,6 +18,7 @@ from kappaplus.config.bindings import (
     HiveOutput,
     KafkaInput,
     KafkaOutput,
+    LateRowsTarget,
 )
 from kappaplus.config.fields import (
     AVAILABLE_NOW,
@@ -56,6 +57,8 @@ class ResolvedOutput:
     name: str
     kafka: KafkaOutput | None
     hive: HiveOutput | None
+    late: LateRowsTarget | None = None
+    """Stream mode only (:class:`~kappaplus.config.bindings.LateRowsTarget`)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,8 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive_out is not None and patch_out.hive is not None:
             hive_out = _update(hive_out, dict(patch_out.hive))
             note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
-        outputs[name] = ResolvedOutput(name, kafka_out, hive_out)
+        late = out.late if mode == "stream" else None
+        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late)
 
     watermark = override.watermark_delay or config.watermark_delay
     if watermark is None and job is not None:

@@ -48,7 +48,14 @@ JOB = Job(
     name="rider-sessions",
     description="Session windows per rider: start, end, events, types seen, trip requested.",
     inputs=[InputSpec("rider_events", RIDER_EVENT_DDL, "event_time")],
-    outputs=[OutputSpec("sessions", output_mode="append", event_time_column="session_start")],
+    outputs=[
+        OutputSpec(
+            "sessions",
+            output_mode="append",
+            event_time_column="session_start",
+            late_by="session:session_gap",  # what lets a stream keep its late rows
+        )
+    ],
     transform=sessionize,
     watermark_delay="2 minutes",
     params={"session_gap": "30 minutes"},

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from kappaplus.config import HiveInput, KafkaInput, ResolvedConfig, ResolvedInput
     from kappaplus.dlq import DeadLetterTarget
     from kappaplus.jobs import InputSpec, Job
+    from kappaplus.runtime.late_rows import LateRowsPlan
     from kappaplus.runtime.options import RunOptions
 
 
@@ -330,10 +331,13 @@ def bind_input(
     dead_letter_staging: str | None = None,
     source_state: str | None = None,
     drain_file: str | None = None,
+    late_plans: list[LateRowsPlan] | None = None,
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
     holds the source's state (slice manifests; default: under the state directory);
-    ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.draining`)."""
+    ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.draining`);
+    ``late_plans``: the outputs that keep their late rows (stream mode,
+    :mod:`kappaplus.runtime.late_rows`)."""
     from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
     from kappaplus.runtime.bounds import (
@@ -407,6 +411,10 @@ def bind_input(
             conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
         )
     conformed = _observe_source(conformed, spec, "job", io="input")
+    if late_plans and mode == "stream":
+        from kappaplus.runtime.late_rows import tap_input
+
+        conformed = tap_input(conformed, spec.name, spec.event_time_column, late_plans)
     watermarked = apply_watermark(
         conformed,
         spec.event_time_column,
@@ -433,6 +441,7 @@ def bind_inputs(
     run: RunOptions,
     mode_dir: Path | None = None,
     drain_file: str | None = None,
+    late_plans: list[LateRowsPlan] | None = None,
 ) -> dict[str, BoundInput]:
     """Every input of ``job`` bound for ``run.mode`` (see the module docstring).
 
@@ -456,6 +465,7 @@ def bind_inputs(
             else dead_letter_staging(mode_dir, spec.name),
             None if mode_dir is None else source_state_dir(mode_dir, spec.name),
             drain_file,
+            late_plans,
         )
         for spec in job.inputs
     }

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from kappaplus.config import HiveOutput, KafkaOutput, ResolvedOutput
     from kappaplus.jobs import OutputSpec
+    from kappaplus.runtime.late_rows import LateRowsPlan
 
 CHECKPOINT_ID_FILE = "_kappa_checkpoint.json"
 
@@ -65,6 +66,8 @@ class OutputPlan:
     query_name: str
     provenance: dict[str, Any] | None = None
     """Recorded with every batch committed to the Hive table (run identity, checkpoint)."""
+    late: LateRowsPlan | None = None
+    """Where the rows this output's watermark drops are kept (stream mode)."""
 
     def targets(self) -> list[str]:
         found = []
@@ -82,6 +85,7 @@ def plan_output(
     binding: ResolvedOutput,
     run_dir: Path,
     identity: dict[str, Any] | None = None,
+    late: LateRowsPlan | None = None,
 ) -> OutputPlan:
     """Checkpoint ``<run_dir>/<output>`` and a query name unique to it (``run_dir`` is the
     run's checkpoint directory, :func:`kappaplus.runtime.identity.run_dir`)."""
@@ -98,7 +102,7 @@ def plan_output(
     if identity is not None:
         provenance = {**identity, "output": spec.name, "checkpoint": str(checkpoint)}
     return OutputPlan(
-        spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name, provenance
+        spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name, provenance, late
     )
 
 
@@ -120,8 +124,15 @@ class OutputWriter:
                     provenance=plan.provenance,
                 )
             )
+        self.late = None
+        if plan.late is not None:
+            from kappaplus.runtime.late_rows import LateRowsPublisher
+
+            self.late = LateRowsPublisher(plan.late, plan.query_name)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.late is not None:
+            self.late.before(batch_id)
         batch.persist()
         try:
             written = True
@@ -133,6 +144,8 @@ class OutputWriter:
                 # a replayed batch the sink had committed: run it once anyway, so its
                 # audit counts (observed on this plan) are reported again for this batch
                 batch.count()
+            if self.late is not None:
+                self.late.after(batch, batch_id)
         finally:
             batch.unpersist()
 

@@ -54,6 +54,7 @@ from kappaplus.runtime.inputs import (
     decode_metrics_name,
     dlq_metrics_name,
 )
+from kappaplus.runtime.late_rows import late_rows_plans
 from kappaplus.runtime.locks import hold
 from kappaplus.runtime.observers import audit_recorder, flush_audit, serve_metrics, stop_metrics
 from kappaplus.runtime.options import RunOptions, slug
@@ -125,7 +126,15 @@ def run_job(
 
     staging = mode_dir if run.mode == "backfill" else None
     drain = DrainSignal.under(mode_dir / "_drain")
-    inputs: dict[str, BoundInput] = bind_inputs(spark, job, resolved, run, mode_dir, drain.path)
+    late = {
+        plan.output: plan
+        for plan in late_rows_plans(
+            job, params, {n: o.late for n, o in resolved.outputs.items()}, mode_dir
+        )
+    }
+    inputs: dict[str, BoundInput] = bind_inputs(
+        spark, job, resolved, run, mode_dir, drain.path, list(late.values())
+    )
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(
@@ -135,6 +144,7 @@ def run_job(
             resolved.outputs[spec.name],
             mode_dir,
             identity.as_json(),
+            late.get(spec.name),
         )
         for spec in job.outputs
     }

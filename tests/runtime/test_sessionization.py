@@ -62,7 +62,7 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
                     "hive": {"table": table},
                 }
             },
-            "outputs": {"sessions": {"hive": {"table": out}}},
+            "outputs": {"sessions": {"hive": {"table": out}, "late": {"table": f"{out}_late"}}},
         },
         scratch,
     )
@@ -131,6 +131,17 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
     missing = sum(r[3] for r in backfill_rows) - sum(r[3] for r in stream_rows)
     assert missing == len(late) == stream.rows_dropped_late
     assert stream.record.rows_dropped_late == len(late)
+
+    # the late rows are kept, not only counted: exactly the dropped events, once each,
+    # with the watermark each arrived behind
+    kept = spark.sql(
+        f"SELECT event_id, event_time, kappa_input, kappa_missed_watermark FROM {out}_late"
+    ).collect()
+    assert sorted(r.event_id for r in kept) == sorted(late_ids)
+    assert all(r.kappa_input == "rider_events" for r in kept)
+    assert all(r.event_time + timedelta(seconds=GAP) <= r.kappa_missed_watermark for r in kept), (
+        "each kept row's session ends at or before the watermark it missed"
+    )
 
     # decode counts reconcile with the DLQ query
     counts: dict[str, Any] = stream.record.inputs["rider_events"]

@@ -40,6 +40,7 @@ SHARED = (
     "kappaplus.table",
     "kappaplus.codecs",
     "kappaplus.draining",
+    "kappaplus.late_rules",
 )
 """Layers every other module may use; they use none of the layers above them."""
 
