@@ -1,12 +1,13 @@
 """Progress of a run: totals accumulated from Spark's per-batch progress, and its display.
 
-Spark reports one progress entry per micro-batch (``query.recentProgress``). The
-tracker folds them into per-query totals: batches, input rows, rows per second, state
-rows, rows the watermark dropped as late (``stateOperators[].numRowsDroppedByWatermark``,
-summed over every stateful operator and batch), the observed decode counts of Kafka
-inputs, and the event-time fraction done from the Hive source offset's ``done`` field.
-An entry counts once (by batch id) and only if it ran a batch: the idle heartbeats Spark
-posts while waiting for data repeat the last batch id and are skipped.
+Spark reports one progress entry per micro-batch (a listener event,
+:mod:`kappaplus.runtime.progress_events`, and ``query.recentProgress``). The tracker folds
+them into per-query totals: batches, input rows, rows per second, state rows, rows the
+watermark dropped as late (``stateOperators[].numRowsDroppedByWatermark``, summed over every
+stateful operator and batch), the observed decode counts of Kafka inputs, and the event-time
+fraction done from the Hive source offset's ``done`` field. An entry counts once (by batch
+id) and only if it ran a batch: the idle heartbeats Spark posts while waiting for data
+repeat the last batch id and are skipped.
 
 Rows are counted once, the same way in the live table, the log line, the end summary and
 the run record (:attr:`QueryStats.rows`): the rows the job received, i.e. the observed
@@ -236,7 +237,8 @@ class QueryStats:
 
 
 class ProgressTracker:
-    """Per-query totals of a run, fed from ``query.recentProgress``."""
+    """Per-query totals of a run, fed with Spark's progress events
+    (:mod:`kappaplus.runtime.progress_events`); a batch folded twice counts once."""
 
     def __init__(self, names: Iterable[str]) -> None:
         self.stats = {name: QueryStats(name) for name in names}

@@ -65,6 +65,7 @@ from kappaplus.runtime.outputs import (
     start_output,
 )
 from kappaplus.runtime.progress import ProgressTracker, format_seconds
+from kappaplus.runtime.progress_events import ProgressListener
 from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
 from kappaplus.runtime.stopping import StopRequest, signals_stop
 from kappaplus.settings import state_dir
@@ -183,6 +184,8 @@ def run_job(
     locks.__enter__()
     stopping = signals_stop()
     request = stopping.__enter__()
+    events = ProgressListener()
+    spark.streams.addListener(events)
     try:
         if run.mode == "stream":
             for spec in job.inputs:
@@ -205,7 +208,7 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console, request, auditor, drain)
+        status = _wait(queries, tracker, record, run, console, request, auditor, drain, events)
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except Exception as exc:
@@ -216,9 +219,12 @@ def run_job(
         for query in queries.values():
             _stop_quietly(query)
         for name, query in queries.items():
-            tracker.update(name, _progress(query))
+            # events still on Spark's listener bus, and the query's own recent progress:
+            # folding is idempotent per batch id, so a batch seen twice counts once
+            entries = [*events.take(_name(query)), *_progress(query)]
+            tracker.update(name, entries)
             if auditor is not None:
-                auditor.collect(name, _progress(query))
+                auditor.collect(name, entries)
         try:
             flush_audit(auditor, final=True)
             stop_metrics(spark, metrics)
@@ -227,6 +233,7 @@ def run_job(
                 extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
             _finish(record, tracker, plans, dlq_names, status, extra)
         finally:
+            _remove_listener(spark, events)
             drain.clear()
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
@@ -306,6 +313,20 @@ def _drained(queries: dict[str, StreamingQuery], drain: DrainSignal) -> bool:
     return not any(q.isActive and _busy(q) for q in queries.values())
 
 
+def _name(query: StreamingQuery) -> str:
+    try:
+        return str(query.name)
+    except Exception:  # noqa: BLE001 - a query that failed to start may have no name
+        return ""
+
+
+def _remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
+    try:
+        spark.streams.removeListener(listener)
+    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
+        log.warning("removing the progress listener: %s", exc)
+
+
 def _stop_quietly(query: StreamingQuery) -> None:
     try:
         if query.isActive:
@@ -323,11 +344,13 @@ def _wait(
     request: StopRequest | None = None,
     auditor: Any = None,
     drain: DrainSignal | None = None,
+    events: ProgressListener | None = None,
 ) -> str:
     """Poll the queries until the run ends (or ``request`` says a signal came: then drain
     them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
     current."""
     started = time.monotonic()
+    names = {name: str(query.name) for name, query in queries.items()}
     last_saved = 0.0
     last_logged = 0.0
     live = (
@@ -344,7 +367,7 @@ def _wait(
                 if drain is None or request.urgent or _drained(queries, drain):
                     return STOPPED
             for name, query in queries.items():
-                progress = _progress(query)
+                progress = events.take(names[name]) if events is not None else _progress(query)
                 tracker.update(name, progress)
                 if auditor is not None:
                     auditor.collect(name, progress)

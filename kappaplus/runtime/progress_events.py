@@ -1,0 +1,56 @@
+"""Progress of a run's queries as Spark emits it: a ``StreamingQueryListener``, no polling.
+
+Spark posts a ``QueryProgressEvent`` after every micro-batch of every query of the session;
+:class:`ProgressListener` keeps each one (as the JSON dict Spark writes) until the run's loop
+takes it, so the live progress, the run record and the audit see every batch exactly once,
+however many batches run between two looks (``query.recentProgress`` keeps only the last
+``spark.sql.streaming.numRecentProgressUpdates``). Events reach the listener on Spark's
+listener bus, shortly after the batch: the runner reads ``recentProgress`` once more after
+the queries stop, and folding is idempotent per batch id.
+
+>>> listener = ProgressListener()
+>>> listener.take("q")
+[]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger(__name__)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Queues every progress event per query name; :meth:`take` hands them over once."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's name
+        return
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        try:
+            progress = json.loads(event.progress.json)
+        except Exception as exc:  # noqa: BLE001 - a listener must never fail Spark
+            log.debug("progress: unreadable event: %s", exc)
+            return
+        with self._lock:
+            self._pending.setdefault(str(progress.get("name")), []).append(progress)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        return
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        return
+
+    def take(self, query_name: str) -> list[dict[str, Any]]:
+        """The progress events of ``query_name`` received since the last call."""
+        with self._lock:
+            return self._pending.pop(query_name, [])
