@@ -17,7 +17,11 @@ each at a random moment: before the first commit, or after 1-3 committed micro-b
 (``--trigger available-now``) reading the same events, in arrival order, from a topic of
 the embedded broker; it is compared with an uninterrupted stream run (the late events it
 drops depend only on its batches, which a restarted query replays from its offset log).
-Broker and metastore restarts are not covered here yet.
+``bootstrap-sigkill`` and ``bootstrap-sigterm-group`` interrupt a ``--mode bootstrap`` run
+(the lake up to a cutoff half-way through the events, then the topic), compared with an
+uninterrupted bootstrap. Not covered: broker restarts (the embedded broker keeps topics in
+memory, so a restart loses them: there is nothing to resume from) and metastore restarts
+(each run here uses its own embedded metastore).
 """
 
 from __future__ import annotations
@@ -47,9 +51,24 @@ SCENARIOS = (
     "lost-checkpoint",
     "stream-sigkill",
     "stream-sigterm-group",
+    "bootstrap-sigkill",
+    "bootstrap-sigterm-group",
 )
 STREAM_TOPIC = "chaos-events"
 STREAM_BATCH = 60  # Kafka records per stream micro-batch
+
+
+def mode_of(scenario: str) -> str:
+    """The ``kappa run --mode`` a scenario interrupts."""
+    for mode in ("stream", "bootstrap"):
+        if scenario.startswith(f"{mode}-"):
+            return mode
+    return "backfill"
+
+
+def cutoff_of(hours: int) -> str:
+    """A bootstrap's cutoff: half-way through the events (the lake before, Kafka after)."""
+    return f"2024-03-01T{hours // 2:02d}:00:00"
 
 
 @dataclass
@@ -188,6 +207,7 @@ def kappa_run(
     timeout: float = 900,
     end: str = "2024-03-01T12:00:00",
     mode: str = "backfill",
+    cutoff: str = "2024-03-01T06:00:00",
 ) -> tuple[int, str]:
     """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
     commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
@@ -206,6 +226,7 @@ def kappa_run(
             if mode == "backfill"
             else ["--trigger", "available-now"]
         ),
+        *(["--cutoff", cutoff] if mode == "bootstrap" else []),
         "--no-progress",
     ]
     proc = subprocess.Popen(
@@ -280,7 +301,14 @@ def check(outcome: Outcome, rows: list[list[object]], baseline: list[list[object
 
 
 def scenario(
-    home: Path, table: str, name: str, out: str, commits: int, end: str, bootstrap: str = ""
+    home: Path,
+    table: str,
+    name: str,
+    out: str,
+    commits: int,
+    end: str,
+    bootstrap: str = "",
+    cutoff: str = "2024-03-01T06:00:00",
 ) -> tuple[Outcome, str | None]:
     """Run one scenario; returns the outcome (rows checked later) and the table to read."""
     config = write_config(home, table, out, bootstrap or "127.0.0.1:9092")
@@ -292,9 +320,13 @@ def scenario(
         "lost-checkpoint": signal.SIGKILL,
         "stream-sigkill": signal.SIGKILL,
         "stream-sigterm-group": signal.SIGTERM,
+        "bootstrap-sigkill": signal.SIGKILL,
+        "bootstrap-sigterm-group": signal.SIGTERM,
     }[name]
-    mode = "stream" if name.startswith("stream-") else "backfill"
-    first, err1 = kappa_run(home, config, interrupt=(sig, commits), end=end, mode=mode)
+    mode = mode_of(name)
+    first, err1 = kappa_run(
+        home, config, interrupt=(sig, commits), end=end, mode=mode, cutoff=cutoff
+    )
     outcome = Outcome(name, moment, first, None)
     if "Traceback" in err1:
         outcome.problems.append("a traceback on the terminal: " + err1[-300:])
@@ -307,7 +339,7 @@ def scenario(
     if name == "lost-checkpoint":
         moved = home / f"{out}.moved"
         shutil.move(str(home / "checkpoints" / out), str(moved))
-    second, err2 = kappa_run(home, config, end=end, mode=mode)
+    second, err2 = kappa_run(home, config, end=end, mode=mode, cutoff=cutoff)
     outcome.second_exit = second
     if "Traceback" in err2:
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
@@ -374,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
             planned.append(
                 (name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)]))
             )
-        streams = any(name.startswith("stream-") for name, _, _ in planned)
-        backfills = any(not name.startswith("stream-") for name, _, _ in planned)
+        modes = {mode_of(name) for name, _, _ in planned}
+        streams = bool(modes & {"stream", "bootstrap"})
+        backfills = "backfill" in modes
+        cutoff = cutoff_of(args.hours)
         prepare(home, table, args.riders, args.seed, args.hours)
         bootstrap = ""
         if streams:
@@ -387,26 +421,29 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 print(f"the uninterrupted backfill failed ({code}): {err[-2000:]}")
                 return 1
-        if streams:
-            baselines["stream"] = "chaos_stream_base"
-            config = write_config(home, table, "chaos_stream_base", bootstrap)
-            code, err = kappa_run(home, config, mode="stream")
+        for mode in ("stream", "bootstrap"):
+            if mode not in modes:
+                continue
+            baselines[mode] = f"chaos_{mode}_base"
+            config = write_config(home, table, baselines[mode], bootstrap)
+            code, err = kappa_run(home, config, mode=mode, cutoff=cutoff)
             if code != 0:
-                print(f"the uninterrupted stream failed ({code}): {err[-2000:]}")
+                print(f"the uninterrupted {mode} run failed ({code}): {err[-2000:]}")
                 return 1
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
-            outcomes.append(scenario(home, table, name, out, commits, end, bootstrap))
+            outcomes.append(scenario(home, table, name, out, commits, end, bootstrap, cutoff))
             done = outcomes[-1][0]
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
 
-        def output_table(out: str, stream: bool) -> str:
-            return out if stream else f"{out}_backfill"  # a backfill writes <table>_backfill
+        def output_table(out: str, mode: str) -> str:
+            # a backfill writes <table>_backfill; stream and bootstrap the table itself
+            return f"{out}_backfill" if mode == "backfill" else out
 
-        wanted = {output_table(b, m == "stream"): b for m, b in baselines.items()}
+        wanted = {output_table(b, m): b for m, b in baselines.items()}
         for outcome, out in outcomes:
             if out is not None:
-                wanted[output_table(out, outcome.name.startswith("stream-"))] = out
+                wanted[output_table(out, mode_of(outcome.name))] = out
         rows = {wanted[t]: r for t, r in read_outputs(home, list(wanted)).items()}
         for mode, base in baselines.items():
             if not rows[base]:
@@ -416,9 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         totals = {"rows": 0, "lost": 0, "duplicated": 0, "refused": 0}
         for outcome, out in outcomes:
-            baseline = rows[
-                baselines["stream" if outcome.name.startswith("stream-") else "backfill"]
-            ]
+            baseline = rows[baselines[mode_of(outcome.name)]]
             if outcome.refused is None and out is not None:
                 check(outcome, rows[out], baseline)
             elif out is not None and outcome.refused is not None:
