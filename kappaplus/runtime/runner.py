@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RECORD_EVERY = 5.0
+TIMEOUT_DRAIN_SECONDS = 60
+"""How long ``--timeout`` waits for the micro-batch under way before stopping at once."""
 
 
 @dataclass
@@ -366,6 +368,10 @@ def _wait(
                 record.stopped_by = request.stopped_by
                 if drain is None or request.urgent or _drained(queries, drain):
                     return STOPPED
+            elif record.stopped_by == "timeout":
+                over = time.monotonic() - started - (run.timeout or 0)
+                if drain is None or over >= TIMEOUT_DRAIN_SECONDS or _drained(queries, drain):
+                    return STOPPED
             for name, query in queries.items():
                 progress = events.take(names[name]) if events is not None else _progress(query)
                 tracker.update(name, progress)
@@ -396,10 +402,18 @@ def _wait(
             ):
                 log.info("no input for %.0f s: stopping", tracker.idle_for())
                 return FINISHED
-            if run.timeout is not None and now - started >= run.timeout:
-                log.warning("timeout after %s: stopping", format_seconds(now - started))
+            if (
+                run.timeout is not None
+                and now - started >= run.timeout
+                and record.stopped_by is None
+            ):
+                log.warning(
+                    "timeout after %s: stopping once the micro-batch under way is committed "
+                    "(at most %d s more)",
+                    format_seconds(now - started),
+                    TIMEOUT_DRAIN_SECONDS,
+                )
                 record.stopped_by = "timeout"
-                return STOPPED
             time.sleep(run.poll_seconds)
     finally:
         if live is not None:
