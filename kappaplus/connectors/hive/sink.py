@@ -26,7 +26,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.commits import partition_columns, table_location
@@ -43,6 +42,7 @@ from kappaplus.connectors.hive.sink_options import (
     sql_string,
     table_sql,
 )
+from kappaplus.connectors.hive.staged_files import StagedFile
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
 from kappaplus.table import BATCH_COLUMN
 from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
@@ -59,26 +59,6 @@ FaultHook = Callable[[str, int], None]
 """Called with each protocol step name (``written``, ``staged``, ``registered``,
 ``published:<partition>``, ``published`` (batch mode), ``committed``) and the batch id
 after the step completes; tests raise from it to simulate a crash at that point."""
-
-
-@dataclass(frozen=True)
-class _StagedFile:
-    """One file of a batch's manifest: where it is staged and where it is published."""
-
-    partition: str  # the table partition it is published to, relative to the location
-    staged_dir: str  # its directory under the staging ``data`` directory
-    staged: str  # its staged file name
-    published: str  # its published file name
-
-    @classmethod
-    def parse(cls, entry: dict[str, str]) -> _StagedFile:
-        # manifests of version 1 (before batch visibility) have no staged_dir
-        return cls(
-            entry["partition"],
-            entry.get("staged_dir", entry["partition"]),
-            entry["staged"],
-            entry["published"],
-        )
 
 
 class HiveTableSink:
@@ -129,7 +109,7 @@ class HiveTableSink:
                 f"{opts.visibility!r}; replay it with the visibility it was staged with"
             )
         partitions: list[str] = manifest["partitions"]
-        files = [_StagedFile.parse(entry) for entry in manifest["files"]]
+        files = [StagedFile.parse(entry) for entry in manifest["files"]]
         self._step("staged", batch_id)
         if opts.visibility == "batch":
             # Files first, into directories the metastore does not list, then every
@@ -458,7 +438,7 @@ class HiveTableSink:
         staging: str,
         manifest_path: str,
         partition: str,
-        files: list[_StagedFile],
+        files: list[StagedFile],
         batch_id: int,
     ) -> None:
         """Rename the staged files of one partition to their published names (roll forward)."""

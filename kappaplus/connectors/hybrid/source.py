@@ -70,7 +70,7 @@ from pyspark.sql.types import StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
-from kappaplus.connectors.hive.planner import Position
+from kappaplus.connectors.hive.offsets import Position
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
