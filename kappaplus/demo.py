@@ -49,6 +49,7 @@ console = Console()
 DATABASE = "demo"
 EVENTS_TABLE = f"{DATABASE}.rider_events"
 SESSIONS_TABLE = f"{DATABASE}.rider_sessions"
+LATE_TABLE = f"{DATABASE}.rider_sessions_late"
 TOPIC = "demo-rider-events"
 DLQ_TOPIC = "demo-rider-events-dlq"
 START = datetime(2024, 6, 1, tzinfo=UTC)
@@ -75,6 +76,7 @@ class DemoReport:
     recovered: int = 0
     backfill_events: int = 0
     audit_dropped_late: int | None = None
+    late_rows_kept: int | None = None
     reconcile_chart: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     ok: bool = False
@@ -211,6 +213,7 @@ def _config_dict(
             "outputs": {
                 "sessions": {
                     "hive": {"table": SESSIONS_TABLE},
+                    "late": {"table": LATE_TABLE},
                     "reconcile": {
                         "key": ["rider_id", "session_start"],
                         "window_end": "session_end",
@@ -252,6 +255,8 @@ def reconcile(
     report.recovered = result.recovered
     report.stream_dropped_late = stream.dropped_late("sessions")
     report.audit_dropped_late = result.late_rows
+    if spark.catalog.tableExists(LATE_TABLE):
+        report.late_rows_kept = spark.table(LATE_TABLE).count()
     for table in terminal_tables(result):
         console.print(table)
     chart = state_dir() / "demo" / "reconcile.html"
@@ -259,8 +264,8 @@ def reconcile(
     report.reconcile_chart = str(chart)
     console.print(
         f"rows dropped as late by the stream: {report.stream_dropped_late} (its progress), "
-        f"{result.late_rows} (its audit counts); backfill dropped {backfill.rows_dropped_late}; "
-        f"chart: {chart}"
+        f"{result.late_rows} (its audit counts), {report.late_rows_kept} kept in {LATE_TABLE}; "
+        f"backfill dropped {backfill.rows_dropped_late}; chart: {chart}"
     )
 
 
@@ -301,6 +306,7 @@ def run_demo(
             f"{EVENTS_TABLE}_dead_letters",
             SESSIONS_TABLE,
             f"{SESSIONS_TABLE}_backfill",
+            LATE_TABLE,
         ):
             spark.sql(f"DROP TABLE IF EXISTS {table}")
 
@@ -388,7 +394,12 @@ def run_demo(
                 (F.col("event_time") >= F.lit(START)) & (F.col("event_time") < F.lit(end))
             )
             lake_events = in_range.count()
-            accounted = report.recovered == report.stream_dropped_late == report.audit_dropped_late
+            accounted = (
+                report.recovered
+                == report.stream_dropped_late
+                == report.audit_dropped_late
+                == report.late_rows_kept
+            )
             complete = report.backfill_events == lake_events
             report.ok = (
                 accounted
@@ -437,7 +448,7 @@ def _where(home: Path) -> None:
         "raw events (Kafka)", f"topic {TOPIC}; dead letters of the stream run: {DLQ_TOPIC}"
     )
     where.add_row("the lake (Hive)", f"{EVENTS_TABLE}, {EVENTS_TABLE}_dead_letters")
-    where.add_row("stream output", SESSIONS_TABLE)
+    where.add_row("stream output", f"{SESSIONS_TABLE}; the events it dropped as late: {LATE_TABLE}")
     where.add_row("backfill output", f"{SESSIONS_TABLE}_backfill")
     where.add_row("warehouse", str(home / "warehouse"))
     where.add_row("checkpoints", str(home / "demo" / "checkpoints"))

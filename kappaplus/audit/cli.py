@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         """Completeness per event-time bucket across stages (Kafka -> lake -> job input ->
         outputs) from the audit table; flags buckets whose counts differ beyond what dead
         letters explain. Exit status 1 when any bucket is unexplained, 2 on bad options."""
-        from kappaplus.audit.report import chart_html, load_report, terminal_table
+        from kappaplus.audit.report import chart_html, load_report, terminal_tables
         from kappaplus.session import create_session, stop_session
         from kappaplus.timeutil import parse_duration
 
@@ -88,7 +88,8 @@ def register(app: typer.Typer) -> None:
         else:
             if not report.series:
                 _console.print("[yellow]no audit counts for this selection[/]")
-            _console.print(terminal_table(report, show_all=show_all))
+            for table in terminal_tables(report, show_all=show_all):
+                _console.print(table)
             _console.print(f"chart: {target}")
         if not report.ok:
             raise typer.Exit(1)

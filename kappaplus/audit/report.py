@@ -284,37 +284,61 @@ def _label(bucket: datetime | None) -> str:
     return "no time" if bucket is None else bucket.strftime("%Y-%m-%d %H:%M")
 
 
-def terminal_table(report: AuditReport, *, show_all: bool = False) -> Any:
-    """A ``rich`` table: flagged buckets (every bucket with ``show_all``) and totals."""
+def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]:
+    """``rich`` tables narrow enough for an 80-column terminal: the total of every stage
+    (one row per job, mode, stage and count), then one row per unexplained bucket and
+    check; with ``show_all`` every bucket's counts too (one row per bucket and stage)."""
     from rich.table import Table
 
-    table = Table(title=report.title)
-    table.add_column("bucket (UTC)")
-    keys = list(report.series)
-    for key in keys:
-        table.add_column(series_label(key), justify="right")
-    table.add_column("status")
     flagged = report.flagged()
-    reasons: dict[datetime | None, list[Check]] = defaultdict(list)
-    for check in report.failures:
-        reasons[check.bucket].append(check)
-    for bucket in report.buckets:
-        if not show_all and bucket not in reasons:
-            continue
-        status = (
-            "[red]" + "; ".join(f"{c.what}: missing {c.missing}" for c in reasons[bucket]) + "[/]"
-            if bucket in reasons
-            else "[green]ok[/]"
-        )
-        table.add_row(_label(bucket), *[str(report.series[k].get(bucket, 0)) for k in keys], status)
-    table.add_row(
-        "[bold]total[/]",
-        *[f"[bold]{report.total(k)}[/]" for k in keys],
-        f"{len(flagged)} of {len(report.buckets)} buckets unexplained"
+    totals = Table(title=report.title)
+    for column, justify in (
+        ("job", "left"),
+        ("mode", "left"),
+        ("stage", "left"),
+        ("rows", "right"),
+    ):
+        totals.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for key in report.series:
+        job, mode, stage, name, io = key
+        what = f"{stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
+        totals.add_row(job, mode, what, str(report.total(key)))
+    totals.caption = (
+        f"[red]{len(flagged)} of {len(report.buckets)} buckets unexplained[/]"
         if flagged
-        else "[green]all buckets complete[/]",
+        else f"[green]all {len(report.buckets)} buckets complete[/]"
     )
-    return table
+    tables = [totals]
+    if report.failures:
+        checks = Table(title="unexplained buckets")
+        for column, justify in (
+            ("bucket (UTC)", "left"),
+            ("check", "left"),
+            ("expected", "right"),
+            ("actual", "right"),
+            ("missing", "right"),
+        ):
+            checks.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for check in report.failures:
+            checks.add_row(
+                _label(check.bucket),
+                check.what,
+                str(check.expected),
+                str(check.actual),
+                f"[red]{check.missing}[/]",
+            )
+        tables.append(checks)
+    if show_all:
+        every = Table(title="every bucket")
+        for column, justify in (("bucket (UTC)", "left"), ("stage", "left"), ("rows", "right")):
+            every.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for bucket in report.buckets:
+            for key in report.series:
+                count = report.series[key].get(bucket, 0)
+                if count:
+                    every.add_row(_label(bucket), series_label(key), str(count))
+        tables.append(every)
+    return tables
 
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]

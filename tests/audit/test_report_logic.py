@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from rich.console import Console
+
 from kappaplus.audit.counts import BINS, fold_histogram, metric_name, stage_counts
-from kappaplus.audit.report import build_report, chart_html
+from kappaplus.audit.report import build_report, chart_html, terminal_tables
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 
@@ -78,6 +81,17 @@ def test_lake_loss_is_flagged_per_bucket_with_the_missing_count() -> None:
     assert report.flagged() == [b1]
     assert report.total(("sess", "backfill", "lake", "rides", "delivered")) == 19
     assert "1 bucket(s) unexplained" in chart_html(report)
+    # the terminal view fits 80 columns and names the bucket, the check and the missing rows
+    console = Console(width=80, record=True, file=io.StringIO())
+    for table in terminal_tables(report, show_all=True):
+        console.print(table)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "1 of 4 buckets unexplained" in text  # 3 buckets and the records without a time
+    assert any(
+        b1.strftime("%Y-%m-%d %H:%M") in line and line.rstrip(" │").endswith("3")
+        for line in text.splitlines()
+    )
     # dead letters explain read - decoded; a lost dead letter does not
     rows.append(_row(arch, "stream", "kafka", "records", "read", None, 1, batch_id=1))
     assert [c.bucket for c in build_report(rows, title="t").failures] == [None, b1]
