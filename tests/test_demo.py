@@ -72,6 +72,8 @@ def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
         shown = re.search(re.escape(label) + r"\W+(\d+)", out)
         assert shown and int(shown.group(1)) == figures[key], (label, figures[key])
     assert figures["recovered"] == int(recovered.group(1)) == figures["late_rows_reported"]
+    assert figures["late_rows_kept"] == figures["recovered"], "the dropped rows were kept"
+    assert figures["late_table"] == "demo.rider_sessions_late"
     assert (tmp_path / "reconcile.html").read_text().startswith("<!doctype html>")
 
     pids = [json.loads(p.read_text())["pid"] for p in (tmp_path / "home").glob("*/*.pid")]

@@ -54,6 +54,10 @@ class ReconcileTarget:
     watermark_micros: int | None
     start: datetime | None = None
     end: datetime | None = None
+    late_table: str | None = None
+    """Where production kept the rows its watermark dropped (``[outputs.<o>.late]``)."""
+    late_event_time_column: str | None = None
+    """The event-time column of those rows (the job's input's)."""
 
 
 @dataclass
@@ -72,6 +76,8 @@ class Reconciliation:
     backfill_measure: int = 0
     recovered: int = 0
     late_rows: int | None = None
+    late_rows_kept: int | None = None
+    """Rows in the late-rows table (in the range, when one is given)."""
     differences: list[dict[str, Any]] = field(default_factory=list)
     per_hour: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -109,6 +115,8 @@ class Reconciliation:
             "backfill_measure": self.backfill_measure,
             "recovered": self.recovered,
             "late_rows_reported": self.late_rows,
+            "late_table": t.late_table,
+            "late_rows_kept": self.late_rows_kept,
             "explained": self.explained,
             "differences": self.differences,
             "per_hour": self.per_hour,
@@ -202,6 +210,9 @@ def target_of(
         watermark_micros=watermark_micros,
         start=start,
         end=end,
+        late_table=None
+        if config.outputs[output].late is None
+        else config.outputs[output].late.table,
     )
 
 
@@ -324,8 +335,26 @@ def reconcile(
     result.late_rows = (
         late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
     )
+    result.late_rows_kept = _late_rows_kept(spark, target)
     result.differences.sort(key=lambda d: [str(v) for v in d["key"]])
     return result
+
+
+def _late_rows_kept(spark: SparkSession, target: ReconcileTarget) -> int | None:
+    """Rows of the late-rows table whose event time is in the range (None: no table)."""
+    from pyspark.sql import functions as F
+
+    if target.late_table is None or not spark.catalog.tableExists(target.late_table):
+        return None
+    spark.catalog.refreshTable(target.late_table)
+    late = spark.table(target.late_table)
+    column = target.late_event_time_column
+    if column is not None and column in late.columns:
+        if target.start is not None:
+            late = late.where(F.col(column) >= F.lit(target.start))
+        if target.end is not None:
+            late = late.where(F.col(column) < F.lit(target.end))
+    return late.count()
 
 
 def _plain(value: Any) -> Any:
@@ -379,6 +408,8 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
         "late rows production reported dropping (audit)",
         "-" if result.late_rows is None else str(result.late_rows),
     )
+    if result.late_rows_kept is not None:
+        recap.add_row(f"late rows kept ({t.late_table})", str(result.late_rows_kept))
     recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
     return [diff, side, recap]
 
