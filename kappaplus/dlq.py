@@ -6,7 +6,9 @@ source topic, partition, offset, Kafka timestamp, reason, job, dead-letter time)
 - Kafka: one message per dead letter; the message key is ``"topic/partition/offset"`` of
   the source record, so a consumer can drop re-deliveries (a replayed batch produces its
   dead letters again: at-least-once, deduplicable by key); the value is the JSON of the
-  record with the bytes in base64.
+  record with the bytes in base64. Produced with the Kafka sink's producer loop
+  (:func:`kappaplus.connectors.kafka.sink.write_rows`: an idempotent producer, every record
+  acknowledged or the write fails), so a producer retry adds no duplicate.
 - Hive: a table created if missing, partitioned by ``dlq_date`` (date of the dead-letter
   time) and ``dlq_batch`` (``"<sink_id>-<batchId>"``). Before a batch is written, every
   partition of its ``dlq_batch`` is dropped, so a replayed batch replaces its rows instead
@@ -23,6 +25,7 @@ source topic, partition, offset, Kafka timestamp, reason, job, dead-letter time)
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import re
@@ -118,6 +121,7 @@ class DeadLetterTarget:
     def producer_config(self) -> dict[str, str]:
         """The librdkafka producer settings (contains secrets: do not log)."""
         config = {"acks": "all", "linger.ms": "20", "client.id": "kappaplus-dlq"}
+        # the producer is always idempotent (the Kafka sink's producer loop)
         if self.kafka_bootstrap:
             config["bootstrap.servers"] = self.kafka_bootstrap
         config.update(self.kafka_settings)
@@ -188,44 +192,40 @@ def parse_dlq_message(value: bytes) -> dict[str, Any]:
 def _produce(
     config: Mapping[str, str], topic: str, rows: Iterator[Mapping[str, Any]], timeout: float
 ) -> int:
-    """Produce ``rows`` to ``topic``; wait for every acknowledgement or raise KafkaError."""
-    from confluent_kafka import Producer
+    """Produce ``rows`` to ``topic`` with the Kafka sink's producer loop (one idempotent
+    producer, every record acknowledged or KafkaError); return the count."""
+    from kappaplus.connectors.kafka.sink import KafkaSinkOptions, write_rows
 
-    producer: Any = None
-    failures: list[str] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    sent = 0
-    for row in rows:
-        if producer is None:  # no connection for an empty partition
-            producer = Producer(dict(config))
-        key = dlq_key(row.get("topic"), row.get("partition"), row.get("offset"))
-        value = dlq_message(row)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.5)
-        sent += 1
-        producer.poll(0)
-    if producer is None:
+    records = (
+        _Record(
+            {
+                "key": dlq_key(row.get("topic"), row.get("partition"), row.get("offset")),
+                "value": dlq_message(row),
+            }
+        )
+        for row in rows
+    )
+    first = next(records, None)
+    if first is None:  # no connection for an empty partition
         return 0
-    remaining = producer.flush(timeout)
-    if remaining:
-        raise KafkaError(
-            f"DLQ topic {topic!r}: {remaining} of {sent} dead letters not acknowledged "
-            f"within {timeout:g}s"
-        )
-    if failures:
-        raise KafkaError(
-            f"DLQ topic {topic!r}: {len(failures)} of {sent} dead letters failed, "
-            f"first: {failures[0]}"
-        )
-    return sent
+    client = {k: v for k, v in config.items() if k != "enable.idempotence"}
+    options = KafkaSinkOptions(client, topic, None, max(1, int(timeout * 1000)))
+    try:
+        return write_rows(options, itertools.chain([first], records)).records
+    except KafkaError as exc:
+        raise KafkaError(f"DLQ topic {topic!r}: {exc}") from exc
+
+
+class _Record:
+    """A row as the Kafka sink's producer loop reads it (``asDict``)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
+
+    def asDict(self) -> dict[str, Any]:  # noqa: N802 - pyspark Row's name
+        return self._values
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
