@@ -12,6 +12,8 @@ stage                 what is counted                                           
 ``lake``              rows the Hive source delivered (backfill)                  ``delivered``
 ``job``               rows the job received per input (every mode)               ``input``
 ``late``              rows the watermark dropped (per batch, Spark's count)      ``dropped``
+``late_kept``         input rows the watermark dropped and the output kept       ``kept``
+                      (``[outputs.<o>.late]``; rows, not Spark's groups)
 ``output``            rows an output query wrote (``archive`` for the archiver)  ``written``
 ====================  =========================================================  ==========
 

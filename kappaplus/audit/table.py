@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class AuditRecorder:
     pending: list[tuple[Any, ...]] = field(default_factory=list)
     seen: dict[str, set[int]] = field(default_factory=dict)
     written_batches: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Guards ``pending``: :meth:`add_late_kept` runs on a ``foreachBatch`` thread."""
 
     def collect(self, key: str, entries: Iterable[Any]) -> int:
         """Queue the audit rows of the finished batches of query ``key`` not yet seen."""
@@ -102,9 +105,25 @@ class AuditRecorder:
                 continue
             seen.add(int(batch_id))
             rows = self.rows_of(key, int(batch_id), entry)
-            self.pending.extend(rows)
+            with self.lock:
+                self.pending.extend(rows)
             added += len(rows)
         return added
+
+    def add_late_kept(
+        self, output: str, table: str, batch_id: int, counts: Mapping[int, int]
+    ) -> None:
+        """Queue the rows an output kept as late in ``batch_id``, per bucket index: input
+        rows, not Spark's partially aggregated groups. Keyed by its own query name
+        (``<query>-late``) so it never shares a micro-batch key with the output's counts."""
+        query = f"{self.query_names.get(output, output)}-late"
+        rows = [
+            (self.job, self.mode, query, batch_id, "late_kept", output, "kept", table)
+            + (bucket_time(index), BUCKET_SECONDS, n, True)
+            for index, n in sorted(counts.items())
+        ]
+        with self.lock:
+            self.pending.extend(rows)
 
     def rows_of(self, key: str, batch_id: int, entry: Any) -> list[tuple[Any, ...]]:
         """The audit rows of one finished micro-batch of query ``key``."""
@@ -144,18 +163,20 @@ class AuditRecorder:
 
     def flush(self) -> int:
         """Append the queued rows (one ``recorded_at`` for all); returns how many."""
-        if not self.pending:
-            return 0
+        with self.lock:
+            if not self.pending:
+                return 0
+            rows, self.pending = self.pending, []
         from pyspark.sql import functions as F
 
-        rows, self.pending = self.pending, []
         try:
             ensure_table(self.spark, self.table)
             df = self.spark.createDataFrame(rows, SCHEMA.rsplit(",", 1)[0])
             df = df.withColumn("recorded_at", F.lit(datetime.fromtimestamp(time.time(), UTC)))
             df.select(*COLUMNS).write.insertInto(self.table)
         except Exception:
-            self.pending = rows + self.pending
+            with self.lock:
+                self.pending = rows + self.pending
             raise
         self.written_batches += len({(r[2], r[3]) for r in rows})
         log.debug("audit: %d rows of %s written to %s", len(rows), self.job, self.table)

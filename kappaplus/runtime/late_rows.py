@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -211,7 +211,12 @@ def tap_input(
 class LateRowsPublisher:
     """Driver side: publishes one output's staged late rows per batch, exactly once."""
 
-    def __init__(self, plan: LateRowsPlan, query_name: str) -> None:
+    def __init__(
+        self,
+        plan: LateRowsPlan,
+        query_name: str,
+        on_kept: Callable[[int, dict[int, int]], None] | None = None,
+    ) -> None:
         from kappaplus.config import HiveOutput
         from kappaplus.connectors.hive.sink import HiveTableSink
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
@@ -225,6 +230,8 @@ class LateRowsPublisher:
             )
         )
         self.published = 0
+        self.on_kept = on_kept
+        """Called with (batch id, rows per audit bucket index) after each publication."""
 
     def before(self, batch_id: int) -> None:
         """Forget what an earlier attempt of ``batch_id`` staged: this attempt stages anew."""
@@ -237,9 +244,12 @@ class LateRowsPublisher:
         rows = 0
         if files:
             late = batch.sparkSession.read.parquet(*files)
-            rows = late.count()
+            counts = _bucket_counts(late, self.plan.event_time_column)
+            rows = sum(counts.values())
             self.sink.write_batch(late, batch_id)
             self.published += rows
+            if self.on_kept is not None:
+                self.on_kept(batch_id, counts)
             log.info(
                 "output %s batch %d: %d late row(s) kept in %s",
                 self.plan.output,
@@ -251,3 +261,16 @@ class LateRowsPublisher:
             if int(old.name.split("=", 1)[1]) <= batch_id:
                 shutil.rmtree(old, ignore_errors=True)
         return rows
+
+
+def _bucket_counts(late: DataFrame, event_time_column: str) -> dict[int, int]:
+    """Rows per audit bucket index (:data:`kappaplus.audit.counts.BUCKET_SECONDS`)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.audit.counts import BUCKET_SECONDS, NO_TIME
+
+    index = F.coalesce(
+        F.floor(F.unix_micros(F.col(event_time_column)) / (BUCKET_SECONDS * 1_000_000)),
+        F.lit(NO_TIME),
+    ).cast("long")
+    return {int(r[0]): int(r[1]) for r in late.groupBy(index).count().collect()}

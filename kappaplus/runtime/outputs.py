@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,7 +110,9 @@ def plan_output(
 class OutputWriter:
     """``foreachBatch`` function writing one output's batch to its Hive table and/or topic."""
 
-    def __init__(self, plan: OutputPlan) -> None:
+    def __init__(
+        self, plan: OutputPlan, on_late_kept: Callable[[int, dict[int, int]], None] | None = None
+    ) -> None:
         from kappaplus.connectors.hive.sink import HiveTableSink
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
@@ -128,7 +131,7 @@ class OutputWriter:
         if plan.late is not None:
             from kappaplus.runtime.late_rows import LateRowsPublisher
 
-            self.late = LateRowsPublisher(plan.late, plan.query_name)
+            self.late = LateRowsPublisher(plan.late, plan.query_name, on_late_kept)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.late is not None:
@@ -170,8 +173,14 @@ def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
     kafka_records(batch).write.format(SHORT_NAME).options(**options).mode("append").save()
 
 
-def start_output(df: DataFrame, plan: OutputPlan, trigger: str) -> StreamingQuery:
-    """Start the streaming query of one output (its rows counted for the audit)."""
+def start_output(
+    df: DataFrame,
+    plan: OutputPlan,
+    trigger: str,
+    on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
+) -> StreamingQuery:
+    """Start the streaming query of one output (its rows counted for the audit;
+    ``on_late_kept``: told the late rows it kept per batch and audit bucket)."""
     from kappaplus.audit.counts import observe_rows
 
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
@@ -179,7 +188,7 @@ def start_output(df: DataFrame, plan: OutputPlan, trigger: str) -> StreamingQuer
         counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)
         .option("checkpointLocation", str(plan.checkpoint))
-        .foreachBatch(OutputWriter(plan))
+        .foreachBatch(OutputWriter(plan, on_late_kept))
         .trigger(**trigger_args(trigger))
     )
     return writer.start()

@@ -25,6 +25,7 @@ follows the run throughout.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import time
@@ -200,7 +201,10 @@ def run_job(
                     dlq_names[key] = spec.name
                     record.checkpoints[key] = started[1]
         for name, plan in plans.items():
-            queries[name] = start_output(frames[name], plan, trigger)
+            kept = None
+            if auditor is not None and plan.late is not None:
+                kept = functools.partial(auditor.add_late_kept, name, plan.late.table)
+            queries[name] = start_output(frames[name], plan, trigger, kept)
         tracker = ProgressTracker([*queries])
         record.save()
         log.info(
