@@ -143,7 +143,12 @@ def run_command(
     until_idle: float = typer.Option(
         None, "--until-idle", help="Stop once no query has read a row for this many seconds."
     ),
-    timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds."),
+    timeout: float = typer.Option(
+        None,
+        "--timeout",
+        help="Stop after this many seconds (the micro-batch under way is committed first, "
+        "waiting at most 60 s more).",
+    ),
     checkpoint: Path = _CHECKPOINT,
     fresh: bool = typer.Option(
         False, "--fresh", help="Delete this mode's checkpoints first and start over."
@@ -169,7 +174,9 @@ def run_command(
     bootstrap writes the production targets and keeps running on Kafka (run it again
     with the same --start/--cutoff to resume).
 
-    Ctrl-C stops cleanly. Progress: event time done, rows/s, ETA, state rows, late rows.
+    Ctrl-C or SIGTERM stops cleanly: the micro-batch under way is committed, no new one
+    starts; a second one stops at once (the interrupted batch is redone by the next run).
+    Progress: event time done, rows/s, ETA, state rows, late rows.
 
     Exit status: 0 done (or a stream stopped by --timeout), 1 failed, 2 bad command line or
     config, 124 a backfill (or a bootstrap's lake phase) --timeout stopped part way, 130/143
