@@ -331,17 +331,19 @@ def child(role: str, work: Path, env: dict[str, str], **options: Any) -> tuple[T
     return timed, json.loads(out.read_text())
 
 
-def job_config(work: Path, job: str, days: int) -> Path:
+def job_config(work: Path, job: str, days: int, reader: str = "auto") -> Path:
     output = "counts" if job == "HOURLY" else "sessions"
-    path = work / f"{job.lower()}-{days}d.toml"
+    suffix = "" if reader == "auto" else f"_{reader}"
+    path = work / f"{job.lower()}-{days}d{suffix}.toml"
     path.write_text(
         f'job = "backfill_jobs:{job}"\n'
         'watermark_delay = "2 minutes"\n\n'
         "[inputs.events.hive]\n"
         f'table = "{table_name(days)}"\n'
-        'event_time_column = "ts"\n\n'
+        'event_time_column = "ts"\n'
+        f'reader = "{reader}"\n\n'
         f"[outputs.{output}.hive]\n"
-        f'table = "bench_{job.lower()}_{days}d"\n'
+        f'table = "bench_{job.lower()}_{days}d{suffix}"\n'
     )
     return path
 
@@ -438,10 +440,12 @@ def run_stream(work: Path, env: dict[str, str], days: int, location: str) -> tup
         broker.stop()
 
 
-def run_kappa(work: Path, env: dict[str, str], job: str, days: int) -> tuple[Timed, int, int]:
+def run_kappa(
+    work: Path, env: dict[str, str], job: str, days: int, reader: str = "auto"
+) -> tuple[Timed, int, int]:
     """(A): ``kappa run`` in its own process; (timing, data batches, marker batches)."""
-    config = job_config(work, job, days)
-    checkpoints = work / "checkpoints" / f"{job}-{days}"
+    config = job_config(work, job, days, reader)
+    checkpoints = work / "checkpoints" / f"{job}-{days}-{reader}"
     output = "counts" if job == "HOURLY" else "sessions"
     cmd = [
         str(Path(sys.executable).parent / "kappa"),
@@ -523,6 +527,24 @@ def bench_days(
                 f"{data} + {markers} markers",
                 str(got["rows"] == expected),
                 timed_a.first_batch_s,
+            )
+        )
+    if "F" in ways:
+        timed_f, data, markers = run_kappa(work, env, "HOURLY", days, reader="python")
+        _, got = child(
+            "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d_python_backfill"
+        )
+        results.append(
+            Result(
+                days,
+                "hourly",
+                "F",
+                timed_f.seconds,
+                rows,
+                timed_f.peak_pss_mb,
+                f"{data} + {markers} markers",
+                str(got["rows"] == expected),
+                timed_f.first_batch_s,
             )
         )
     if "C" in ways:
@@ -628,6 +650,7 @@ def bench_days(
 def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str]) -> str:
     names = {
         "A": "(A) `kappa run --mode backfill`, defaults",
+        "F": '(A-py) = A with `reader = "python"` (the Python data source)',
         "B": "(B) one Spark batch query",
         "C": "(C) raw pyarrow read + group_by",
         "D": "(D) `readStream.parquet`, maxFilesPerTrigger",
@@ -671,7 +694,7 @@ def chart(results: list[Result]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for way in "ABCDE":
+    for way in "ABCDEF":
         points = sorted((r.days, r) for r in results if r.way == way and r.job == "hourly")
         if not points:
             continue
@@ -706,7 +729,7 @@ def main() -> None:
     parser.add_argument("--days", default="1,7,30")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--session-days", type=int, default=7)
-    parser.add_argument("--ways", default="A,B,C,D,E")
+    parser.add_argument("--ways", default="A,F,B,C,D,E")
     parser.add_argument(
         "--e-max-days", type=int, default=7, help="run (E) up to this many days (in-memory broker)"
     )

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kappaplus.jars import jvm_jar
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -257,6 +258,7 @@ def builder_settings(
     cores = local_cores(master)
     if cores is not None:
         settings.update(local_defaults(home))
+
         # One shuffle (= state store) partition per local core: each stateful micro-batch
         # then runs one task per core instead of paying task and state store overhead for
         # partitions that wait for a core (measured in docs/benchmarks.md). It is also the
@@ -270,6 +272,10 @@ def builder_settings(
     elif hive and metastore_uri and not _sets_metastore(conf):
         settings["spark.hadoop.hive.metastore.uris"] = metastore_uri
     settings.update(conf or {})
+    jar = jvm_jar()
+    if cores is not None and jar is not None:
+        # the JVM read path of the Hive source (kappaplus.jars), beside the caller's jars
+        settings["spark.jars"] = ",".join(j for j in (settings.get("spark.jars"), str(jar)) if j)
     return settings
 
 

@@ -4,11 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ! command -v java >/dev/null 2>&1; then
-  echo "[setup] Java not found: installing openjdk-17-jre-headless"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "[setup] Java not found: installing openjdk-17-jdk-headless (Java 17 and javac)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless procps >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless procps >/dev/null
+elif ! command -v javac >/dev/null 2>&1; then
+  # javac builds the Hive source's JVM reader; without it the Python reader is used
+  echo "[setup] javac not found: installing openjdk-17-jdk-headless"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      openjdk-17-jdk-headless >/dev/null; } || echo "[setup] could not install javac: continuing"
 fi
 
 PY="${PYTHON:-python3}"
@@ -23,4 +28,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch "$stamp"
 fi
+bash scripts/build_jvm.sh
 echo "[setup] ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

@@ -121,6 +121,9 @@ class HiveInput(StrictModel):
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    reader: Literal["auto", "jvm", "python"] = "auto"
+    """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
+    Python data source) or ``auto`` (the JVM one where it can serve the table)."""
 
     @field_validator("partition_format")
     @classmethod

@@ -191,6 +191,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
+        "reader": hive.reader,
     }
     if hive.partition_format:
         options["partitionTimeFormat"] = hive.partition_format

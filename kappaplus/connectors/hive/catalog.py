@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from kappaplus.connectors.hive.jvm_reader import choose_reader
 from kappaplus.connectors.hive.layout import infer_layout
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, HiveSourceOptions
 from kappaplus.errors import TableError
@@ -145,6 +146,7 @@ def read_hive_stream(
     (comma-separated: read and deliver only these columns and the event-time column;
     dead-lettered rows keep all of theirs).
     """
+    reader = str(options.pop("reader", None) or "auto")
     resolved = hive_stream_options(
         resolve_table(spark, table),
         event_time_column=event_time_column,
@@ -161,7 +163,14 @@ def read_hive_stream(
         max_event_time_per_trigger
         or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
     )
-    df = spark.readStream.format("kappa_hive").options(**resolved).load()
+    source, extra, why_python = choose_reader(spark, HiveSourceOptions.parse(resolved), reader)
+    log.info(
+        "reading table %r with the %s reader%s",
+        table,
+        "JVM" if source == "kappa_hive_jvm" else "Python",
+        f" ({why_python})" if why_python else "",
+    )
+    df = spark.readStream.format(source).options(**resolved, **extra).load()
     if watermark_delay is None:
         return df
     return apply_watermark(df, event_time_column, parse_duration(watermark_delay))

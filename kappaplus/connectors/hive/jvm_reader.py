@@ -1,0 +1,116 @@
+"""Which read path a Hive stream takes: the JVM one (``kappa_hive_jvm``) or the Python one.
+
+Both plan the same event-time slices with the same Python planner (the JVM source runs it as
+a child process, :mod:`kappaplus.connectors.hive.plan_service`) and deliver the same rows; the
+JVM one reads a slice's Parquet files with Spark's own vectorized reader instead of sending
+Arrow batches from Python workers, which is what limits the Python path's read rate
+(``docs/benchmarks.md``). ``reader`` = ``auto`` (default) takes the JVM path when it can
+serve the table, ``python`` always the Python one, ``jvm`` the JVM one or a clear error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from pyspark.sql.types import (
+    BooleanType,
+    ByteType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
+from kappaplus.connectors.hive.reader import unplaceable_advice
+from kappaplus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+READERS = ("auto", "jvm", "python")
+JVM_SOURCE_CLASS = "org.kappaplus.hive.KappaHiveSource"
+_PARTITION_TYPES = (
+    StringType,
+    IntegerType,
+    LongType,
+    ShortType,
+    ByteType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    BooleanType,
+)
+
+
+def jvm_reader_loaded(spark: SparkSession) -> bool:
+    """Whether the session's JVM can load the JVM source (its jar is on the classpath)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(JVM_SOURCE_CLASS, False, loader)
+        return True
+    except Exception:  # no py4j gateway (Spark Connect), or the class is not there
+        return False
+
+
+def jvm_unsupported(options: HiveSourceOptions) -> str | None:
+    """Why the JVM path cannot read this table, or None when it can."""
+    if options.format != "parquet":
+        return f"the table is stored as {options.format}; the JVM reader reads parquet"
+    if options.null_event_time_policy is not NullEventTimePolicy.FAIL:
+        return "unplaceable rows go to dead letters, which only the Python reader writes"
+    for f in options.output_schema.fields:
+        if f.name in options.partition_columns and not isinstance(f.dataType, _PARTITION_TYPES):
+            return f"partition column {f.name!r} is {f.dataType.simpleString()}"
+    return None
+
+
+def jvm_options(options: HiveSourceOptions) -> dict[str, str]:
+    """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive``."""
+    output: StructType = options.output_schema
+    if options.emits_end_marker:
+        output = StructType([*output.fields]).add(MARKER_COLUMN, BooleanType())
+    read = StructType([f for f in options.output_schema.fields if f.name in options.data_columns])
+    extra = {
+        "outputSchema": output.json(),
+        "readSchema": read.json(),
+        "pythonExec": sys.executable,
+        "unplaceableAdvice": unplaceable_advice(options),
+    }
+    return extra
+
+
+def choose_reader(
+    spark: SparkSession, options: HiveSourceOptions, reader: str
+) -> tuple[str, dict[str, str], str | None]:
+    """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python)."""
+    if reader not in READERS:
+        raise ConfigError("reader", reader, f"expected one of {', '.join(READERS)}")
+    if reader == "python":
+        return "kappa_hive", {}, "reader = 'python'"
+    why = jvm_unsupported(options)
+    if why is None and not jvm_reader_loaded(spark):
+        why = (
+            "the session has no kappaplus-jvm.jar (set-up builds it with javac; on a cluster "
+            "add it to spark.jars)"
+        )
+    if why is not None:
+        if reader == "jvm":
+            raise ConfigError(
+                "reader", reader, f"the JVM reader cannot read {options.table!r}: {why}"
+            )
+        return "kappa_hive", {}, why
+    return "kappa_hive_jvm", jvm_options(options), None
