@@ -349,12 +349,12 @@ def reconcile(
     result.late_rows = (
         late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
     )
-    result.late_rows_kept = _late_rows_kept(spark, target)
+    result.late_rows_kept = late_rows_kept_in(spark, target)
     result.differences.sort(key=lambda d: [str(v) for v in d["key"]])
     return result
 
 
-def _late_rows_kept(spark: SparkSession, target: ReconcileTarget) -> int | None:
+def late_rows_kept_in(spark: SparkSession, target: ReconcileTarget) -> int | None:
     """Rows of the late-rows table or topic whose event time is in the range (None: none)."""
     from pyspark.sql import functions as F
 

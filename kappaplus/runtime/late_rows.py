@@ -59,6 +59,9 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 INPUT_COLUMN = "kappa_input"
 WATERMARK_COLUMN = "kappa_missed_watermark"
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+"""Timestamps in a late row's JSON: ISO 8601 to the microsecond (Spark's default keeps
+milliseconds), so an event time read back is the one the row had."""
 
 
 @dataclass(frozen=True)
@@ -313,12 +316,15 @@ def _bucket_counts(late: DataFrame, event_time_column: str) -> dict[int, int]:
 
 def late_records(late: DataFrame, key_prefix: str) -> DataFrame:
     """The Kafka records of staged late rows: ``value`` the row as JSON (with ``kappa_input``
-    and ``kappa_missed_watermark``), ``key`` ``<key_prefix>/<input>-<partition>/<row>``
-    from the staged file's name and the row's index in it (stable when a batch is replayed).
+    and ``kappa_missed_watermark``; timestamps :data:`TIMESTAMP_FORMAT`), ``key``
+    ``<key_prefix>/<input>-<partition>/<row>`` from the staged file's name and the row's
+    index in it (stable when a batch is replayed).
     ``late`` must be read straight from the staged Parquet files (``_metadata``)."""
     from pyspark.sql import functions as F
 
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in late.columns]))
+    value = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in late.columns]), {"timestampFormat": TIMESTAMP_FORMAT}
+    )
     staged = F.regexp_replace(F.col("_metadata.file_name"), r"\.parquet$", "")
     key = F.concat_ws("/", F.lit(key_prefix), staged, F.col("_metadata.row_index").cast("string"))
     return late.select(key.alias("key"), value.alias("value"))
