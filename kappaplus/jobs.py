@@ -182,7 +182,7 @@ class OutputSpec:
     - ``late_by``: how the output's stateful operator keys input rows in event time
       (``event_time``, ``window:<param>[/<param>]``, ``session:<param>``; see
       :mod:`kappaplus.late_rules`): what lets a stream run keep the rows the watermark
-      drops in a late-rows table (``[outputs.<name>.late]`` in the job config).
+      drops in a late-rows table or topic (``[outputs.<name>.late]`` in the job config).
     """
 
     name: str

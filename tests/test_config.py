@@ -447,3 +447,28 @@ def test_kafka_client_settings_are_checked_alike_for_inputs_and_outputs() -> Non
     err = _error(java_only)
     assert err.option == "outputs.counts.kafka.options"
     assert "Java client setting" in str(err) and "x" not in str(err.value)
+
+
+def test_late_rows_go_to_exactly_one_table_or_topic() -> None:
+    late = BASE + "\n[outputs.counts.late]\n"
+    for body in ('table = "agg.late"\ntopic = "counts_late"\n', ""):
+        err = _error(late + body)
+        assert err.option == "outputs.counts.late"
+        assert "set exactly one of 'table' (a Hive table) or 'topic'" in str(err)
+    err = _error(late + 'table = "agg.late"\nbootstrap_servers = "localhost:9092"\n')
+    assert err.option == "outputs.counts.late" and "go with 'topic'" in str(err)
+    # a topic's brokers default to the output's Kafka binding; without one they are needed
+    no_kafka = BASE[: BASE.index("[outputs.counts.kafka]")]
+    err = _error(no_kafka + '[outputs.counts.late]\ntopic = "counts_late"\n')
+    assert err.option == "outputs.counts"
+    assert "late.topic needs late.bootstrap_servers" in str(err) and "\n" not in str(err)
+    config = parse_config(late + 'topic = "counts_late"\n')
+    target = resolve(config, "stream").outputs["counts"].late
+    assert target is not None and target.table is None
+    assert (target.topic, target.bootstrap_servers) == ("counts_late", "localhost:9092")
+    assert resolve(config, "backfill").outputs["counts"].late is None
+    config = parse_config(
+        no_kafka + '[outputs.counts.late]\ntopic = "counts_late"\nbootstrap_servers = "b:9092"\n'
+    )
+    target = resolve(config, "stream").outputs["counts"].late
+    assert target is not None and target.bootstrap_servers == "b:9092"

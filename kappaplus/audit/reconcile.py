@@ -16,6 +16,12 @@ and drops nothing, so ``sum(measure)`` over the closed backfill windows minus ov
 production windows (the rows the backfill *recovered*) must equal the rows the
 production stream dropped as late, as its audit counts recorded them. Each differing
 key is listed with its measure in both outputs.
+
+When the stream keeps its late rows (``[outputs.<name>.late]``), the rows kept in the range
+(by the input's event time) are shown beside: counted in the Hive table, or read back from
+the Kafka topic (everything from its earliest offset, one per record key, so a replayed
+batch's second copy is not counted twice; records the topic's retention already deleted
+are not counted).
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ class ReconcileTarget:
     """Where production kept the rows its watermark dropped (``[outputs.<o>.late]``)."""
     late_event_time_column: str | None = None
     """The event-time column of those rows (the job's input's)."""
+    late_topic: str | None = None
+    """... or the Kafka topic it kept them in, with its brokers and client options."""
+    late_bootstrap: str | None = None
+    late_options: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -77,7 +87,7 @@ class Reconciliation:
     recovered: int = 0
     late_rows: int | None = None
     late_rows_kept: int | None = None
-    """Rows in the late-rows table (in the range, when one is given)."""
+    """Rows in the late-rows table or topic (in the range, when one is given)."""
     differences: list[dict[str, Any]] = field(default_factory=list)
     per_hour: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -116,6 +126,7 @@ class Reconciliation:
             "recovered": self.recovered,
             "late_rows_reported": self.late_rows,
             "late_table": t.late_table,
+            "late_topic": t.late_topic,
             "late_rows_kept": self.late_rows_kept,
             "explained": self.explained,
             "differences": self.differences,
@@ -198,6 +209,7 @@ def target_of(
             _stream_checkpoint(job, config, output, checkpoint_root)
         )
     spec = job.outputs[names.index(output)]
+    late = config.outputs[output].late_target()
     return ReconcileTarget(
         job=job.name,
         output=output,
@@ -210,9 +222,11 @@ def target_of(
         watermark_micros=watermark_micros,
         start=start,
         end=end,
-        late_table=None
-        if config.outputs[output].late is None
-        else config.outputs[output].late.table,
+        late_table=None if late is None else late.table,
+        late_event_time_column=None if late is None else job.inputs[0].event_time_column,
+        late_topic=None if late is None else late.topic,
+        late_bootstrap=None if late is None else late.bootstrap_servers,
+        late_options={} if late is None else dict(late.options),
     )
 
 
@@ -335,20 +349,33 @@ def reconcile(
     result.late_rows = (
         late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
     )
-    result.late_rows_kept = _late_rows_kept(spark, target)
+    result.late_rows_kept = late_rows_kept_in(spark, target)
     result.differences.sort(key=lambda d: [str(v) for v in d["key"]])
     return result
 
 
-def _late_rows_kept(spark: SparkSession, target: ReconcileTarget) -> int | None:
-    """Rows of the late-rows table whose event time is in the range (None: no table)."""
+def late_rows_kept_in(spark: SparkSession, target: ReconcileTarget) -> int | None:
+    """Rows of the late-rows table or topic whose event time is in the range (None: none)."""
     from pyspark.sql import functions as F
 
-    if target.late_table is None or not spark.catalog.tableExists(target.late_table):
-        return None
-    spark.catalog.refreshTable(target.late_table)
-    late = spark.table(target.late_table)
     column = target.late_event_time_column
+    if target.late_topic is not None:
+        from kappaplus.connectors.kafka import read_kafka
+
+        options = {"subscribe": target.late_topic, "startingOffsets": "earliest"}
+        options.update(target.late_options)
+        records = read_kafka(spark, bootstrap=target.late_bootstrap, **options)
+        late = records.dropDuplicates(["key"])
+        if column is None:
+            return late.count()
+        json_value = F.col("value").cast("string")
+        late = late.select(F.get_json_object(json_value, f"$.{column}").cast("timestamp"))
+        late, column = late.toDF("at"), "at"
+    elif target.late_table is None or not spark.catalog.tableExists(target.late_table):
+        return None
+    else:
+        spark.catalog.refreshTable(target.late_table)
+        late = spark.table(target.late_table)
     if column is not None and column in late.columns:
         if target.start is not None:
             late = late.where(F.col(column) >= F.lit(target.start))
@@ -409,7 +436,8 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
         "-" if result.late_rows is None else str(result.late_rows),
     )
     if result.late_rows_kept is not None:
-        recap.add_row(f"late rows kept ({t.late_table})", str(result.late_rows_kept))
+        where = t.late_table or f"topic {t.late_topic}, one per key"
+        recap.add_row(f"late rows kept ({where})", str(result.late_rows_kept))
     recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
     return [diff, side, recap]
 

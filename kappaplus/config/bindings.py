@@ -289,15 +289,45 @@ class ReconcileKeys(StrictModel):
 
 
 class LateRowsTarget(StrictModel):
-    """Where a stream run keeps the input rows an output's watermark dropped as late.
+    """Where a stream run keeps the input rows an output's watermark dropped as late: exactly
+    one of
 
     - ``table``: a Hive table (created on first use): the input's columns, ``kappa_input``
       and ``kappa_missed_watermark`` (the watermark each row arrived behind), written exactly
-      once per micro-batch. Needs the job's output to declare ``late_by``
-      (:mod:`kappaplus.late_rules`). Stream mode only: a backfill reads in event-time order.
+      once per micro-batch;
+    - ``topic``: a Kafka topic: one JSON record per row (the same columns), keyed
+      ``<query>/<batch>/<input>-<partition>/<row>``; at least once (a replayed batch
+      produces its rows again under the same keys). ``bootstrap_servers`` and ``options``
+      default to the output's own ``[outputs.<o>.kafka]`` binding, as a Kafka input's
+      ``dlq`` topic uses its input's.
+
+    Needs the job's output to declare ``late_by`` (:mod:`kappaplus.late_rules`). Stream mode
+    only: a backfill reads in event-time order.
     """
 
-    table: TableName
+    table: TableName | None = None
+    topic: TopicName | None = None
+    bootstrap_servers: Servers | None = None
+    options: KafkaClientSettings = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> LateRowsTarget:
+        if (self.table is None) == (self.topic is None):
+            raise ValueError("set exactly one of 'table' (a Hive table) or 'topic' (a Kafka topic)")
+        if self.table is not None and (self.bootstrap_servers is not None or self.options):
+            raise ValueError("'bootstrap_servers' and 'options' go with 'topic', not 'table'")
+        return self
+
+    @property
+    def target(self) -> str:
+        """``hive <table>`` or ``kafka <topic>``: where the rows go, for logs and the audit."""
+        return f"hive {self.table}" if self.table is not None else f"kafka {self.topic}"
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        for key, value in super().__repr_args__():
+            if key == "options":
+                value = redact(value)
+            yield key, value
 
 
 class OutputBinding(StrictModel):
@@ -312,4 +342,25 @@ class OutputBinding(StrictModel):
             raise ValueError(
                 "write the output to a Kafka topic ([...kafka]) or a Hive table ([...hive])"
             )
+        late = self.late
+        needs_brokers = late is not None and late.topic is not None and not late.bootstrap_servers
+        if needs_brokers and self.kafka is None:
+            raise ValueError(
+                "late.topic needs late.bootstrap_servers (the output has no [...kafka] "
+                "binding whose brokers it could use)"
+            )
         return self
+
+    def late_target(self) -> LateRowsTarget | None:
+        """``late`` with a topic's brokers and client options defaulted from the output's
+        Kafka binding (as a Kafka input's ``dlq`` topic uses its input's)."""
+        late = self.late
+        if late is None or late.topic is None or late.bootstrap_servers is not None:
+            return late
+        assert self.kafka is not None  # checked by _some
+        return late.model_copy(
+            update={
+                "bootstrap_servers": self.kafka.bootstrap_servers,
+                "options": late.options or dict(self.kafka.options),
+            }
+        )

@@ -149,7 +149,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive_out is not None and patch_out.hive is not None:
             hive_out = _update(hive_out, dict(patch_out.hive))
             note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
-        late = out.late if mode == "stream" else None
+        late = out.late_target() if mode == "stream" else None
         outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late)
 
     watermark = override.watermark_delay or config.watermark_delay

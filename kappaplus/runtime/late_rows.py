@@ -1,8 +1,9 @@
-"""Late rows kept, not only counted: a stream run's rows the watermark drops, in a Hive table.
+"""Late rows kept, not only counted: a stream run's rows the watermark drops, in a Hive table
+or a Kafka topic.
 
 Spark counts the rows its stateful operators drop as late (``numRowsDroppedByWatermark``,
 after partial aggregation: groups, not rows) and throws them away. For an output with a
-``late_by`` rule (:mod:`kappaplus.late_rules`) and a ``[outputs.<name>.late]`` table:
+``late_by`` rule (:mod:`kappaplus.late_rules`) and a ``[outputs.<name>.late]`` target:
 
 1. **Tap** (executors): every input of the job passes through :class:`LateRowTap`, a
    pass-through ``mapInArrow`` placed before the watermark. Inside a micro-batch it knows
@@ -12,9 +13,20 @@ after partial aggregation: groups, not rows) and throws them away. For an output
    ``<run checkpoint>/_late/<output>/batch=<N>/<input>-<partition>.parquet``: one file per
    input partition, rewritten whole by a retried or replayed task, so staging is idempotent.
 2. **Publish** (driver): once the output's batch is written, the staged rows of that batch
-   go to the late table through the exactly-once Hive sink (keyed by batch id, so a
-   replayed batch publishes nothing twice), with ``kappa_input`` and
-   ``kappa_missed_watermark``; the staging of that batch and older ones is then removed.
+   go, with ``kappa_input`` and ``kappa_missed_watermark``, to
+
+   - a ``table``: through the exactly-once Hive sink (keyed by batch id, so a replayed
+     batch publishes nothing twice);
+   - a ``topic``: through the Kafka sink (``kappa_kafka``: idempotent producer, every record
+     acknowledged or the batch fails), one JSON record per row keyed
+     ``<query>/<batch>/<input>-<partition>/<row>`` (the staged file and the row's index in
+     it). At least once, like the Kafka dead letters: a batch replayed after a crash
+     between this write and Spark's commit reads the same offsets into the same input
+     partitions in the same order, stages the same rows and produces them again under the
+     same keys, so a consumer that keeps the first record per key (or a compacted topic)
+     sees each late row once;
+
+   the staging of that batch and older ones is then removed.
 
 The tap rides on the micro-batch the query already runs (no second read of the input); its
 cost is one Arrow round trip of the input rows through a Python worker, only for jobs that
@@ -28,8 +40,8 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,19 +59,35 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 INPUT_COLUMN = "kappa_input"
 WATERMARK_COLUMN = "kappa_missed_watermark"
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+"""Timestamps in a late row's JSON: ISO 8601 to the microsecond (Spark's default keeps
+milliseconds), so an event time read back is the one the row had."""
 
 
 @dataclass(frozen=True)
 class LateRowsPlan:
     """One output's late rows: its rule, its query checkpoint, where rows are staged, and
-    the table they go to."""
+    the table or topic they go to (``kafka_options`` hold secrets: never logged)."""
 
     output: str
     rule: LateRule
     checkpoint: str
     staging: str
-    table: str
+    table: str | None
     event_time_column: str
+    topic: str | None = None
+    bootstrap_servers: str | None = None
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def target(self) -> str:
+        """``hive <table>`` or ``kafka <topic>``."""
+        return f"hive {self.table}" if self.table is not None else f"kafka {self.topic}"
+
+    @property
+    def dataset(self) -> str:
+        """The table or topic name (the audit's ``dataset`` of stage ``late_kept``)."""
+        return str(self.table if self.table is not None else self.topic)
 
     def batch_dir(self, batch_id: int) -> Path:
         return Path(self.staging) / f"batch={batch_id}"
@@ -81,7 +109,7 @@ def late_rows_plans(
         if spec.late_by is None:
             raise ConfigError(
                 f"outputs.{spec.name}.late",
-                target.table,
+                target.target,
                 f"job {job.name!r} declares no late_by on output {spec.name!r}: the rule by "
                 "which its watermark drops rows (e.g. OutputSpec(late_by='window:window'))",
             )
@@ -92,9 +120,9 @@ def late_rows_plans(
             ):
                 raise ConfigError(
                     f"outputs.{spec.name}.late",
-                    target.table,
+                    target.target,
                     f"inputs {first.name!r} and {other.name!r} differ in columns or event-time "
-                    "column: one late-rows table holds the rows of inputs of one shape",
+                    "column: one late-rows target holds the rows of inputs of one shape",
                 )
         rule = LateRule.parse(spec.late_by, params, f"job {job.name}.{spec.name}.late_by")
         plans.append(
@@ -105,6 +133,9 @@ def late_rows_plans(
                 str(mode_dir / "_late" / spec.name),
                 target.table,
                 first.event_time_column,
+                target.topic,
+                target.bootstrap_servers,
+                dict(target.options),
             )
         )
     return plans
@@ -209,7 +240,8 @@ def tap_input(
 
 
 class LateRowsPublisher:
-    """Driver side: publishes one output's staged late rows per batch, exactly once."""
+    """Driver side: publishes one output's staged late rows per batch (to a table exactly
+    once, to a topic at least once with a deduplication key)."""
 
     def __init__(
         self,
@@ -222,13 +254,16 @@ class LateRowsPublisher:
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
         self.plan = plan
-        self.sink = HiveTableSink(
-            HiveSinkOptions.from_config(
-                HiveOutput(table=plan.table),
-                query_name=f"{query_name}-late",
-                event_time_column=plan.event_time_column,
+        self.query_name = query_name
+        self.sink = None
+        if plan.table is not None:
+            self.sink = HiveTableSink(
+                HiveSinkOptions.from_config(
+                    HiveOutput(table=plan.table),
+                    query_name=f"{query_name}-late",
+                    event_time_column=plan.event_time_column,
+                )
             )
-        )
         self.published = 0
         self.on_kept = on_kept
         """Called with (batch id, rows per audit bucket index) after each publication."""
@@ -246,7 +281,10 @@ class LateRowsPublisher:
             late = batch.sparkSession.read.parquet(*files)
             counts = _bucket_counts(late, self.plan.event_time_column)
             rows = sum(counts.values())
-            self.sink.write_batch(late, batch_id)
+            if self.sink is not None:
+                self.sink.write_batch(late, batch_id)
+            else:
+                produce_late_rows(late, self.plan, f"{self.query_name}/{batch_id}")
             self.published += rows
             if self.on_kept is not None:
                 self.on_kept(batch_id, counts)
@@ -255,7 +293,7 @@ class LateRowsPublisher:
                 self.plan.output,
                 batch_id,
                 rows,
-                self.plan.table,
+                self.plan.target,
             )
         for old in Path(self.plan.staging).glob("batch=*"):
             if int(old.name.split("=", 1)[1]) <= batch_id:
@@ -274,3 +312,32 @@ def _bucket_counts(late: DataFrame, event_time_column: str) -> dict[int, int]:
         F.lit(NO_TIME),
     ).cast("long")
     return {int(r[0]): int(r[1]) for r in late.groupBy(index).count().collect()}
+
+
+def late_records(late: DataFrame, key_prefix: str) -> DataFrame:
+    """The Kafka records of staged late rows: ``value`` the row as JSON (with ``kappa_input``
+    and ``kappa_missed_watermark``; timestamps :data:`TIMESTAMP_FORMAT`), ``key``
+    ``<key_prefix>/<input>-<partition>/<row>`` from the staged file's name and the row's
+    index in it (stable when a batch is replayed).
+    ``late`` must be read straight from the staged Parquet files (``_metadata``)."""
+    from pyspark.sql import functions as F
+
+    value = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in late.columns]), {"timestampFormat": TIMESTAMP_FORMAT}
+    )
+    staged = F.regexp_replace(F.col("_metadata.file_name"), r"\.parquet$", "")
+    key = F.concat_ws("/", F.lit(key_prefix), staged, F.col("_metadata.row_index").cast("string"))
+    return late.select(key.alias("key"), value.alias("value"))
+
+
+def produce_late_rows(late: DataFrame, plan: LateRowsPlan, key_prefix: str) -> None:
+    """Produce staged late rows to ``plan.topic`` with the ``kappa_kafka`` batch writer
+    (idempotent producer; any record not acknowledged fails the write, so the batch)."""
+    from kappaplus.connectors.kafka import SHORT_NAME, KafkaDataSource
+
+    assert plan.topic is not None and plan.bootstrap_servers is not None
+    late.sparkSession.dataSource.register(KafkaDataSource)
+    options = {"kafka.bootstrap.servers": plan.bootstrap_servers, "topic": plan.topic}
+    options.update(plan.kafka_options)
+    writer = late_records(late, key_prefix).write.format(SHORT_NAME).options(**options)
+    writer.mode("append").save()

@@ -203,7 +203,7 @@ def run_job(
         for name, plan in plans.items():
             kept = None
             if auditor is not None and plan.late is not None:
-                kept = functools.partial(auditor.add_late_kept, name, plan.late.table)
+                kept = functools.partial(auditor.add_late_kept, name, plan.late.dataset)
             queries[name] = start_output(frames[name], plan, trigger, kept)
         tracker = ProgressTracker([*queries])
         record.save()
