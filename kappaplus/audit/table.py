@@ -91,6 +91,8 @@ class AuditRecorder:
     seen: dict[str, set[int]] = field(default_factory=dict)
     written_batches: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    local_dir: str | None = field(default=None, repr=False)
+    """The table's directory when it is on this machine's filesystem (set on first flush)."""
     """Guards ``pending``: :meth:`add_late_kept` runs on a ``foreachBatch`` thread."""
 
     def collect(self, key: str, entries: Iterable[Any]) -> int:
@@ -170,10 +172,16 @@ class AuditRecorder:
         from pyspark.sql import functions as F
 
         try:
-            ensure_table(self.spark, self.table)
-            df = self.spark.createDataFrame(rows, SCHEMA.rsplit(",", 1)[0])
-            df = df.withColumn("recorded_at", F.lit(datetime.fromtimestamp(time.time(), UTC)))
-            df.select(*COLUMNS).write.insertInto(self.table)
+            recorded_at = datetime.fromtimestamp(time.time(), UTC)
+            if self.local_dir is None:
+                ensure_table(self.spark, self.table)
+                self.local_dir = _local_location(self.spark, self.table) or ""
+            if self.local_dir:
+                write_parquet_rows(self.local_dir, rows, recorded_at)
+            else:
+                df = self.spark.createDataFrame(rows, SCHEMA.rsplit(",", 1)[0])
+                df = df.withColumn("recorded_at", F.lit(recorded_at))
+                df.select(*COLUMNS).write.insertInto(self.table)
         except Exception:
             with self.lock:
                 self.pending = rows + self.pending
@@ -181,6 +189,60 @@ class AuditRecorder:
         self.written_batches += len({(r[2], r[3]) for r in rows})
         log.debug("audit: %d rows of %s written to %s", len(rows), self.job, self.table)
         return len(rows)
+
+
+def _local_location(spark: SparkSession, table: str) -> str | None:
+    """The directory of ``table`` when it is a local path (``file:``), else None."""
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
+        if (row["col_name"] or "").strip() == "Location":
+            location = (row["data_type"] or "").strip()
+            if location.startswith("file:"):
+                return location.removeprefix("file://").removeprefix("file:")
+    return None
+
+
+def write_parquet_rows(directory: str, rows: list[tuple[Any, ...]], recorded_at: datetime) -> str:
+    """Append ``rows`` to the table in ``directory`` as one Parquet file (written under a
+    hidden name, then renamed: a reader sees all of it or nothing); returns its path.
+
+    The audit table is an unpartitioned Parquet table, so a file in its directory is a
+    committed append: no Spark job and no metastore call, which is what a flush in a
+    run's loop used to cost (seconds per flush, measured in docs/benchmarks.md). Used for
+    tables on this machine's filesystem; elsewhere the recorder appends through Spark.
+    """
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ts = pa.timestamp("us", tz="UTC")
+    schema = pa.schema(
+        [
+            ("job", pa.string()),
+            ("mode", pa.string()),
+            ("query", pa.string()),
+            ("batch_id", pa.int64()),
+            ("stage", pa.string()),
+            ("name", pa.string()),
+            ("io", pa.string()),
+            ("dataset", pa.string()),
+            ("bucket", ts),
+            ("bucket_seconds", pa.int32()),
+            ("rows", pa.int64()),
+            ("exact", pa.bool_()),
+            ("recorded_at", ts),
+        ]
+    )
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 12
+    arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, schema, strict=False)]
+    arrays.append(pa.array([recorded_at] * len(rows), type=ts))
+    name = f"part-{uuid.uuid4().hex}-audit.parquet"
+    hidden = os.path.join(directory, f".{name}.tmp")
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), hidden)
+    target = os.path.join(directory, name)
+    os.replace(hidden, target)
+    return target
 
 
 def read_counts(

@@ -25,12 +25,15 @@ extrapolated to the rest. Before that there is no ETA rather than a wild one.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
+
+log = logging.getLogger(__name__)
 
 WARMUP_BATCHES = 2
 """Data batches of a query before its rate counts for the ETA."""
@@ -164,6 +167,12 @@ class QueryStats:
         self.seen.add(int(batch_id))
         self.batches += 1
         rows = int(_get(entry, "numInputRows", 0))
+        log.debug(
+            "batch %s: %d rows, %s",
+            batch_id,
+            rows,
+            ", ".join(f"{k} {int(v)} ms" for k, v in sorted(dict(durations).items())),
+        )
         self.input_rows += rows
         seconds = float(_get(durations, "triggerExecution", 0) or 0) / 1000.0
         if _is_marker_batch(_get(entry, "sources", []) or []):

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -41,8 +42,17 @@ class HiveTable:
 
 
 def resolve_table(spark: SparkSession, table: str) -> HiveTable:
-    """Look ``table`` up in the catalog; :class:`TableError` if it is missing or unreadable."""
-    if not spark.catalog.tableExists(table):
+    """Look ``table`` up in the catalog; :class:`TableError` if it is missing or unreadable.
+
+    Two catalog calls (``DESCRIBE TABLE EXTENDED`` for location, format and partition
+    columns, then the table's schema): each is a metastore round trip, paid before a run's
+    first micro-batch.
+    """
+    try:
+        described = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+    except AnalysisException as exc:
+        if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
+            raise
         from kappaplus.table.catalogs import elsewhere
 
         database = spark.catalog.currentDatabase()
@@ -50,14 +60,21 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
         raise TableError(
             f"table {table!r} not found in the catalog (current database {database!r})"
             + (f"; {hint}" if hint else "")
-        )
+        ) from None
     details: dict[str, str] = {}
-    in_details = False
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
+    partition_columns: list[str] = []
+    section = "columns"
+    for row in described:
         name = (row["col_name"] or "").strip()
-        if name.startswith("# Detailed Table Information"):
-            in_details = True
-        elif in_details and name:
+        if name.startswith("# Partition Information"):
+            section = "partitions"
+        elif name.startswith("# Detailed Table Information"):
+            section = "details"
+        elif name.startswith("#") or not name:
+            continue
+        elif section == "partitions":
+            partition_columns.append(name)
+        elif section == "details":
             details[name] = (row["data_type"] or "").strip()
     if details.get("Type", "").upper() == "VIEW":
         raise TableError(f"{table!r} is a view; the Hive streaming source reads tables")
@@ -73,9 +90,7 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     location = details.get("Location")
     if not location:
         raise TableError(f"table {table!r} has no location in the catalog")
-    columns = spark.catalog.listColumns(table)
-    partition_columns = tuple(c.name for c in columns if c.isPartition)
-    return HiveTable(table, location, provider, spark.table(table).schema, partition_columns)
+    return HiveTable(table, location, provider, spark.table(table).schema, tuple(partition_columns))
 
 
 def hive_stream_options(
