@@ -146,8 +146,8 @@ def main() -> None:
 
 def render(args, n, med, runs, batches, load) -> str:  # type: ignore[no-untyped-def]
     names = {
-        "jvm": "kappa_hive_jvm (`reader = \"jvm\"`): in-batch rate (addBatch of data batches)",
-        "python": "kappa_hive (`reader = \"python\"`): in-batch rate (addBatch of data batches)",
+        "jvm": 'kappa_hive_jvm (`reader = "jvm"`): in-batch rate (addBatch of data batches)',
+        "python": 'kappa_hive (`reader = "python"`): in-batch rate (addBatch of data batches)',
         "spark": "Spark's own batch scan of the same files and columns -> noop (whole job)",
         "c": "(C) raw pyarrow `pq.read_table` of the same files and columns (in process)",
     }

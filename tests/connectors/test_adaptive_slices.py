@@ -293,15 +293,15 @@ def test_the_last_data_slice_carries_the_first_end_of_input_marker(tmp_path: Pat
     )
     batches = run_planner(opts)
     phases = [(b["phase"], b.get("markers", 0)) for _, b in batches]
-    assert phases[-3:] == [("data", 1), ("end", 2), ("end", 3)], phases
-    assert all(m == 0 for p, m in phases[:-3]), "no marker before the last data slice"
+    assert phases[-2:] == [("data", 1), ("end", 2)], phases
+    assert all(m == 0 for p, m in phases[:-2]), "no marker before the last data slice"
     markers_seen = []
     rows = 0
     for first, last in batches:
         got = delivered(opts, first, last)
         markers_seen.append(sum(1 for i, t in got if i is None and t == end + delay))
         rows += sum(1 for i, _ in got if i is not None)
-    assert markers_seen == [0] * (len(batches) - 3) + [1, 1, 1]
+    assert markers_seen == [0] * (len(batches) - 2) + [1, 1]
     assert rows == truth.num_rows
 
 

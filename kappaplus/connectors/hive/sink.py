@@ -68,6 +68,9 @@ class HiveTableSink:
     ``fault_hook`` is for tests: it is called after each protocol step.
     """
 
+    _began = 0.0
+    _checked: tuple[str, str] | None = None
+
     def __init__(self, options: HiveSinkOptions, *, fault_hook: FaultHook | None = None) -> None:
         self.options = options
         self.fault_hook = fault_hook
@@ -79,10 +82,12 @@ class HiveTableSink:
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> bool:
         """Commit ``batch_df`` as batch ``batch_id``; False if it was already committed."""
+        self._began = time.monotonic()
         spark = batch_df.sparkSession
         opts = self.options
         df = self._with_partition_columns(batch_df)
         location = self._ensure_table(spark, df)
+        self._timing("table", batch_id)
         fs = HadoopFs(spark, location)
         marker = self._marker(location, batch_id)
         staging = f"{location}/{STAGING_DIR}/{opts.query_name}/{batch_id}"
@@ -142,6 +147,7 @@ class HiveTableSink:
         fs.delete(staging)
         self._remove_empty_staging(fs, location)
         spark.catalog.refreshTable(opts.table)
+        self._timing("refreshed", batch_id)
         return True
 
     def _remove_empty_staging(self, fs: HadoopFs, location: str) -> None:
@@ -165,7 +171,17 @@ class HiveTableSink:
 
     # -- protocol steps -----------------------------------------------------------------
 
+    def _timing(self, name: str, batch_id: int) -> None:
+        log.debug(
+            "%s batch %d: %s at %.2f s",
+            self.options.table,
+            batch_id,
+            name,
+            time.monotonic() - self._began,
+        )
+
     def _step(self, name: str, batch_id: int) -> None:
+        self._timing(name, batch_id)
         if self.fault_hook is not None:
             self.fault_hook(name, batch_id)
 
@@ -204,6 +220,20 @@ class HiveTableSink:
         return df
 
     def _ensure_table(self, spark: SparkSession, df: DataFrame) -> str:
+        """Create the table if missing and check the rows fit it; its location.
+
+        Four catalog round trips, so the answer is kept for the rest of the query: every
+        batch of a query has the same schema, and a table changed under a running query
+        fails its next partition registration anyway.
+        """
+        checked = df.schema.json()
+        if self._checked is not None and self._checked[0] == checked:
+            return self._checked[1]
+        location = self._create_or_check(spark, df)
+        self._checked = (checked, location)
+        return location
+
+    def _create_or_check(self, spark: SparkSession, df: DataFrame) -> str:
         opts = self.options
         if not spark.catalog.tableExists(opts.table):
             if not opts.create_table:
