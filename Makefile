@@ -24,6 +24,7 @@ bench: setup
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
 	.venv/bin/python bench/bench_codec.py
+	.venv/bin/python bench/bench_read_path.py --docs
 
 chaos: setup
 	.venv/bin/python tests/chaos/chaos.py --scenarios 10

@@ -1,7 +1,7 @@
 """`make bench`: a backfill five ways, each in its own process, side by side in one run.
 
     .venv/bin/python bench/bench_backfill.py [--days 1,7,30] [--rows-per-day 500000]
-        [--session-days 7] [--ways A,B,C,D] [--files-per-hour 2] [--no-docs]
+        [--session-days 7] [--ways A,F,B,C,D,E] [--files-per-hour 2] [--no-docs]
 
 For each day count a table of ``--rows-per-day`` generated events per day (``id``, ``key``
 (50 keys), ``rider`` (20,000 riders), ``amount``, event time ``ts``; parquet, partitioned
@@ -10,7 +10,9 @@ written, then the same aggregation (count and sum of ``amount`` per 1-hour windo
 runs as:
 
 - (A) ``kappa run backfill_jobs:HOURLY --mode backfill`` with the defaults (adaptive
-  slices) into its Hive backfill table; the whole CLI process is timed;
+  slices, the JVM reader) into its Hive backfill table; the whole CLI process is timed;
+- (A-py) the same with ``reader = "python"`` (the Python data source), for the read-path
+  decision;
 - (B) one Spark batch query over the table, collected (a whole process: session start
   included, as for A);
 - (C) raw pyarrow: read the three columns of the range's files and ``group_by``;
