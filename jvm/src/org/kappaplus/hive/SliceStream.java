@@ -200,6 +200,11 @@ final class SliceStream implements MicroBatchStream, SupportsTriggerAvailableNow
     }
   }
 
+  @Override
+  public String toString() {
+    return "kappa_hive_jvm[" + options.getOrDefault("table", options.get("location")) + "]";
+  }
+
   /** An offset as the planner wrote it (the same JSON as the Python source's offsets). */
   static final class SliceOffset extends Offset {
     private final String json;

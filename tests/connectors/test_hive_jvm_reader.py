@@ -1,0 +1,248 @@
+"""The JVM read path of the Hive source (``kappa_hive_jvm``) against the Python one and a
+batch ground truth, its fallback rules, and the planner process it talks to.
+
+The JVM reader reads whole files and keeps the rows of the slice; slices that cut through
+files with many row groups are where it could deliver a row twice or not at all, so the
+tables here have small row groups and slices far shorter than a file's time range.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hive_tables import BASE, DAY, events, iso, write_event_time_table
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kappaplus.connectors.hive import read_hive_stream, resolve_table
+from kappaplus.connectors.hive.catalog import hive_stream_options
+from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_reader_loaded
+from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
+from kappaplus.errors import ConfigError, DataError
+
+HOUR = 3600
+
+pytestmark = pytest.mark.skipif(
+    not Path(__import__("kappaplus.jars", fromlist=["x"]).__file__)
+    .with_name("kappaplus-jvm.jar")
+    .is_file(),
+    reason="set-up did not build kappaplus-jvm.jar (no javac)",
+)
+
+
+@pytest.fixture(scope="module")
+def jvm_table(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two days of events in dt/hr partitions, each file with many small row groups."""
+    table = "hive_jvm_events"
+    write_event_time_table(spark, table, events(spark, 9_000, 2, seed=5), files_per_partition=2)
+    location = resolve_table(spark, table).location.removeprefix("file:")
+    for path in Path(location).rglob("*.parquet"):
+        data = pq.read_table(path)
+        pq.write_table(data, path, row_group_size=20)  # many row groups per file
+        path.with_name(f".{path.name}.crc").unlink(
+            missing_ok=True
+        )  # Hadoop's checksum of the old file
+    spark.catalog.refreshTable(table)
+    return table
+
+
+def read(
+    spark: SparkSession, table: str, reader: str, scratch: Path, **options: object
+) -> DataFrame:
+    return read_hive_stream(
+        spark,
+        table,
+        event_time_column="ts",
+        manifestDir=str(scratch / reader / "manifests"),
+        reader=reader,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def run_to_table(stream: DataFrame, checkpoint: Path, name: str) -> list[dict]:
+    query = (
+        stream.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return list(query.recentProgress)
+
+
+def rows_of(df: DataFrame) -> list[tuple]:
+    return sorted(map(tuple, df.collect()))
+
+
+def test_the_session_loads_the_jvm_reader(spark: SparkSession) -> None:
+    assert jvm_reader_loaded(spark)
+
+
+def test_jvm_and_python_readers_deliver_the_same_rows_as_a_batch_query(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    start, end = BASE + 1800, BASE + DAY + 7 * HOUR
+    results = {}
+    for reader in ("jvm", "python"):
+        stream = read(
+            spark,
+            jvm_table,
+            reader,
+            tmp_path,
+            start=iso(start),
+            end=iso(end),
+            max_event_time_per_trigger="45 minutes",  # slices cut through the files
+        )
+        progress = run_to_table(stream, tmp_path / reader / "ck", f"jvm_eq_{reader}")
+        batches = [p for p in progress if p["numInputRows"] > 0]
+        assert len(batches) > 30
+        on_jvm = progress[0]["sources"][0]["description"].startswith("kappa_hive_jvm")
+        assert on_jvm == (reader == "jvm"), progress[0]["sources"][0]["description"]
+        results[reader] = rows_of(spark.table(f"jvm_eq_{reader}"))
+    truth = rows_of(
+        spark.table(jvm_table).where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
+    )
+    assert len(truth) > 5000
+    assert results["jvm"] == truth  # every column, partition columns dt/hr included
+    assert results["python"] == truth
+    ids = [r[0] for r in results["jvm"]]
+    assert len(ids) == len(set(ids)), "no row delivered twice"
+
+
+def test_jvm_reader_with_pruned_columns_and_the_end_of_input_flush(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    start, end = BASE, BASE + DAY
+    stream = read(
+        spark,
+        jvm_table,
+        "jvm",
+        tmp_path,
+        start=iso(start),
+        end=iso(end),
+        watermark_delay="10 minutes",
+        columns="key",
+    )
+    assert stream.columns == ["key", "ts"]
+    counts = stream.groupBy(F.window("ts", "1 hour"), "key").count()
+    run_to_table(
+        counts.select(F.col("window.start").cast("long").alias("s"), "key", "count"),
+        tmp_path / "ck",
+        "jvm_flush",
+    )
+    truth = rows_of(
+        spark.table(jvm_table)
+        .where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
+        .groupBy(F.window("ts", "1 hour"), "key")
+        .count()
+        .select(F.col("window.start").cast("long").alias("s"), "key", "count")
+    )
+    got = rows_of(spark.table("jvm_flush"))
+    assert len(truth) == 24 * 13
+    assert got == truth, "every window up to the end, the last hour's included"
+
+
+def test_reader_choice_falls_back_or_names_the_option(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    table = resolve_table(spark, jvm_table)
+    options = HiveSourceOptions.parse(
+        hive_stream_options(table, event_time_column="ts", manifest_dir=str(tmp_path))
+    )
+    assert choose_reader(spark, options, "auto")[0] == "kappa_hive_jvm"
+    assert choose_reader(spark, options, "python")[0] == "kappa_hive"
+    dead_letters = HiveSourceOptions.parse(
+        hive_stream_options(
+            table,
+            event_time_column="ts",
+            manifest_dir=str(tmp_path),
+            nullEventTimePolicy="deadLetter",
+            deadLetterPath=str(tmp_path / "dlq"),
+        )
+    )
+    source, _, why = choose_reader(spark, dead_letters, "auto")
+    assert source == "kappa_hive" and why is not None and "dead letters" in why
+    with pytest.raises(ConfigError, match="option 'reader' = 'jvm': the JVM reader cannot read"):
+        choose_reader(spark, dead_letters, "jvm")
+    with pytest.raises(ConfigError, match="option 'reader' = 'rust'"):
+        choose_reader(spark, options, "rust")
+
+
+def test_the_planner_process_answers_like_the_python_source(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    """The line protocol of ``plan_service``: offsets as the Python source's JSON text, a
+    slice's files once each with their partition values, errors as kappaplus errors."""
+    table = resolve_table(spark, jvm_table)
+    resolved = hive_stream_options(
+        table,
+        event_time_column="ts",
+        start=iso(BASE),
+        end=iso(BASE + 2 * HOUR),
+        manifest_dir=str(tmp_path / "m"),
+        watermarkDelay="1 minute",
+    )
+    requests = [
+        json.dumps(resolved),
+        json.dumps({"op": "initialOffset"}),
+        json.dumps({"op": "prepareForTriggerAvailableNow"}),
+    ]
+    answers = io.StringIO()
+    serve(io.StringIO("\n".join(requests) + "\n"), answers)
+    initial = json.loads(answers.getvalue().splitlines()[0])["ok"]
+    assert isinstance(initial, str) and json.loads(initial)["phase"] == "data"
+    follow = [
+        json.dumps(resolved),
+        json.dumps({"op": "latestOffset", "start": initial}),
+    ]
+    answers = io.StringIO()
+    serve(io.StringIO("\n".join(follow) + "\n"), answers)
+    end = json.loads(answers.getvalue().splitlines()[0])["ok"]
+    plan_requests = [
+        json.dumps(resolved),
+        json.dumps({"op": "partitions", "start": initial, "end": end}),
+        json.dumps({"op": "no-such-op"}),
+    ]
+    answers = io.StringIO()
+    serve(io.StringIO("\n".join(plan_requests) + "\n"), answers)
+    plan_answer, error = (json.loads(line) for line in answers.getvalue().splitlines())
+    plan = plan_answer["ok"]
+    paths = [f["path"] for f in plan["files"]]
+    assert paths and len(paths) == len(set(paths)), "each file once"
+    assert all(f["uri"].startswith("file:///") for f in plan["files"])
+    assert all(
+        f["partitionValues"] == [p.split("dt=")[1][:10], p.split("hr=")[1][:2]]
+        for f, p in zip(plan["files"], paths, strict=True)
+    )
+    assert plan["markers"] == [BASE * 1_000_000 + 2 * HOUR * 1_000_000 + 60_000_000]
+    assert "unknown planner request" in error["error"]["message"]
+    answers = io.StringIO()
+    serve(io.StringIO(json.dumps({**resolved, "format": "csv"}) + "\n{}\n"), answers)
+    failure = json.loads(answers.getvalue())["error"]
+    assert failure["type"] == "kappaplus.errors.ConfigError" and "'format'" in failure["message"]
+
+
+def test_file_uris_and_partition_values() -> None:
+    assert file_uri("file:/w/t", "/w/t/dt=1/a.parquet") == "file:///w/t/dt=1/a.parquet"
+    assert file_uri("/w/t", "/w/t/a.parquet") == "file:///w/t/a.parquet"
+    assert file_uri("hdfs://nn:8020/w/t", "/w/t/a.parquet") == "hdfs://nn:8020/w/t/a.parquet"
+    assert file_uri("s3a://bucket/w/t", "bucket/w/t/a.parquet") == "s3a://bucket/w/t/a.parquet"
+    assert partition_value("2024-03-01", pa.date32(), "p", "dt") == 19783
+    assert partition_value("07", pa.int32(), "p", "hr") == 7
+    assert partition_value("__HIVE_DEFAULT_PARTITION__", pa.int32(), "p", "hr") is None
+    assert partition_value("1.50", pa.decimal128(5, 2), "p", "x") == "1.50"
+    with pytest.raises(DataError, match="partition value hr='x7' of file 'p' is not a valid"):
+        partition_value("x7", pa.int32(), "p", "hr")
