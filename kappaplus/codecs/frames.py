@@ -2,8 +2,9 @@
 
 A Kappa+ job reads Kafka records (Spark's Kafka schema: ``key``, ``value``, ``topic``,
 ``partition``, ``offset``, ``timestamp``, ...) and needs typed events with an event-time
-column. :func:`decode_kafka` decodes every record in Python (``mapInArrow``; ``json`` or
-Avro via ``fastavro``) and never drops one: each output row carries either the event
+column. :func:`decode_kafka` decodes JSON in the JVM (Spark's ``VARIANT``), handing only
+the records it cannot vouch for to the Python decoder (:mod:`.fastjson`), and Avro in Python
+(``mapInArrow``, ``fastavro``); it never drops a record: each output row carries either the event
 columns or a precise error reason, plus the raw record. :func:`good_events` and
 :func:`dead_letters` split the result; the counts (``records = good + dead``) are attached
 with ``DataFrame.observe`` and so appear per micro-batch in
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from kappaplus.codecs.convert import _FieldError
 from kappaplus.codecs.decoder import _Decoder, decode_batches
+from kappaplus.codecs.fastjson import decode_json_frame, supported
 from kappaplus.codecs.schema import (
     _KAFKA_TYPES,
     DEFAULT_METRICS,
@@ -94,7 +96,10 @@ def decode_kafka(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_batches(frozen_spec, arrow_schema, batches)
 
-    decoded = df.select(*columns).mapInArrow(decode, out_schema)
+    if spec.format == "json" and supported(spec.event_schema):
+        decoded = decode_json_frame(df.select(*columns), spec)
+    else:
+        decoded = df.select(*columns).mapInArrow(decode, out_schema)
     if metrics:
         failed = F.col(ERROR_COL).isNotNull()
         decoded = decoded.observe(
