@@ -227,7 +227,30 @@ def _timestamp(x: Column, k: Column) -> tuple[Column, Column]:
     return ok, F.when(in_range, from_millis).when(from_text, parsed)
 
 
-_OK, _PY = "_kappa_ok", "_kappa_python"
+VOUCHED = "_kappa_vouched"
+"""Column of :func:`json_checks`: the JVM vouches for the record."""
+_PY = "_kappa_python"
+
+
+def json_checks(records: DataFrame, spec: DecoderSpec) -> DataFrame:
+    """``records`` (:data:`KAFKA_COLUMNS`, key and value binary) with :data:`VOUCHED` (the
+    JVM vouches for the record: never null) and the typed event fields as ``_kappa_f<i>``."""
+    from pyspark.sql import functions as F
+
+    text = F.col("value").cast("string")
+    record_ok, variant = record_checks(text)
+    staged = records.select(*KAFKA_COLUMNS, record_ok.alias(VOUCHED), variant.alias("_kappa_v"))
+    required = set(spec.required_fields) | {spec.event_time}
+    ok = F.col(VOUCHED)
+    values = []
+    for i, f in enumerate(spec.event_schema.fields):
+        path = variant_path(f.name)
+        assert path is not None  # supported() was checked
+        x = F.try_variant_get(F.col("_kappa_v"), path, "variant")
+        check = field_check(f.dataType, x, nullable=f.name not in required, top_level=True)
+        ok = ok & check.ok
+        values.append(check.value.alias(f"_kappa_f{i}"))
+    return staged.select(*KAFKA_COLUMNS, F.coalesce(ok, F.lit(False)).alias(VOUCHED), *values)
 
 
 def decode_json_frame(records: DataFrame, spec: DecoderSpec) -> DataFrame:
@@ -241,22 +264,8 @@ def decode_json_frame(records: DataFrame, spec: DecoderSpec) -> DataFrame:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StringType, StructField, StructType
 
-    text = F.col("value").cast("string")
-    record_ok, variant = record_checks(text)
-    staged = records.select(*KAFKA_COLUMNS, record_ok.alias(_OK), variant.alias("_kappa_v"))
-    required = set(spec.required_fields) | {spec.event_time}
+    checked = json_checks(records, spec)
     names = spec.event_schema.fieldNames()
-    ok = F.col(_OK)
-    values = []
-    for i, f in enumerate(spec.event_schema.fields):
-        path = variant_path(f.name)
-        assert path is not None  # supported() was checked
-        x = F.try_variant_get(F.col("_kappa_v"), path, "variant")
-        check = field_check(f.dataType, x, nullable=f.name not in required, top_level=True)
-        ok = ok & check.ok
-        values.append(check.value.alias(f"_kappa_f{i}"))
-    checked = staged.select(*KAFKA_COLUMNS, F.coalesce(ok, F.lit(False)).alias(_OK), *values)
-
     out_type = StructType(
         [StructField(f.name, f.dataType, True) for f in spec.event_schema]
         + [StructField(ERROR_COL, StringType(), True)]
@@ -269,9 +278,9 @@ def decode_json_frame(records: DataFrame, spec: DecoderSpec) -> DataFrame:
         return decode_flagged(frozen_spec, row_type, values, flagged)
 
     python = F.arrow_udf(fallback, out_type)  # type: ignore[call-overload]
-    need = ~F.col(_OK)
+    need = ~F.col(VOUCHED)
     both = checked.select("*", python(F.when(need, F.col("value")), need).alias(_PY))
-    fast = F.col(_OK)
+    fast = F.col(VOUCHED)
     meta = {EVENT_SCHEMA_KEY: spec.event_schema.json()}
     return both.select(
         *[
