@@ -1,16 +1,24 @@
 """Kafka source + JSON decoding vs a raw confluent-kafka consume loop + ``json.loads``.
 
     .venv/bin/python bench/bench_codec.py [--records 200000] [--partitions 2] [--rounds 3]
+                                          [--write-doc]
 
 Starts an embedded broker, produces JSON rider events, then measures on the same topic, in
 alternating rounds after a warm-up:
 
 - raw: one confluent-kafka Consumer over every partition, ``json.loads`` of each value;
 - source + decode: ``kappa_kafka`` (AvailableNow) -> ``decode_kafka`` (the job's typed event
-  schema, per-field reasons for bad records) -> ``good_events`` -> ``noop`` sink; the time is
-  the whole query (start, offset probes, planning, Spark tasks).
+  schema, per-field reasons for bad records; JSON in the JVM, Python only for the records it
+  does not vouch for) -> ``good_events`` -> ``noop`` sink; the time is the whole query
+  (start, offset probes, planning, Spark tasks);
+- source + Python decoder: the same query with every record decoded in Python (the
+  ``mapInArrow`` of :func:`kappaplus.codecs.decode_batches`, what ``decode_kafka`` did for
+  JSON before the JVM path);
+- source alone: ``kappa_kafka`` -> ``noop`` (no decoding): the floor of the two above.
 
-Prints rows/s of each and the ratio (goal: source + decode >= 80% of raw).
+Prints rows/s of each, the ratio (goal: source + decode >= 80% of raw) and where the
+source + decode query's time goes (``durationMs`` per phase, summed over its micro-batches).
+With ``--write-doc`` rewrites the figures block of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -33,21 +42,34 @@ from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from kappaplus.local.broker import EmbeddedBroker, create_topic, free_port  # noqa: E402
 
 EVENT_DDL = "event_id STRING, rider_id STRING, event_type STRING, fare DOUBLE, event_time TIMESTAMP"
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- bench_codec:start -->", "<!-- bench_codec:end -->"
+WAYS = ("decode", "python", "source")
+LABELS = {
+    "raw": "raw confluent-kafka consume loop + `json.loads` (1 consumer)",
+    "decode": "`kappa_kafka` -> `decode_kafka` (JSON in the JVM) -> `good_events` -> noop",
+    "python": "`kappa_kafka` -> every record decoded in Python (the previous JSON path) -> noop",
+    "source": "`kappa_kafka` -> noop, no decoding",
+}
+
+
+def event_value(i: int) -> bytes:
+    base = 1_709_251_200
+    return json.dumps(
+        {
+            "event_id": f"e{i}",
+            "rider_id": f"r{i % 150}",
+            "event_type": "app_open",
+            "fare": i % 97 / 4,
+            "event_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + i)),
+        }
+    ).encode()
 
 
 def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
-    base = 1_709_251_200
     for i in range(records):
-        value = json.dumps(
-            {
-                "event_id": f"e{i}",
-                "rider_id": f"r{i % 150}",
-                "event_type": "app_open",
-                "fare": i % 97 / 4,
-                "event_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + i)),
-            }
-        ).encode()
+        value = event_value(i)
         while True:
             try:
                 producer.produce(topic, value=value, partition=i % partitions)
@@ -77,7 +99,33 @@ def raw_consume(bootstrap: str, topic: str, records: int, partitions: int) -> fl
     return elapsed
 
 
-def source_decode(spark, bootstrap: str, topic: str, records: int) -> float:  # type: ignore[no-untyped-def]
+def python_decoded(raw, spec):  # type: ignore[no-untyped-def]
+    """``decode_kafka`` as it was for JSON: every record through the Python decoder."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from kappaplus.codecs import RECORD_ARROW_TYPE, RECORD_COL, decode_batches
+    from kappaplus.codecs.schema import KAFKA_COLUMNS
+
+    out_schema = spec.decoded_schema()
+    arrow_schema = to_arrow_schema(out_schema, timezone="UTC")
+    arrow_schema = pa.schema(
+        [f.with_type(RECORD_ARROW_TYPE) if f.name == RECORD_COL else f for f in arrow_schema]
+    )
+    columns = [
+        F.col(n).cast("binary").alias(n) if n in ("key", "value") else F.col(n)
+        for n in KAFKA_COLUMNS
+    ]
+
+    def decode(batches):  # type: ignore[no-untyped-def]
+        return decode_batches(spec, arrow_schema, batches)
+
+    return raw.select(*columns).mapInArrow(decode, out_schema)
+
+
+def source_query(spark, bootstrap: str, topic: str, records: int, way: str):  # type: ignore[no-untyped-def]
+    """One AvailableNow query over the topic; (seconds, durationMs summed per phase)."""
     from kappaplus.codecs import DecoderSpec, decode_kafka, good_events
     from kappaplus.connectors.kafka import read_kafka_stream
 
@@ -85,9 +133,14 @@ def source_decode(spark, bootstrap: str, topic: str, records: int) -> float:  # 
     checkpoint = tempfile.mkdtemp(prefix="bench-codec-ckpt-")
     started = time.perf_counter()
     raw = read_kafka_stream(spark, bootstrap=bootstrap, subscribe=topic, startingOffsets="earliest")
+    if way == "decode":
+        out = good_events(decode_kafka(raw, spec))
+    elif way == "python":
+        out = good_events(python_decoded(raw, spec))
+    else:
+        out = raw
     query = (
-        good_events(decode_kafka(raw, spec))
-        .writeStream.format("noop")
+        out.writeStream.format("noop")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
@@ -99,7 +152,23 @@ def source_decode(spark, bootstrap: str, topic: str, records: int) -> float:  # 
     rows = sum(p["numInputRows"] for p in query.recentProgress)
     if rows != records:
         raise SystemExit(f"source read {rows} rows, expected {records}")
-    return elapsed
+    phases: dict[str, float] = {}
+    for progress in query.recentProgress:
+        for phase, ms in progress.get("durationMs", {}).items():
+            phases[phase] = phases.get(phase, 0.0) + ms / 1000
+    return elapsed, phases
+
+
+def write_doc(text: str) -> None:
+    current = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    section = f"{START}\n{text.rstrip()}\n{END}"
+    if START in current and END in current:
+        current = re.sub(
+            re.escape(START) + r".*?" + re.escape(END), lambda _: section, current, flags=re.S
+        )
+    else:
+        current = current.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(current)
 
 
 def main() -> None:
@@ -107,6 +176,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--write-doc", action="store_true")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="bench-codec-"))
@@ -117,29 +187,73 @@ def main() -> None:
         from kappaplus.session import create_session
 
         spark = create_session("bench-codec", home=home, hive=False)
+        load_before = os.getloadavg()[0]
         stamp = int(time.time())
         warm, topic = f"codec-warm-{stamp}", f"codec-{stamp}"
         create_topic(bootstrap, warm, args.partitions)
         create_topic(bootstrap, topic, args.partitions)
         produce(bootstrap, warm, 5_000, args.partitions)
         raw_consume(bootstrap, warm, 5_000, args.partitions)
-        source_decode(spark, bootstrap, warm, 5_000)
+        for way in WAYS:
+            source_query(spark, bootstrap, warm, 5_000, way)
         produce(bootstrap, topic, args.records, args.partitions)
-        raw_runs, source_runs = [], []
+        runs: dict[str, list[float]] = {way: [] for way in ("raw", *WAYS)}
+        phases: dict[str, float] = {}
         for _ in range(args.rounds):
-            raw_runs.append(raw_consume(bootstrap, topic, args.records, args.partitions))
-            source_runs.append(source_decode(spark, bootstrap, topic, args.records))
-        raw_rate = args.records / statistics.median(raw_runs)
-        source_rate = args.records / statistics.median(source_runs)
-        print(
-            f"{platform.machine()}, {os.cpu_count()} CPUs (shared), load "
-            f"{os.getloadavg()[0]:.1f}, master {spark.sparkContext.master}, "
-            f"{args.records:,} JSON records in {args.partitions} partitions"
-        )
-        print(f"raw consume loop + json.loads: {raw_rate:,.0f} rows/s  runs {raw_runs}")
-        print(f"kappa_kafka + decode_kafka: {source_rate:,.0f} rows/s  runs {source_runs}")
-        print(f"ratio source+decode / raw: {source_rate / raw_rate:.0%} (goal >= 80%)")
+            runs["raw"].append(raw_consume(bootstrap, topic, args.records, args.partitions))
+            for way in WAYS:
+                seconds, spent = source_query(spark, bootstrap, topic, args.records, way)
+                runs[way].append(seconds)
+                if way == "decode":
+                    for phase, value in spent.items():
+                        phases[phase] = phases.get(phase, 0.0) + value / args.rounds
+        medians = {way: statistics.median(values) for way, values in runs.items()}
+        rate = {way: args.records / seconds for way, seconds in medians.items()}
+        load_after = os.getloadavg()[0]
+        master = spark.sparkContext.master
         spark.stop()
+        ratio = rate["decode"] / rate["raw"]
+        record_bytes = statistics.mean(len(event_value(i)) for i in range(1000))
+        lines = [
+            "## Kafka source + JSON decoding (`bench/bench_codec.py`)",
+            "",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
+            f"{platform.machine()} with {os.cpu_count()} CPUs shared with other work (load "
+            f"average {load_before:.1f} before, {load_after:.1f} after), Spark master "
+            f"`{master}`, broker embedded: {args.records:,} JSON records of "
+            f"about {record_bytes:.0f} bytes in {args.partitions} partitions, event schema "
+            f"`{EVENT_DDL}`.",
+            "",
+            "| way | seconds | rows/s |",
+            "|---|---:|---:|",
+            *[
+                f"| {LABELS[way]} | {medians[way]:.2f} | {rate[way]:,.0f} |"
+                for way in ("raw", *WAYS)
+            ],
+            "",
+            f"Median of {args.rounds} alternating rounds after a warm-up; all runs (s): "
+            + "; ".join(
+                f"{way} " + ", ".join(f"{v:.2f}" for v in values) for way, values in runs.items()
+            )
+            + ".",
+            "",
+            f"Ratio source + decode / raw: **{ratio:.0%}** (goal >= 80%"
+            f"{': met' if ratio >= 0.8 else ': missed'}); source + decode / source alone: "
+            f"{rate['decode'] / rate['source']:.0%}; JVM path / Python decoder: "
+            f"{rate['decode'] / rate['python']:.2f}x.",
+            "",
+            "Where the source + decode query's time goes (mean per query of `durationMs` summed "
+            "over its micro-batches): "
+            + " | ".join(
+                f"{phase} {value:.2f} s"
+                for phase, value in sorted(phases.items(), key=lambda kv: -kv[1])
+            )
+            + ".",
+        ]
+        print("\n".join(lines))
+        if args.write_doc:
+            write_doc("\n".join(lines))
+            print(f"\nwrote {DOC}")
     finally:
         broker.stop()
 

@@ -22,6 +22,7 @@ while the Python converter rejects all three; the variant keeps the JSON kind to
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,48 +83,52 @@ def supported(schema: StructType) -> bool:
     return walk(schema)
 
 
-def record_checks(text: Column) -> tuple[Column, Column]:
-    """``(ok, variant)`` of a record's value (a string column): ``ok`` when the value is
-    one JSON object with nothing after it that Python reads the same way."""
-    from pyspark.sql import functions as F
-
-    variant = F.try_parse_json(text)
-    # try_parse_json stops after the first JSON value; "[" + text + "]" holding exactly one
-    # element rules out anything after it but "]..." and '{"k":' + text + "}" rules that out.
-    one_value = (F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1) & (
-        F.size(F.json_object_keys(F.concat(F.lit('{"k":'), text, F.lit("}")))) == 1
-    )
-    brackets = F.length(text) - F.length(F.translate(text, "[{", ""))
-    ok = (
-        variant.isNotNull()
-        & F.is_valid_utf8(text)
-        & text.rlike(r"^[ \t\n\r]*\{")
-        & (brackets <= _MAX_BRACKETS)
-        & one_value
-    )
-    return F.coalesce(ok, F.lit(False)), variant
-
-
-def field_check(kind: DataType, x: Column, *, nullable: bool, top_level: bool = False) -> Check:
-    """The check of one JSON value ``x`` (a variant, SQL null when the key is missing).
-
-    A NOT NULL value (``nullable`` false) is ``ok`` only when present; nested, its value
-    column is non-nullable too, so the struct or array type matches the schema exactly.
+def record_checks(text: Column, wrapped: Column) -> Column:
+    """``ok`` (never null) when a record's value ``text`` is one JSON object with nothing
+    after it that Python reads the same way; ``wrapped``: ``try_parse_json("[" + text + "]")``.
     """
     from pyspark.sql import functions as F
 
-    missing = x.isNull() | F.coalesce(F.is_variant_null(x), F.lit(True))
-    present_ok, value = _typed(kind, x)
-    present_ok = F.coalesce(present_ok, F.lit(False))
-    if top_level:  # every event column is nullable in the decoded frame
-        ok = (missing & F.lit(nullable)) | (~missing & present_ok)
-        return Check(ok, F.when(~missing & present_ok, value))
+    # One element in "[" + text + "]" rules out anything after the object but "]...",
+    # which ends the array early; only then is '{"k":' + text + "}" parsed to rule that out.
+    one = wrapped.isNotNull() & F.try_variant_get(wrapped, "$[1]", "variant").isNull()
+    ends_early = F.when(~text.rlike(r"\}[ \t\n\r]*\]"), F.lit(True)).otherwise(
+        F.size(F.json_object_keys(F.concat(F.lit('{"k":'), text, F.lit("}")))) == 1
+    )
+    # Python's parser gives up at a smaller nesting depth than Jackson's 1000; that takes
+    # 2 characters a level
+    shallow = F.when(F.length(text) < 2 * _MAX_BRACKETS, F.lit(True)).otherwise(
+        F.length(text) - F.length(F.translate(text, "[{", "")) <= _MAX_BRACKETS
+    )
+    ok = one & F.is_valid_utf8(text) & text.rlike(r"^[ \t\n\r]*\{") & shallow & ends_early
+    return F.coalesce(ok, F.lit(False))
+
+
+def field_check(kind: DataType, x: Column, *, nullable: bool) -> Check:
+    """The check of one nested JSON value ``x`` (a variant, SQL null when the key is missing).
+
+    A NOT NULL value (``nullable`` false) is ``ok`` only when present and its value column is
+    non-nullable too, so the struct or array type matches the schema exactly.
+    """
+    from pyspark.sql import functions as F
+
+    missing = is_missing(x)
+    k = F.schema_of_variant(x)
+    value = typed_value(kind, x, k, lambda t: raw_value(x, k, t))
+    present_ok = ~missing & value.isNotNull()
     if nullable:
-        return Check(missing | (~missing & present_ok), F.when(~missing & present_ok, value))
+        return Check(missing | present_ok, F.when(present_ok, value))
     default = _default(kind)
     if default is None:  # a NOT NULL nested struct or array: Python decides
-        return Check(F.lit(False), F.when(~missing & present_ok, value))
-    return Check(~missing & present_ok, F.coalesce(value, default))
+        return Check(F.lit(False), F.when(present_ok, value))
+    return Check(present_ok, F.coalesce(value, default))
+
+
+def is_missing(x: Column) -> Column:
+    """The key is missing or its value is JSON null (never null)."""
+    from pyspark.sql import functions as F
+
+    return x.isNull() | F.coalesce(F.is_variant_null(x), F.lit(True))
 
 
 def _default(kind: DataType) -> Column | None:
@@ -148,33 +153,61 @@ def _default(kind: DataType) -> Column | None:
     return None
 
 
-def _typed(kind: DataType, x: Column) -> tuple[Column, Column]:
-    """``(ok, value)`` for a present, non-null JSON value ``x`` of the declared ``kind``."""
+def raw_types(kind: DataType) -> tuple[str, ...]:
+    """The types :func:`typed_value` reads a value of ``kind`` as (``try_variant_get``)."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.StringType | T.BooleanType | T.DoubleType | T.DateType):
+        return ("string" if isinstance(kind, T.DateType) else kind.simpleString(),)
+    if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType | T.DecimalType):
+        return (kind.simpleString(),)
+    if isinstance(kind, T.TimestampType):
+        return ("bigint", "string")
+    return ()
+
+
+def raw_value(x: Column, k: Column, t: str) -> Column:
+    """``x`` as ``t`` when its kind ``k`` can be read as ``t`` (a failed ``try_variant_get``
+    costs a JVM exception: read only the kinds :func:`typed_value` may accept)."""
+    from pyspark.sql import functions as F
+
+    if t in ("string", "boolean"):
+        guard = k == t.upper()
+    elif t in ("double",) or t.startswith("decimal"):
+        guard = k.isin(*_INTEGRAL_KINDS, "DOUBLE") | k.startswith("DECIMAL")
+    else:  # integral types
+        guard = k.isin(*_INTEGRAL_KINDS)
+    return F.when(guard, F.try_variant_get(x, "$", t))
+
+
+def typed_value(kind: DataType, x: Column, k: Column, raw: Callable[[str], Column]) -> Column:
+    """The value of a present JSON value ``x`` as ``kind``, null unless Python would accept
+    it and produce exactly that. ``k``: ``schema_of_variant(x)``; ``raw(t)``: ``x`` as ``t``
+    (``try_variant_get``; ``t`` one of :func:`raw_types`)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    k = F.schema_of_variant(x)
-    if isinstance(kind, T.StringType) and not isinstance(kind, T.CharType | T.VarcharType):
-        return k == "STRING", F.try_variant_get(x, "$", "string")
+    if isinstance(kind, T.CharType | T.VarcharType):
+        return F.lit(None).cast(kind)
+    if isinstance(kind, T.StringType):
+        return F.when(k == "STRING", raw("string"))
     if isinstance(kind, T.BooleanType):
-        return k == "BOOLEAN", F.try_variant_get(x, "$", "boolean")
+        return F.when(k == "BOOLEAN", raw("boolean"))
     if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        value = F.try_variant_get(x, "$", kind.simpleString())
-        return k.isin(*_INTEGRAL_KINDS) & value.isNotNull(), value
+        return F.when(k.isin(*_INTEGRAL_KINDS), raw(kind.simpleString()))
     if isinstance(kind, T.DoubleType):
-        value = F.try_variant_get(x, "$", "double")
+        value = raw("double")
         # DECIMAL(p, s) with p <= 15 converts to the correctly rounded double, as float()
         exact = k.isin(*_INTEGRAL_KINDS, "DOUBLE") | k.rlike(r"^DECIMAL\(([1-9]|1[0-5]),")
         finite = ~F.isnan(value) & (F.abs(value) != F.lit(float("inf")))
-        return exact & finite, value
+        return F.when(exact & finite, value)
     if isinstance(kind, T.DecimalType):
-        return _decimal(kind, x, k)
+        return _decimal(kind, k, raw(kind.simpleString()))
     if isinstance(kind, T.TimestampType):
-        return _timestamp(x, k)
+        return _timestamp(k, raw("bigint"), raw("string"))
     if isinstance(kind, T.DateType):
-        text = F.try_variant_get(x, "$", "string")
-        value = text.try_cast("date")
-        return (k == "STRING") & text.rlike(_DATE_RE) & value.isNotNull(), value
+        text = raw("string")
+        return F.when((k == "STRING") & text.rlike(_DATE_RE), text.try_cast("date"))
     if isinstance(kind, T.StructType):
         checks = []
         for f in kind.fields:
@@ -185,46 +218,41 @@ def _typed(kind: DataType, x: Column) -> tuple[Column, Column]:
         ok = k.startswith("OBJECT")
         for _, check in checks:
             ok = ok & check.ok
-        return ok, F.struct(*[check.value.alias(name) for name, check in checks])
+        return F.when(ok, F.struct(*[check.value.alias(name) for name, check in checks]))
     if isinstance(kind, T.ArrayType):
         element, contains_null = kind.elementType, kind.containsNull
         items = F.try_variant_get(x, "$", "array<variant>")
         ok = k.startswith("ARRAY") & F.forall(
             items, lambda e: field_check(element, e, nullable=contains_null).ok
         )
-        return ok, F.transform(
-            items, lambda e: field_check(element, e, nullable=contains_null).value
+        return F.when(
+            ok,
+            F.transform(items, lambda e: field_check(element, e, nullable=contains_null).value),
         )
     # maps, binary, float, timestamp_ntz, ...: only a null value is vouched for here
-    return F.lit(False), F.lit(None).cast(kind)
+    return F.lit(None).cast(kind)
 
 
-def _decimal(kind: DecimalType, x: Column, k: Column) -> tuple[Column, Column]:
+def _decimal(kind: DecimalType, k: Column, value: Column) -> Column:
     from pyspark.sql import functions as F
 
     precision, scale = kind.precision, kind.scale
-    value = F.try_variant_get(x, "$", kind.simpleString())
     digits = F.regexp_extract(k, _DECIMAL_KIND, 1).try_cast("int")
     decimals = F.regexp_extract(k, _DECIMAL_KIND, 2).try_cast("int")
     # the variant keeps the decimal's digits without trailing zeros: it fits without
     # rounding when it has no more decimals and no more integer digits than the field
     fits = (decimals <= scale) & (digits - decimals <= precision - scale)
-    ok = (k.isin(*_INTEGRAL_KINDS) | fits) & value.isNotNull()
-    return ok, value
+    return F.when(k.isin(*_INTEGRAL_KINDS) | F.coalesce(fits, F.lit(False)), value)
 
 
-def _timestamp(x: Column, k: Column) -> tuple[Column, Column]:
+def _timestamp(k: Column, millis: Column, text: Column) -> Column:
     from pyspark.sql import functions as F
 
-    millis = F.try_variant_get(x, "$", "bigint")
     in_range = k.isin(*_INTEGRAL_KINDS) & (F.abs(millis) <= _MAX_EPOCH_MILLIS)
     from_millis = F.timestamp_micros(F.try_multiply(millis, F.lit(1000)))
-    text = F.try_variant_get(x, "$", "string")
     zoned = F.when(text.rlike(_ZONED_RE), text).otherwise(F.concat(text, F.lit("Z")))
-    parsed = zoned.try_cast("timestamp")
-    from_text = (k == "STRING") & text.rlike(_TS_RE) & parsed.isNotNull()
-    ok = in_range | from_text
-    return ok, F.when(in_range, from_millis).when(from_text, parsed)
+    from_text = F.when((k == "STRING") & text.rlike(_TS_RE), zoned.try_cast("timestamp"))
+    return F.when(in_range, from_millis).otherwise(from_text)
 
 
 VOUCHED = "_kappa_vouched"
@@ -234,23 +262,52 @@ _PY = "_kappa_python"
 
 def json_checks(records: DataFrame, spec: DecoderSpec) -> DataFrame:
     """``records`` (:data:`KAFKA_COLUMNS`, key and value binary) with :data:`VOUCHED` (the
-    JVM vouches for the record: never null) and the typed event fields as ``_kappa_f<i>``."""
+    JVM vouches for the record: never null) and the typed event fields as ``_kappa_f<i>``.
+
+    Built in steps (one ``select`` each) so that no expression is computed twice per row:
+    the parse, each field's variant, its kind and raw values, its typed value, the verdict.
+    """
     from pyspark.sql import functions as F
 
-    text = F.col("value").cast("string")
-    record_ok, variant = record_checks(text)
-    staged = records.select(*KAFKA_COLUMNS, record_ok.alias(VOUCHED), variant.alias("_kappa_v"))
+    fields = spec.event_schema.fields
     required = set(spec.required_fields) | {spec.event_time}
-    ok = F.col(VOUCHED)
-    values = []
-    for i, f in enumerate(spec.event_schema.fields):
+    keep = [F.col(n) for n in KAFKA_COLUMNS]
+    text = F.col("value").cast("string")
+    wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
+    step = records.select(*keep, wrapped.alias("_kappa_v"))
+    xs = []
+    for i, f in enumerate(fields):
         path = variant_path(f.name)
         assert path is not None  # supported() was checked
-        x = F.try_variant_get(F.col("_kappa_v"), path, "variant")
-        check = field_check(f.dataType, x, nullable=f.name not in required, top_level=True)
-        ok = ok & check.ok
-        values.append(check.value.alias(f"_kappa_f{i}"))
-    return staged.select(*KAFKA_COLUMNS, F.coalesce(ok, F.lit(False)).alias(VOUCHED), *values)
+        xs.append(F.try_variant_get("_kappa_v", "$[0]" + path[1:], "variant").alias(f"_x{i}"))
+    step = step.select(*keep, record_checks(text, F.col("_kappa_v")).alias("_ok"), *xs)
+    keep.append(F.col("_ok"))
+    xs = [F.col(f"_x{i}") for i in range(len(fields))]
+    kinds = [is_missing(x).alias(f"_m{i}") for i, x in enumerate(xs)]
+    kinds += [F.schema_of_variant(x).alias(f"_k{i}") for i, x in enumerate(xs)]
+    step = step.select(*keep, *xs, *kinds)
+    raws = []
+    for i, f in enumerate(fields):
+        x, k = F.col(f"_x{i}"), F.col(f"_k{i}")
+        raws += [raw_value(x, k, t).alias(f"_r{i}_{t}") for t in raw_types(f.dataType)]
+    ks = [F.col(f"_{c}{i}") for c in "mk" for i in range(len(fields))]
+    step = step.select(*keep, *xs, *ks, *raws)
+    values = []
+    for i, f in enumerate(fields):
+
+        def raw(t: str, i: int = i) -> Column:
+            return F.col(f"_r{i}_{t}")
+
+        value = typed_value(f.dataType, F.col(f"_x{i}"), F.col(f"_k{i}"), raw)
+        values.append(F.when(~F.col(f"_m{i}"), value).alias(f"_kappa_f{i}"))
+    missing = [F.col(f"_m{i}").alias(f"_m{i}") for i in range(len(fields))]
+    step = step.select(*keep, *missing, *values)
+    ok = F.col("_ok")
+    for i, f in enumerate(fields):
+        present = F.col(f"_kappa_f{i}").isNotNull()
+        ok = ok & (present if f.name in required else F.col(f"_m{i}") | present)
+    out = [F.col(f"_kappa_f{i}") for i in range(len(fields))]
+    return step.select(*keep[:-1], F.coalesce(ok, F.lit(False)).alias(VOUCHED), *out)
 
 
 def decode_json_frame(records: DataFrame, spec: DecoderSpec) -> DataFrame:
