@@ -71,7 +71,9 @@ SCHEMA = StructType(
         StructField("ts", TimestampType(), True),
     ]
 )
-SPEC = DecoderSpec(format="json", schema=SCHEMA, event_time="ts", required=("name",))
+SPEC = DecoderSpec(
+    format="json", schema=SCHEMA, event_time="ts", required=("name",), json_decoder="jvm"
+)
 KAFKA_TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 

@@ -92,15 +92,18 @@ def record_checks(text: Column, wrapped: Column) -> Column:
     # One element in "[" + text + "]" rules out anything after the object but "]...",
     # which ends the array early; only then is '{"k":' + text + "}" parsed to rule that out.
     one = wrapped.isNotNull() & F.try_variant_get(wrapped, "$[1]", "variant").isNull()
-    ends_early = F.when(~text.rlike(r"\}[ \t\n\r]*\]"), F.lit(True)).otherwise(
-        F.size(F.json_object_keys(F.concat(F.lit('{"k":'), text, F.lit("}")))) == 1
+    nothing_after = (
+        F.when(~text.contains("]"), F.lit(True))
+        .when(~text.rlike(r"\}[ \t\n\r]*\]"), F.lit(True))
+        .otherwise(F.size(F.json_object_keys(F.concat(F.lit('{"k":'), text, F.lit("}")))) == 1)
     )
     # Python's parser gives up at a smaller nesting depth than Jackson's 1000; that takes
     # 2 characters a level
     shallow = F.when(F.length(text) < 2 * _MAX_BRACKETS, F.lit(True)).otherwise(
         F.length(text) - F.length(F.translate(text, "[{", "")) <= _MAX_BRACKETS
     )
-    ok = one & F.is_valid_utf8(text) & text.rlike(r"^[ \t\n\r]*\{") & shallow & ends_early
+    starts = F.when(text.startswith("{"), F.lit(True)).otherwise(text.rlike(r"^[ \t\n\r]*\{"))
+    ok = one & F.is_valid_utf8(text) & starts & shallow & nothing_after
     return F.coalesce(ok, F.lit(False))
 
 
@@ -250,7 +253,9 @@ def _timestamp(k: Column, millis: Column, text: Column) -> Column:
 
     in_range = k.isin(*_INTEGRAL_KINDS) & (F.abs(millis) <= _MAX_EPOCH_MILLIS)
     from_millis = F.timestamp_micros(F.try_multiply(millis, F.lit(1000)))
-    zoned = F.when(text.rlike(_ZONED_RE), text).otherwise(F.concat(text, F.lit("Z")))
+    zoned = F.when(text.endswith("Z") | text.rlike(_ZONED_RE), text).otherwise(
+        F.concat(text, F.lit("Z"))
+    )
     from_text = F.when((k == "STRING") & text.rlike(_TS_RE), zoned.try_cast("timestamp"))
     return F.when(in_range, from_millis).otherwise(from_text)
 

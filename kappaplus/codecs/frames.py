@@ -2,13 +2,13 @@
 
 A Kappa+ job reads Kafka records (Spark's Kafka schema: ``key``, ``value``, ``topic``,
 ``partition``, ``offset``, ``timestamp``, ...) and needs typed events with an event-time
-column. :func:`decode_kafka` decodes JSON in the JVM (Spark's ``VARIANT``), handing only
-the records it cannot vouch for to the Python decoder (:mod:`.fastjson`), and Avro in Python
-(``mapInArrow``, ``fastavro``); it never drops a record: each output row carries either the event
-columns or a precise error reason, plus the raw record. :func:`good_events` and
-:func:`dead_letters` split the result; the counts (``records = good + dead``) are attached
-with ``DataFrame.observe`` and so appear per micro-batch in
-``query.lastProgress["observedMetrics"]``.
+column. :func:`decode_kafka` decodes every record in Python (``mapInArrow``; ``json`` or
+Avro via ``fastavro``), or, with ``DecoderSpec(json_decoder="jvm")``, JSON in Spark for the
+records it can vouch for and in Python for the others (:mod:`.fastjson`). It never drops
+one: each output row carries either the event columns or a precise error reason, plus the
+raw record. :func:`good_events` and :func:`dead_letters` split the result; the counts
+(``records = good + dead``) are attached with ``DataFrame.observe`` and so appear per
+micro-batch in ``query.lastProgress["observedMetrics"]``.
 
 >>> spec = DecoderSpec(format="json", schema="rider_id STRING NOT NULL, fare DOUBLE, "
 ...                    "ts TIMESTAMP", event_time="ts")              # doctest: +SKIP
@@ -96,7 +96,7 @@ def decode_kafka(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_batches(frozen_spec, arrow_schema, batches)
 
-    if spec.format == "json" and supported(spec.event_schema):
+    if spec.json_decoder == "jvm" and supported(spec.event_schema):
         decoded = decode_json_frame(df.select(*columns), spec)
     else:
         decoded = df.select(*columns).mapInArrow(decode, out_schema)
