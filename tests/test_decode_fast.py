@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
@@ -367,3 +368,11 @@ def _record(draw: st.DrawFn) -> bytes:
 @given(values=st.lists(_record(), min_size=30, max_size=60))
 def test_random_records_match_the_python_decoder(spark, values: list[bytes]) -> None:  # type: ignore[no-untyped-def]
     assert_same(spark, SPEC, values)
+
+
+def test_json_decoder_option_is_validated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kappaplus.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="json_decoder.*expected 'python' or 'jvm'"):
+        DecoderSpec(format="json", schema=SCHEMA, event_time="ts", json_decoder="fast")  # type: ignore[arg-type]
+    assert DecoderSpec(format="json", schema=SCHEMA, event_time="ts").json_decoder == "python"

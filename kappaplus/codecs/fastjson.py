@@ -1,18 +1,18 @@
 """JSON decoding in the JVM for the records it can vouch for; the others go to Python.
 
-The record value is parsed once with Spark's ``try_parse_json`` (a ``VARIANT``, which keeps
-each JSON value's kind: string, number, boolean, object, array). Every field then gets two
-Spark expressions from :func:`field_check`:
-
-- ``ok``: the Python converter (:mod:`kappaplus.codecs.convert`) would accept this value and
-  produce exactly ``value``;
-- ``value``: the typed value.
+Used by :func:`~kappaplus.codecs.decode_kafka` with ``DecoderSpec(json_decoder="jvm")``
+(opt-in: on the measured workload it is not faster than the Python decoder, see
+``docs/benchmarks.md``). The record value is parsed once with Spark's ``try_parse_json``
+(a ``VARIANT``, which keeps each JSON value's kind: string, number, boolean, object, array);
+:func:`typed_value` then gives each field's typed value, null unless the Python converter
+(:mod:`kappaplus.codecs.convert`) would accept the JSON value and produce exactly that.
 
 A record is *vouched for* when the whole value is one JSON object (nothing after it) and
-every field is ``ok``; it is then decoded without Python. Any other record is decoded by the
-Python decoder, which gives the exact dead-letter reason, or the event when the record is
-good after all (an epoch-millis float, a map, a base64 binary ...). So the checks only have
-to be sound one way: when ``ok`` holds, Python agrees; when in doubt, ``ok`` is false.
+every field is present with an accepted value or missing/null where allowed; it is then
+decoded without Python. Any other record is decoded by the Python decoder, which gives the
+exact dead-letter reason, or the event when the record is good after all (an epoch-millis
+float, a map, a base64 binary ...). So the checks only have to be sound one way: when the
+JVM vouches, Python agrees; when in doubt, the record goes to Python.
 
 Why ``VARIANT`` rather than ``from_json``: ``from_json`` reads ``3`` into a ``STRING`` field
 as ``"3"``, ``"NaN"`` into a ``DOUBLE`` as NaN and rounds ``1.234`` into ``DECIMAL(10,2)``,
