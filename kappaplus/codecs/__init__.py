@@ -5,7 +5,8 @@ Modules: :mod:`.schema` (columns, Kafka and dead-letter schemas), :mod:`.spec`
 JSON converters and Avro normalizers), :mod:`.decoder` (one value -> event or reason, the
 Confluent wire format, the ``mapInArrow`` batch function), :mod:`.registry` (Avro writer
 schemas from a Schema Registry) and :mod:`.frames` (the DataFrame API: :func:`decode_kafka`,
-:func:`good_events`, :func:`dead_letters`).
+:func:`good_events`, :func:`dead_letters`); :mod:`.fastjson` decodes JSON in Spark for the
+records it can vouch for (``DecoderSpec(json_decoder="jvm")``).
 """
 
 from kappaplus.codecs.decoder import decode_batches

@@ -232,3 +232,39 @@ def _record_struct(batch: pa.RecordBatch) -> pa.StructArray:
             column = column.cast(f.type)
         arrays.append(column)
     return pa.StructArray.from_arrays(arrays, fields=list(RECORD_ARROW_TYPE))
+
+
+def decode_flagged(
+    spec: DecoderSpec, out_type: pa.StructType, values: pa.Array, flagged: pa.Array
+) -> pa.StructArray:
+    """Decode the values whose flag is true; the others get an all-null row.
+
+    ``out_type``: the event fields then the error (a string). Used for the records the
+    JVM fast path (:mod:`kappaplus.codecs.fastjson`) does not vouch for.
+    """
+    import pyarrow.compute as pc
+
+    size = len(values)
+    wanted = [i for i, flag in enumerate(flagged.to_pylist()) if flag]
+    if not wanted:
+        return pa.nulls(size, type=out_type)
+    decoder = _Decoder(spec)
+    names = decoder.fields
+    columns: list[list[Any]] = [[None] * size for _ in names]
+    errors: list[str | None] = [None] * size
+    for i, value in zip(wanted, pc.take(values, pa.array(wanted)).to_pylist(), strict=True):
+        try:
+            row = decoder.decode(value)
+        except _FieldError as exc:
+            errors[i] = str(exc)
+            continue
+        for column, name in zip(columns, names, strict=True):
+            column[i] = row[name]
+    kinds = [out_type.field(n).type for n in names]
+    arrays = [
+        _to_arrow(column, kind, name, errors)
+        for column, kind, name in zip(columns, kinds, names, strict=True)
+    ]
+    arrays.append(pa.array(errors, type=pa.string()))
+    mask = pa.array([not flag for flag in flagged.to_pylist()], type=pa.bool_())
+    return pa.StructArray.from_arrays(arrays, fields=list(out_type), mask=mask)

@@ -3,11 +3,12 @@
 A Kappa+ job reads Kafka records (Spark's Kafka schema: ``key``, ``value``, ``topic``,
 ``partition``, ``offset``, ``timestamp``, ...) and needs typed events with an event-time
 column. :func:`decode_kafka` decodes every record in Python (``mapInArrow``; ``json`` or
-Avro via ``fastavro``) and never drops one: each output row carries either the event
-columns or a precise error reason, plus the raw record. :func:`good_events` and
-:func:`dead_letters` split the result; the counts (``records = good + dead``) are attached
-with ``DataFrame.observe`` and so appear per micro-batch in
-``query.lastProgress["observedMetrics"]``.
+Avro via ``fastavro``), or, with ``DecoderSpec(json_decoder="jvm")``, JSON in Spark for the
+records it can vouch for and in Python for the others (:mod:`.fastjson`). It never drops
+one: each output row carries either the event columns or a precise error reason, plus the
+raw record. :func:`good_events` and :func:`dead_letters` split the result; the counts
+(``records = good + dead``) are attached with ``DataFrame.observe`` and so appear per
+micro-batch in ``query.lastProgress["observedMetrics"]``.
 
 >>> spec = DecoderSpec(format="json", schema="rider_id STRING NOT NULL, fare DOUBLE, "
 ...                    "ts TIMESTAMP", event_time="ts")              # doctest: +SKIP
@@ -26,6 +27,7 @@ import pyarrow as pa
 
 from kappaplus.codecs.convert import _FieldError
 from kappaplus.codecs.decoder import _Decoder, decode_batches
+from kappaplus.codecs.fastjson import decode_json_frame, supported
 from kappaplus.codecs.schema import (
     _KAFKA_TYPES,
     DEFAULT_METRICS,
@@ -94,7 +96,10 @@ def decode_kafka(
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return decode_batches(frozen_spec, arrow_schema, batches)
 
-    decoded = df.select(*columns).mapInArrow(decode, out_schema)
+    if spec.json_decoder == "jvm" and supported(spec.event_schema):
+        decoded = decode_json_frame(df.select(*columns), spec)
+    else:
+        decoded = df.select(*columns).mapInArrow(decode, out_schema)
     if metrics:
         failed = F.col(ERROR_COL).isNotNull()
         decoded = decoded.observe(

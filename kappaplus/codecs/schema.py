@@ -62,6 +62,7 @@ DLQ_ARROW_SCHEMA = pa.schema(
 
 Format = Literal["json", "avro"]
 WireFormat = Literal["auto", "confluent", "plain"]
+JsonDecoder = Literal["python", "jvm"]
 _MAX_SHOWN = 60
 
 

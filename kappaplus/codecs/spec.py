@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.codecs.avro import _load_avsc
-from kappaplus.codecs.schema import ERROR_COL, EVENT_SCHEMA_KEY, RECORD_COL, Format, WireFormat
+from kappaplus.codecs.schema import (
+    ERROR_COL,
+    EVENT_SCHEMA_KEY,
+    RECORD_COL,
+    Format,
+    JsonDecoder,
+    WireFormat,
+)
 from kappaplus.errors import ConfigError
 from kappaplus.secrets import mask_url
 
@@ -36,6 +43,10 @@ class DecoderSpec:
       schema), so compatible producer schema changes keep decoding
       (:mod:`kappaplus.codecs.registry`). Without it every value is read with
       ``avro_schema``.
+    - ``json_decoder``: JSON only: ``"python"`` (default: every record through the Python
+      decoder) or ``"jvm"`` (Spark decodes the records it can vouch for, Python only the
+      others, with the same events and reasons: :mod:`kappaplus.codecs.fastjson`; not faster
+      on the measured workload, see ``docs/benchmarks.md``).
 
     >>> DecoderSpec(format="avro", avro_schema="trip.avsc", event_time="ts")  # doctest: +SKIP
     """
@@ -48,6 +59,7 @@ class DecoderSpec:
     wire_format: WireFormat = "auto"
     schema_ids: frozenset[int] | None = None
     schema_registry_url: str | None = field(default=None, repr=False)
+    json_decoder: JsonDecoder = "python"
     event_schema: StructType = field(init=False, repr=False, compare=False)
     avro_parsed: Any = field(init=False, repr=False, compare=False, default=None)
 
@@ -56,6 +68,10 @@ class DecoderSpec:
             raise ConfigError("format", self.format, "expected 'json' or 'avro'")
         if self.format == "json" and self.schema_registry_url is not None:
             raise ConfigError("schema_registry_url", "***", "only for format 'avro'")
+        if self.json_decoder not in ("python", "jvm"):
+            raise ConfigError("json_decoder", self.json_decoder, "expected 'python' or 'jvm'")
+        if self.format != "json" and self.json_decoder != "python":
+            raise ConfigError("json_decoder", self.json_decoder, "only for format 'json'")
         object.__setattr__(self, "required", tuple(self.required))
         if self.schema_ids is not None:
             object.__setattr__(self, "schema_ids", frozenset(int(i) for i in self.schema_ids))
