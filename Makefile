@@ -26,7 +26,7 @@ bench: setup
 	.venv/bin/python bench/bench_codec.py
 
 chaos: setup
-	.venv/bin/python tests/chaos/chaos.py --scenarios 10
+	.venv/bin/python tests/chaos/chaos.py --scenarios 11
 
 down: setup
 	.venv/bin/kappa down

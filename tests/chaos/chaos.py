@@ -19,9 +19,17 @@ the embedded broker; it is compared with an uninterrupted stream run (the late e
 drops depend only on its batches, which a restarted query replays from its offset log).
 ``bootstrap-sigkill`` and ``bootstrap-sigterm-group`` interrupt a ``--mode bootstrap`` run
 (the lake up to a cutoff half-way through the events, then the topic), compared with an
-uninterrupted bootstrap. Not covered: broker restarts (the embedded broker keeps topics in
-memory, so a restart loses them: there is nothing to resume from) and metastore restarts
-(each run here uses its own embedded metastore).
+uninterrupted bootstrap.
+
+Server restarts: ``metastore-restart`` runs the backfill on a metastore server (started for
+the whole suite when such a scenario is planned, so every run then uses it) and stops and
+starts it again on the same port and database at the chosen moment: the run must go on (its
+Hive client reconnects, :data:`kappaplus.session.METASTORE_RETRIES`) or fail with one error
+line naming the metastore; the rerun must finish. ``metastore-outage`` keeps the server away
+``OUTAGE`` seconds, longer than the client reconnects: the run must fail with that line.
+``stream-broker-restart`` restarts the embedded broker under a stream run; the broker then
+stores its topics in an S3-compatible store on loopback (``moto_server``, dev extras), which
+outlives it (with the default memory storage a restart loses every topic).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -73,6 +82,10 @@ OUTAGE = 90.0
 """Seconds ``metastore-outage`` keeps the metastore away: longer than a session's Hive
 client reconnects (about 40 s, :data:`kappaplus.session.METASTORE_RETRIES`)."""
 """Scenarios that restart a server mid-run instead of signalling ``kappa run``."""
+TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.MULTILINE)
+"""A Python traceback kappa run printed. Spark's log of a query that failed in a Python
+``foreachBatch`` quotes the worker's traceback inside a line ("Return Message: Traceback
+..."): that one is the log's, kept there on purpose."""
 STREAM_TOPIC = "chaos-events"
 STREAM_BATCH = 60  # Kafka records per stream micro-batch
 
@@ -514,7 +527,7 @@ def restart_scenario(
     outcome.notes = [*stack.restarts[-1:], *notes]
     if notes:
         outcome.problems.append("; ".join(notes) + ": nothing was interrupted")
-    if "Traceback" in err1:
+    if TRACEBACK.search(err1):
         outcome.problems.append("a traceback on the terminal: " + err1[-300:])
     if name == "metastore-outage" and first == 0:
         outcome.problems.append(f"the run went on through a {OUTAGE:.0f} s metastore outage")
@@ -532,7 +545,7 @@ def restart_scenario(
         outcome.problems.append(f"a JVM outlived kappa run: {jvms_of(home)}")
     second, err2 = kappa_run(home, config, end=end, mode=mode)
     outcome.second_exit = second
-    if "Traceback" in err2:
+    if TRACEBACK.search(err2):
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
     if second != 0:
         outcome.problems.append(f"the rerun exited {second}: {err2[-300:]}")
