@@ -497,6 +497,23 @@ class Stack:
             self.store.stop()
 
 
+def error_messages(output: str) -> list[str]:
+    """The ``error:`` messages of ``kappa run``'s output, each joined back into one line
+    (the console wraps a long one at its width when it is not a terminal)."""
+    messages: list[str] = []
+    lines = output.splitlines()
+    for index, line in enumerate(lines):
+        if not line.startswith("error:"):
+            continue
+        parts = [line.strip()]
+        for following in lines[index + 1 :]:
+            if not following.strip() or following[:1].isdigit() or following.startswith("error:"):
+                break
+            parts.append(following.strip())
+        messages.append(" ".join(parts))
+    return messages
+
+
 def restart_scenario(
     home: Path,
     name: str,
@@ -532,14 +549,14 @@ def restart_scenario(
     if name == "metastore-outage" and first == 0:
         outcome.problems.append(f"the run went on through a {OUTAGE:.0f} s metastore outage")
     if first != 0:
-        lines = [line for line in err1.splitlines() if line.startswith("error:")]
-        outcome.failed = lines[-1][:200] if lines else err1.strip()[-200:]
+        errors = error_messages(err1)
+        outcome.failed = errors[-1] if errors else err1.strip()[-200:]
         address = (
             stack.metastore.uri() if server == "metastore" else stack.broker.status().bootstrap
         )
-        if len(lines) != 1:
-            outcome.problems.append(f"the failure is not one error line: {err1[-300:]}")
-        elif str(address) not in lines[0]:
+        if len(errors) != 1:
+            outcome.problems.append(f"the failure is not one error message: {err1[-300:]}")
+        elif str(address) not in errors[0]:
             outcome.problems.append(f"the error does not name the {server} at {address}")
     if jvms_of(home):
         outcome.problems.append(f"a JVM outlived kappa run: {jvms_of(home)}")
