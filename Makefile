@@ -27,7 +27,7 @@ bench: setup
 	.venv/bin/python bench/bench_read_path.py --docs
 
 chaos: setup
-	.venv/bin/python tests/chaos/chaos.py --scenarios 10
+	.venv/bin/python tests/chaos/chaos.py --scenarios 11
 
 down: setup
 	.venv/bin/kappa down

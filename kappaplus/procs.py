@@ -16,6 +16,13 @@ def pid_alive(pid: int) -> bool:
         return True
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
+            if handle.read().split()[2] != "Z":
+                return True
     except OSError:
         return True
+    # a zombie main thread whose other threads still run (a JVM or a tokio runtime shutting
+    # down) is a live process: it may still hold its listening sockets
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False

@@ -102,6 +102,18 @@ def _python_env() -> None:
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
 
 
+METASTORE_RETRIES = {
+    "spark.hadoop.hive.metastore.failure.retries": "3",
+    "spark.hadoop.hive.metastore.connect.retries": "5",
+    "spark.hadoop.hive.metastore.client.connect.retry.delay": "2s",
+}
+"""How a session's Hive client rides out a metastore server that is away for a while (a
+restart): a call that loses its connection reconnects up to 3 times, each reconnection
+trying 5 times 2 s apart, so an outage of about 30 s passes unnoticed; a metastore that stays
+away fails the call after about 40 s. Hive's defaults (1 reconnection of 3 tries, 1 s apart)
+fail a batch when a restart takes more than about 4 s (measured in ``tests/chaos``)."""
+
+
 def hive_conf(home: Path, metastore_uri: str | None = None) -> dict[str, str]:
     """Spark settings for the built-in Hive catalog rooted in the state directory ``home``.
 
@@ -117,6 +129,7 @@ def hive_conf(home: Path, metastore_uri: str | None = None) -> dict[str, str]:
     }
     if metastore_uri:
         conf["spark.hadoop.hive.metastore.uris"] = metastore_uri
+        conf.update(METASTORE_RETRIES)
     else:
         metastore = embedded_database(home)
         conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (

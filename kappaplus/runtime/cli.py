@@ -188,6 +188,7 @@ def run_command(
     from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.checkpoints import check_before_spark
     from kappaplus.runtime.failures import explain
+    from kappaplus.runtime.failures import metastore_uri as metastore_of
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import run_job
@@ -252,7 +253,8 @@ def run_command(
         raise _fail(exc) from exc
     except Exception as exc:  # a Spark or py4j failure: one line here, the rest in the log
         log.debug("run failed", exc_info=True)
-        raise _fail(KappaError(explain(f"{type(exc).__name__}: {exc}"))) from exc
+        detail = f"{type(exc).__name__}: {exc}"
+        raise _fail(KappaError(explain(detail, metastore_uri=metastore_of(spark)))) from exc
     finally:
         _stop_quietly(spark)
     print_summary(result.record)

@@ -7,6 +7,11 @@ Python workers cannot start): run the same command again, it resumes from its ch
 run fewer jobs at once if it recurs
 >>> explain("java.lang.IllegalStateException: boom\\n\\tat org.Foo(Foo.java:1)")
 'java.lang.IllegalStateException: boom (run with -v for the stack trace)'
+>>> print(explain("AnalysisException: Unable to fetch table t. Could not connect to meta store "
+...               "using any of the URIs provided.", metastore_uri="thrift://127.0.0.1:9083"))
+the Hive metastore at thrift://127.0.0.1:9083 cannot be reached: check that it runs \
+('kappa metastore status'; 'kappa up' starts it), then run the same command again, it \
+resumes from its checkpoint
 >>> explain("An exception was raised by the Python Proxy. Return Message: Traceback ...\\n"
 ...         "  File x.py, line 1\\nkappaplus.errors.DataError: table 't': 2 rows cannot be placed")
 "table 't': 2 rows cannot be placed"
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from kappaplus.errors import ConfigError
 
@@ -40,12 +46,34 @@ _KAPPA_ERROR = re.compile(r"^kappaplus\.errors\.\w+: (?P<message>.+)$", re.MULTI
 traceback; the error's own message (it names the option, table or file) is the line to show."""
 
 
-def explain(text: str) -> str:
+_METASTORE_DOWN = "Could not connect to meta store"
+"""Hive's client gave up reaching the metastore server (after the retries of
+:data:`kappaplus.session.METASTORE_RETRIES`)."""
+
+
+def metastore_uri(spark: Any) -> str | None:
+    """The metastore server a session uses (``hive.metastore.uris``); None: embedded."""
+    try:
+        uri = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris")
+    except Exception:  # noqa: BLE001 - only used to word an error
+        return None
+    return str(uri) if uri else None
+
+
+def explain(text: str, *, metastore_uri: str | None = None) -> str:
     """One line saying what failed: a kappaplus error raised inside Spark as its own message,
-    a known cause with its way out, else the first line."""
+    a known cause with its way out, else the first line. ``metastore_uri``: the session's
+    metastore server, named when it could not be reached."""
     found = _KAPPA_ERROR.findall(str(text))
     if found:
         return found[-1].strip()
+    if _METASTORE_DOWN in text:
+        where = f"at {metastore_uri} " if metastore_uri else ""
+        return (
+            f"the Hive metastore {where}cannot be reached: check that it runs ('kappa "
+            "metastore status'; 'kappa up' starts it), then run the same command again, it "
+            "resumes from its checkpoint"
+        )
     for needle, message in _KNOWN:
         if needle in text:
             return message

@@ -44,7 +44,7 @@ from kappaplus.runtime.checkpoints import (
     prepare_checkpoint,
 )
 from kappaplus.runtime.dead_letters import publish_run_dead_letters, start_dead_letter_query
-from kappaplus.runtime.failures import explain
+from kappaplus.runtime.failures import explain, metastore_uri
 from kappaplus.runtime.identity import (
     check_targets,
     run_identity,
@@ -214,7 +214,18 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(queries, tracker, record, run, console, request, auditor, drain, events)
+        status = _wait(
+            queries,
+            tracker,
+            record,
+            run,
+            console,
+            request,
+            auditor,
+            drain,
+            events,
+            metastore_uri(spark),
+        )
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except Exception as exc:
@@ -244,6 +255,15 @@ def run_job(
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
     return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _raise_if_failed(name: str, query: StreamingQuery, metastore: str | None) -> None:
+    """Raise the one-line :class:`KappaError` of a query that ended with an exception."""
+    failure = query.exception()
+    if failure is not None:
+        detail = str(failure)
+        log.debug("query %s failed: %s", name, detail)
+        raise KappaError(f"query {name} failed: {explain(detail, metastore_uri=metastore)}")
 
 
 def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:
@@ -351,6 +371,7 @@ def _wait(
     auditor: Any = None,
     drain: DrainSignal | None = None,
     events: ProgressListener | None = None,
+    metastore_uri: str | None = None,
 ) -> str:
     """Poll the queries until the run ends (or ``request`` says a signal came: then drain
     them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
@@ -381,10 +402,8 @@ def _wait(
                 tracker.update(name, progress)
                 if auditor is not None:
                     auditor.collect(name, progress)
-                if not query.isActive and query.exception() is not None:
-                    detail = str(query.exception())
-                    log.debug("query %s failed: %s", name, detail)
-                    raise KappaError(f"query {name} failed: {explain(detail)}")
+                if not query.isActive:
+                    _raise_if_failed(name, query, metastore_uri)
             now = time.monotonic()
             if live is not None:
                 live.update(tracker.table(record.run_id))
@@ -397,6 +416,10 @@ def _wait(
                 record.save()
                 last_saved = now
             if all(not q.isActive for q in queries.values()):
+                # a query may have failed since the check above (e.g. while the audit was
+                # written): a failed run must not be reported as finished
+                for name, query in queries.items():
+                    _raise_if_failed(name, query, metastore_uri)
                 return STOPPED if record.stopped_by is not None else FINISHED
             if (
                 run.until_idle is not None

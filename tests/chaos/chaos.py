@@ -19,17 +19,27 @@ the embedded broker; it is compared with an uninterrupted stream run (the late e
 drops depend only on its batches, which a restarted query replays from its offset log).
 ``bootstrap-sigkill`` and ``bootstrap-sigterm-group`` interrupt a ``--mode bootstrap`` run
 (the lake up to a cutoff half-way through the events, then the topic), compared with an
-uninterrupted bootstrap. Not covered: broker restarts (the embedded broker keeps topics in
-memory, so a restart loses them: there is nothing to resume from) and metastore restarts
-(each run here uses its own embedded metastore).
+uninterrupted bootstrap.
+
+Server restarts: ``metastore-restart`` runs the backfill on a metastore server (started for
+the whole suite when such a scenario is planned, so every run then uses it) and stops and
+starts it again on the same port and database at the chosen moment: the run must go on (its
+Hive client reconnects, :data:`kappaplus.session.METASTORE_RETRIES`) or fail with one error
+line naming the metastore; the rerun must finish. ``metastore-outage`` keeps the server away
+``OUTAGE`` seconds, longer than the client reconnects: the run must fail with that line.
+``stream-broker-restart`` restarts the embedded broker under a stream run; the broker then
+stores its topics in an S3-compatible store on loopback (``moto_server``, dev extras), which
+outlives it (with the default memory storage a restart loses every topic).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -37,10 +47,16 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from s3_store import S3Store  # noqa: E402
+
 KAPPA = [sys.executable, "-m", "kappaplus.cli"]
 START = "2024-03-01T00:00:00"
 COLUMNS = "rider_id, session_start, session_end, event_count, event_types"
@@ -53,7 +69,23 @@ SCENARIOS = (
     "stream-sigterm-group",
     "bootstrap-sigkill",
     "bootstrap-sigterm-group",
+    "metastore-restart",
+    "metastore-outage",
+    "stream-broker-restart",
 )
+RESTARTS = {
+    "metastore-restart": "metastore",
+    "metastore-outage": "metastore",
+    "stream-broker-restart": "broker",
+}
+OUTAGE = 90.0
+"""Seconds ``metastore-outage`` keeps the metastore away: longer than a session's Hive
+client reconnects (about 40 s, :data:`kappaplus.session.METASTORE_RETRIES`)."""
+"""Scenarios that restart a server mid-run instead of signalling ``kappa run``."""
+TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.MULTILINE)
+"""A Python traceback kappa run printed. Spark's log of a query that failed in a Python
+``foreachBatch`` quotes the worker's traceback inside a line ("Return Message: Traceback
+..."): that one is the log's, kept there on purpose."""
 STREAM_TOPIC = "chaos-events"
 STREAM_BATCH = 60  # Kafka records per stream micro-batch
 
@@ -82,6 +114,8 @@ class Outcome:
     lost: int = 0
     duplicated: int = 0
     refused: str | None = None
+    failed: str | None = None  # the one error line of a first run a restart made fail
+    notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -95,9 +129,12 @@ class Outcome:
             if self.refused
             else f"{self.rows} rows, {self.lost} lost, {self.duplicated} duplicated"
         )
+        extra = "".join(f"\n    {note}" for note in self.notes)
+        if self.failed:
+            extra += f"\n    first run: {self.failed}"
         return (
-            f"{self.name:20} {self.moment:18} exits {self.first_exit}/{self.second_exit}: "
-            f"{what} -- {verdict}"
+            f"{self.name:23} {self.moment:18} exits {self.first_exit}/{self.second_exit}: "
+            f"{what} -- {verdict}{extra}"
         )
 
 
@@ -134,8 +171,9 @@ def prepare(home: Path, table: str, riders: int, seed: int, hours: int = 12) -> 
         f"""
         from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
         from kappaplus.jvm import shutdown_jvm
+        from kappaplus.local.metastore import LOCAL_DISCOVERY
         from kappaplus.session import create_session, stop_session
-        spark = create_session("chaos-prepare")
+        spark = create_session("chaos-prepare", metastore_discovery=LOCAL_DISCOVERY)
         events = rider_events(riders={riders}, start={START!r}, hours={hours}, seed={seed},
                               late_fraction=0.2)
         write_table(spark, {table!r}, events, RIDER_EVENT_DDL)
@@ -152,8 +190,9 @@ def read_outputs(home: Path, tables: list[str]) -> dict[str, list[list[object]]]
         f"""
         import json
         from kappaplus.jvm import shutdown_jvm
+        from kappaplus.local.metastore import LOCAL_DISCOVERY
         from kappaplus.session import create_session, stop_session
-        spark = create_session("chaos-read")
+        spark = create_session("chaos-read", metastore_discovery=LOCAL_DISCOVERY)
         found = {{}}
         for table in {tables!r}:
             if not spark.catalog.tableExists(table):
@@ -203,16 +242,19 @@ def kappa_run(
     home: Path,
     config: Path,
     *,
-    interrupt: tuple[int, int] | None = None,
+    interrupt: tuple[int | Callable[[], None], int] | None = None,
     timeout: float = 900,
     end: str = "2024-03-01T12:00:00",
     mode: str = "backfill",
     cutoff: str = "2024-03-01T06:00:00",
+    notes: list[str] | None = None,
 ) -> tuple[int, str]:
     """``kappa run`` the backfill (own process group); with ``interrupt = (signal,
     commits)`` send ``signal`` once ``commits`` micro-batches are committed (0: right after
     the first offsets are planned). SIGTERM/SIGINT go to the whole group, SIGKILL to the
-    driver only (its JVM must not outlive it). Returns (exit code, stdout and stderr)."""
+    driver only (its JVM must not outlive it). Instead of a signal, ``interrupt`` may hold
+    an action (restart a server) done at that moment while the run goes on. Returns (exit
+    code, stdout and stderr)."""
     command = [
         *KAPPA,
         "run",
@@ -245,7 +287,13 @@ def kappa_run(
         pattern = f"**/commits/{commits - 1}" if commits > 0 else "**/offsets/0"
         while proc.poll() is None and time.monotonic() < deadline:
             if any(root.glob(pattern)):
-                if sig == signal.SIGKILL:
+                if callable(sig):
+                    if notes is not None and proc.poll() is not None:
+                        notes.append("the run had ended before the restart")
+                    sig()
+                    if notes is not None and proc.poll() is not None:
+                        notes.append("the run ended during the restart")
+                elif sig == signal.SIGKILL:
                     proc.kill()
                 else:
                     os.killpg(proc.pid, sig)
@@ -257,13 +305,14 @@ def kappa_run(
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
     err = f"{out}\n{err}"  # the error line of kappa run is on stdout, logs on stderr
-    if interrupt is not None and interrupt[0] == signal.SIGKILL:
+    if interrupt is not None and not callable(interrupt[0]) and interrupt[0] == signal.SIGKILL:
         _wait_for_jvm_exit(home)
     return proc.returncode, err
 
 
 def jvms_of(home: Path) -> list[int]:
-    """Pids of processes whose command line names ``home`` (the JVMs of its sessions)."""
+    """Pids of processes whose command line names ``home`` (the JVMs of its sessions; not
+    the metastore server's, which serves every run)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -271,6 +320,8 @@ def jvms_of(home: Path) -> list[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
+            continue
+        if b"HiveMetaStore" in cmdline:
             continue
         if b"java" in cmdline and str(home).encode() in cmdline:
             found.append(int(entry.name))
@@ -309,10 +360,13 @@ def scenario(
     end: str,
     bootstrap: str = "",
     cutoff: str = "2024-03-01T06:00:00",
+    stack: Stack | None = None,
 ) -> tuple[Outcome, str | None]:
     """Run one scenario; returns the outcome (rows checked later) and the table to read."""
     config = write_config(home, table, out, bootstrap or "127.0.0.1:9092")
     moment = "before 1st commit" if commits == 0 else f"after {commits} commit(s)"
+    if name in RESTARTS:
+        return restart_scenario(home, name, out, commits, end, config, moment, stack)
     sig = {
         "sigterm-group": signal.SIGTERM,
         "sigint-group": signal.SIGINT,
@@ -354,18 +408,176 @@ def scenario(
     return outcome, out
 
 
-def stream_topic(home: Path, riders: int, seed: int, hours: int) -> tuple[object, str]:
-    """Start the embedded broker of ``home`` and produce the events of :func:`prepare` to a
-    one-partition topic in arrival order, then flush events a day later that move a
-    stream's watermark past every session. Returns (broker, bootstrap)."""
+def wait_closed(port: int, timeout: float = 30) -> None:
+    """Wait until nothing accepts connections on loopback ``port`` any more."""
+    from kappaplus.local.processes import port_open
+
+    deadline = time.monotonic() + timeout
+    while port_open(port):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"port {port} still open {timeout:.0f} s after the server stopped")
+        time.sleep(0.1)
+
+
+class Stack:
+    """The servers the runs of ``home`` share: the embedded broker (in memory; on an
+    S3-compatible store on loopback, ``moto_server``, when a broker restart is planned, so
+    that its topics outlive it) and, when a metastore restart is planned, a metastore server
+    (which every ``kappa run``, as every session of ``home``, then finds by itself)."""
+
+    BUCKET = "kappa-chaos"
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.broker: Any = None
+        self.store: S3Store | None = None
+        self.store_env: dict[str, str] = {}
+        self.metastore: Any = None
+        self.restarts: list[str] = []
+
+    def start_metastore(self) -> str:
+        from kappaplus.local.metastore import MetastoreServer
+        from kappaplus.local.processes import free_port
+
+        self.metastore = MetastoreServer(self.home, port=free_port())
+        return str(self.metastore.start())
+
+    def restart_metastore(self, down: float = 0.0) -> None:
+        """Stop the metastore server and start it again on the same port and database,
+        ``down`` seconds later."""
+        from kappaplus.local.metastore import MetastoreServer
+
+        began = time.monotonic()
+        status = self.metastore.status()
+        if not self.metastore.stop():
+            raise RuntimeError(f"no metastore server to restart: {status}")
+        wait_closed(status.port)
+        time.sleep(down)
+        self.metastore = MetastoreServer(self.home, port=status.port)
+        self.metastore.start()
+        self.restarts.append(f"metastore down {time.monotonic() - began:.1f} s")
+
+    def start_broker(self, durable: bool) -> str:
+        from kappaplus.local.broker import MEMORY, EmbeddedBroker
+        from kappaplus.local.processes import free_port
+
+        storage = MEMORY
+        if durable:
+            self.store = S3Store(self.home / "s3", self.BUCKET)
+            self.store_env = self.store.start()
+            storage = self.store.storage
+        self.broker = EmbeddedBroker(
+            self.home, port=free_port(), storage=storage, env=self.store_env
+        )
+        return str(self.broker.start())
+
+    def restart_broker(self) -> None:
+        """Stop the broker and start it again on the same port and storage."""
+        from kappaplus.local.broker import EmbeddedBroker
+
+        began = time.monotonic()
+        old = self.broker
+        if not old.stop():
+            raise RuntimeError("no broker to restart")
+        wait_closed(old.port)
+        self.broker = EmbeddedBroker(
+            self.home, port=old.port, storage=old.storage, env=self.store_env
+        )
+        self.broker.start()
+        self.restarts.append(f"broker down {time.monotonic() - began:.1f} s")
+
+    def stop(self) -> None:
+        for server in (self.broker, self.metastore):
+            if server is not None:
+                try:
+                    server.stop()
+                except Exception as exc:  # noqa: BLE001 - clean up the rest anyway
+                    print(f"stopping {server.name}: {exc}")
+        if self.store is not None:
+            self.store.stop()
+
+
+def error_messages(output: str) -> list[str]:
+    """The ``error:`` messages of ``kappa run``'s output, each joined back into one line
+    (the console wraps a long one at its width when it is not a terminal)."""
+    messages: list[str] = []
+    lines = output.splitlines()
+    for index, line in enumerate(lines):
+        if not line.startswith("error:"):
+            continue
+        parts = [line.strip()]
+        for following in lines[index + 1 :]:
+            if not following.strip() or following[:1].isdigit() or following.startswith("error:"):
+                break
+            parts.append(following.strip())
+        messages.append(" ".join(parts))
+    return messages
+
+
+def restart_scenario(
+    home: Path,
+    name: str,
+    out: str,
+    commits: int,
+    end: str,
+    config: Path,
+    moment: str,
+    stack: Stack | None,
+) -> tuple[Outcome, str | None]:
+    """Restart a server the run uses at ``moment``: the run survives, or fails with one
+    line naming the server; either way a rerun of the same command finishes.
+    ``metastore-outage`` keeps the metastore away longer than the client retries: the run
+    must fail, with that line."""
+    assert stack is not None
+    server = RESTARTS[name]
+    restart: Callable[[], None] = stack.restart_broker
+    if name == "metastore-restart":
+        restart = stack.restart_metastore
+    elif name == "metastore-outage":
+        restart = functools.partial(stack.restart_metastore, OUTAGE)
+    mode = mode_of(name)
+    notes: list[str] = []
+    first, err1 = kappa_run(
+        home, config, interrupt=(restart, commits), end=end, mode=mode, notes=notes
+    )
+    outcome = Outcome(name, moment, first, None)
+    outcome.notes = [*stack.restarts[-1:], *notes]
+    if notes:
+        outcome.problems.append("; ".join(notes) + ": nothing was interrupted")
+    if TRACEBACK.search(err1):
+        outcome.problems.append("a traceback on the terminal: " + err1[-300:])
+    if name == "metastore-outage" and first == 0:
+        outcome.problems.append(f"the run went on through a {OUTAGE:.0f} s metastore outage")
+    if first != 0:
+        errors = error_messages(err1)
+        outcome.failed = errors[-1] if errors else err1.strip()[-200:]
+        address = (
+            stack.metastore.uri() if server == "metastore" else stack.broker.status().bootstrap
+        )
+        if len(errors) != 1:
+            outcome.problems.append(f"the failure is not one error message: {err1[-300:]}")
+        elif str(address) not in errors[0]:
+            outcome.problems.append(f"the error does not name the {server} at {address}")
+    if jvms_of(home):
+        outcome.problems.append(f"a JVM outlived kappa run: {jvms_of(home)}")
+    second, err2 = kappa_run(home, config, end=end, mode=mode)
+    outcome.second_exit = second
+    if TRACEBACK.search(err2):
+        outcome.problems.append("a traceback on the rerun: " + err2[-300:])
+    if second != 0:
+        outcome.problems.append(f"the rerun exited {second}: {err2[-300:]}")
+    return outcome, out
+
+
+def stream_topic(bootstrap: str, riders: int, seed: int, hours: int) -> None:
+    """Produce the events of :func:`prepare` to a one-partition topic of the broker at
+    ``bootstrap`` in arrival order, then flush events a day later that move a stream's
+    watermark past every session."""
     from datetime import timedelta
 
     from kappaplus.examples.generate import arrival_order, produce, rider_events
-    from kappaplus.local.broker import EmbeddedBroker, create_topic
-    from kappaplus.local.processes import free_port
+    from kappaplus.local.broker import create_topic
 
-    broker = EmbeddedBroker(home, port=free_port())
-    bootstrap = broker.start()
     create_topic(bootstrap, STREAM_TOPIC, partitions=1)
     events = rider_events(riders=riders, start=START, hours=hours, seed=seed, late_fraction=0.2)
     at = max(e["event_time"] for e in events) + timedelta(days=1)
@@ -381,7 +593,6 @@ def stream_topic(home: Path, riders: int, seed: int, hours: int) -> tuple[object
         for i in range(2 * STREAM_BATCH)
     ]
     produce(bootstrap, STREAM_TOPIC, arrival_order(events) + flush)
-    return broker, bootstrap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     home = Path(tempfile.mkdtemp(prefix="kappa-chaos-"))
-    broker = None
+    stack = Stack(home)
     try:
         table = "chaos_events"
         started = time.monotonic()
@@ -410,10 +621,15 @@ def main(argv: list[str] | None = None) -> int:
         streams = bool(modes & {"stream", "bootstrap"})
         backfills = "backfill" in modes
         cutoff = cutoff_of(args.hours)
+        restarts = {RESTARTS[name] for name, _, _ in planned if name in RESTARTS}
+        if "metastore" in restarts:
+            print(f"metastore server at {stack.start_metastore()}", flush=True)
         prepare(home, table, args.riders, args.seed, args.hours)
         bootstrap = ""
         if streams:
-            broker, bootstrap = stream_topic(home, args.riders, args.seed, args.hours)
+            bootstrap = stack.start_broker(durable="broker" in restarts)
+            print(f"broker at {bootstrap} ({stack.broker.storage})", flush=True)
+            stream_topic(bootstrap, args.riders, args.seed, args.hours)
         baselines = {}
         if backfills:
             baselines["backfill"] = "chaos_base"
@@ -432,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
-            outcomes.append(scenario(home, table, name, out, commits, end, bootstrap, cutoff))
+            outcomes.append(
+                scenario(home, table, name, out, commits, end, bootstrap, cutoff, stack)
+            )
             done = outcomes[-1][0]
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
 
@@ -477,8 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if failed else 0
     finally:
-        if broker is not None:
-            broker.stop()
+        stack.stop()
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kappaplus.errors import BrokerError
-from kappaplus.local.broker import EmbeddedBroker, free_port, list_topics
+from kappaplus.local.broker import MEMORY, EmbeddedBroker, create_topic, free_port, list_topics
 from kappaplus.local.processes import pid_alive
 
 
@@ -106,3 +107,57 @@ def test_cli_start_status_stop(tmp_path: Path) -> None:
     assert stopped.exit_code == 0 and "stopped" in stopped.output
     status = runner.invoke(app, ["broker", "status", "--home", home])
     assert status.exit_code == 1 and "no broker running" in status.output
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(topic, value=str(i).encode())
+    assert producer.flush(10) == 0
+
+
+def _read_all(bootstrap: str, topic: str, seconds: float = 5.0) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            values.append(message.value())
+    consumer.close()
+    return values
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "s3"])
+def test_restart_keeps_topics_only_with_s3_storage(tmp_path: Path, durable: bool) -> None:
+    from s3_store import S3Store
+
+    store = S3Store(tmp_path / "s3")
+    env = store.start() if durable else {}
+    port = free_port()
+    storage = store.storage if durable else MEMORY
+    try:
+        bootstrap = EmbeddedBroker(tmp_path, port, storage=storage, env=env).start()
+        create_topic(bootstrap, "kept", partitions=1)
+        _produce(bootstrap, "kept", 50)
+        assert EmbeddedBroker(tmp_path).stop() is True
+        again = EmbeddedBroker(tmp_path, port, storage=storage, env=env).start()
+        assert again == bootstrap
+        if not durable:
+            assert "kept" not in list_topics(bootstrap)
+            return
+        assert list_topics(bootstrap) == {"kept": 1}
+        _produce(bootstrap, "kept", 50)  # appends after the records from before the restart
+        values = _read_all(bootstrap, "kept")
+        assert values == [str(i).encode() for i in range(50)] * 2
+    finally:
+        EmbeddedBroker(tmp_path).stop()
+        store.stop()
+
+
+def test_unsupported_storage_is_named(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match="sqlite://x.db.*not supported.*s3://BUCKET/"):
+        EmbeddedBroker(tmp_path, storage="sqlite://x.db")

@@ -48,3 +48,18 @@ def test_local_gets_the_local_defaults_and_the_caller_wins() -> None:
     for key, value in SESSION_SETTINGS.items():
         assert settings[key] == value
     assert set(local_defaults(HOME)) <= set(settings)
+
+
+def test_a_local_session_on_a_metastore_server_rides_out_a_restart(tmp_path: Path) -> None:
+    from kappaplus.session import METASTORE_RETRIES
+
+    uri = "thrift://127.0.0.1:9083"
+    settings = builder_settings("local[2]", tmp_path, None, metastore_uri=uri)
+    assert settings["spark.hadoop.hive.metastore.failure.retries"] == "3"
+    assert {k: settings[k] for k in METASTORE_RETRIES} == METASTORE_RETRIES
+    # the embedded Derby metastore has no server to reconnect to
+    assert not set(METASTORE_RETRIES) & set(builder_settings("local[2]", tmp_path, None))
+    # the caller's own settings win
+    mine = {"spark.hadoop.hive.metastore.failure.retries": "10"}
+    chosen = builder_settings("local[2]", tmp_path, mine, metastore_uri=uri)
+    assert chosen["spark.hadoop.hive.metastore.failure.retries"] == "10"
