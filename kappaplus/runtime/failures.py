@@ -15,6 +15,9 @@ resumes from its checkpoint
 >>> explain("An exception was raised by the Python Proxy. Return Message: Traceback ...\\n"
 ...         "  File x.py, line 1\\nkappaplus.errors.DataError: table 't': 2 rows cannot be placed")
 "table 't': 2 rows cannot be placed"
+>>> explain("Job aborted: Lost task 1.3 (TID 12): java.lang.IllegalStateException: "
+...         "kappaplus.errors.DataError: table 't': file 'f' was removed\\n\\tat org.X(X.java:1)")
+"table 't': file 'f' was removed"
 """
 
 from __future__ import annotations
@@ -41,9 +44,13 @@ _KNOWN = (
 )
 
 
-_KAPPA_ERROR = re.compile(r"^kappaplus\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+_KAPPA_ERROR = re.compile(
+    r"(?:^|Exception: |Error: )kappaplus\.errors\.\w+: (?P<message>.+)$", re.MULTILINE
+)
 """A kappaplus error raised in a Python worker or in ``foreachBatch``: Spark passes on its
-traceback; the error's own message (it names the option, table or file) is the line to show."""
+traceback; the error's own message (it names the option, table or file) is the line to show.
+The JVM reader's errors carry the same prefix inside a Java exception's message (``...
+IllegalStateException: kappaplus.errors.DataError: ...``)."""
 
 
 _METASTORE_DOWN = "Could not connect to meta store"

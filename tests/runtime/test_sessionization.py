@@ -147,7 +147,8 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
 
     kept_counts = (
         read_counts(spark, jobs=[sessionization.JOB.name])
-        .where("stage = 'late_kept' AND mode = 'stream'")
+        # this run's late table only: other tests run this job too, into the same audit table
+        .where(f"stage = 'late_kept' AND mode = 'stream' AND dataset = '{out}_late'")
         .selectExpr("unix_seconds(bucket) AS at", "rows")
         .collect()
     )

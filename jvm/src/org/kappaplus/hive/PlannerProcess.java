@@ -108,7 +108,7 @@ final class PlannerProcess implements AutoCloseable {
       // the process may be gone already
     }
     try {
-      if (!process.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) {
+      if (!process.waitFor(1, java.util.concurrent.TimeUnit.SECONDS)) {
         process.destroy();
       }
     } catch (InterruptedException e) {
