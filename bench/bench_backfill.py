@@ -149,6 +149,15 @@ def session(name: str):  # type: ignore[no-untyped-def]
     return create_session(name)
 
 
+def stop(spark) -> None:  # type: ignore[no-untyped-def]
+    """Stop the session and wait for its JVM to exit, as ``kappa run`` does: the next way's
+    process then finds the embedded metastore free, and every way is timed to the same end."""
+    from kappaplus.jvm import shutdown_jvm
+
+    spark.stop()
+    shutdown_jvm()
+
+
 def child_generate(args: argparse.Namespace) -> None:
     from pyspark.sql import functions as F
 
@@ -175,7 +184,7 @@ def child_generate(args: argparse.Namespace) -> None:
     )
     location = spark.sql(f"DESCRIBE FORMATTED {table}").where("col_name = 'Location'").first()
     Path(args.out).write_text(json.dumps({"rows": n, "location": location.data_type}))
-    spark.stop()
+    stop(spark)
 
 
 def hourly_rows(df) -> list[list[int]]:  # type: ignore[no-untyped-def]
@@ -222,7 +231,7 @@ def child_batch(args: argparse.Namespace) -> None:
         found = sessions({"events": events}, None)["sessions"]  # type: ignore[arg-type]
         rows = [r for r in session_rows(found) if r[1] <= end]
     Path(args.out).write_text(json.dumps({"rows": rows}))
-    spark.stop()
+    stop(spark)
 
 
 def child_filestream(args: argparse.Namespace) -> None:
@@ -251,7 +260,7 @@ def child_filestream(args: argparse.Namespace) -> None:
     batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
     rows = hourly_rows(spark.table("d_out"))
     Path(args.out).write_text(json.dumps({"rows": rows, "batches": batches}))
-    spark.stop()
+    stop(spark)
 
 
 def child_read_output(args: argparse.Namespace) -> None:
@@ -260,7 +269,7 @@ def child_read_output(args: argparse.Namespace) -> None:
     df = spark.table(args.table)
     rows = hourly_rows(df) if args.kind == "hourly" else session_rows(df)
     Path(args.out).write_text(json.dumps({"rows": rows}))
-    spark.stop()
+    stop(spark)
 
 
 def child_raw(args: argparse.Namespace) -> None:
