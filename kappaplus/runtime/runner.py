@@ -354,9 +354,10 @@ def _remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
 
 
 def _stop_quietly(query: StreamingQuery) -> None:
+    """Stop ``query`` and wait for its thread: also when it ended by itself (an available-now
+    query after a drain), whose thread may still be stopping its sources."""
     try:
-        if query.isActive:
-            query.stop()
+        query.stop()
     except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
         log.warning("stopping query %s: %s", query.name, exc)
 

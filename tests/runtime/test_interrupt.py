@@ -67,7 +67,8 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(spark, scratch: Path) -> Non
         done.set()
         watcher.join()
     assert first.status == STOPPED
-    assert not [q for q in spark.streams.active], "Ctrl-C stops every query of the run"
+    active = [(q.name, q.isActive, str(q.status)) for q in spark.streams.active]
+    assert not active, f"Ctrl-C stops every query of the run: {active}"
     recorded = {r.run_id: r for r in list_runs()}[first.record.run_id]
     assert recorded.status == STOPPED and recorded.ended_at is not None
     assert recorded.stopped_by == "ctrl-c" and exit_code(recorded) == 130
