@@ -696,8 +696,9 @@ def chart(results: list[Result]) -> None:
         if not points:
             continue
         days = [d for d, _ in points]
-        left.plot(days, [r.seconds for _, r in points], marker="o", label=way)
-        right.plot(days, [r.peak_pss_mb for _, r in points], marker="o", label=way)
+        label = "A-py" if way == "F" else way
+        left.plot(days, [r.seconds for _, r in points], marker="o", label=label)
+        right.plot(days, [r.peak_pss_mb for _, r in points], marker="o", label=label)
     left.set(xlabel="days", ylabel="wall seconds", title="wall time (hourly counts)")
     right.set(xlabel="days", ylabel="peak PSS MB", title="peak memory")
     for ax in (left, right):
