@@ -223,12 +223,19 @@ class HiveTableSink:
     def _ensure_table(self, spark: SparkSession, df: DataFrame) -> str:
         """Create the table if missing and check the rows fit it; its location.
 
-        Four catalog round trips, so the answer is kept for the rest of the query: every
-        batch of a query has the same schema, and a table changed under a running query
-        fails its next partition registration anyway.
+        Four catalog round trips; after the first batch only the table's existence is asked
+        again: every batch of a query has the same schema, and a table changed under a
+        running query fails its next partition registration anyway.
         """
         checked = df.schema.json()
-        if self._checked is not None and self._checked[0] == checked:
+        # one catalog call every batch all the same: when the metastore is away it fails
+        # after the client's retries with a clear error, where the sink's later calls were
+        # seen to block until the server is back (chaos metastore-outage)
+        if (
+            self._checked is not None
+            and self._checked[0] == checked
+            and spark.catalog.tableExists(self.options.table)
+        ):
             return self._checked[1]
         location = create_or_check(spark, self.options, df)
         self._checked = (checked, location)
