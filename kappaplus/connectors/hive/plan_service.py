@@ -24,8 +24,9 @@ from kappaplus.connectors.hive.layout import HIVE_DEFAULT_PARTITION
 from kappaplus.connectors.hive.manifest import ManifestStore
 from kappaplus.connectors.hive.offsets import PHASE_DATA, Position
 from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.hive.reader import partition_scalar
 from kappaplus.connectors.hive.source import HiveStreamReader
-from kappaplus.errors import DataError, KappaError
+from kappaplus.errors import KappaError
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,7 @@ def partition_value(value: str | None, kind: pa.DataType, path: str, column: str
     internal one (dates as days, timestamps as microseconds, decimals as text)."""
     if value is None or value == HIVE_DEFAULT_PARTITION:
         return None
-    try:
-        scalar = pa.array([value]).cast(kind)[0]
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataError(
-            f"partition value {column}={value!r} of file {path!r} is not a valid {kind}"
-        ) from exc
+    scalar = partition_scalar(value, kind, path, column)
     if pa.types.is_date32(kind):
         return scalar.cast(pa.int32()).as_py()
     if pa.types.is_timestamp(kind):

@@ -150,13 +150,18 @@ def _conform(
 def _constant(value: str | None, kind: pa.DataType, n: int, path: str, column: str) -> pa.Array:
     if value is None:
         return pa.nulls(n, type=kind)
+    return pa.repeat(partition_scalar(value, kind, path, column), n)
+
+
+def partition_scalar(value: str, kind: pa.DataType, path: str, column: str) -> pa.Scalar:
+    """A partition directory's value as a scalar of the column's type; :class:`DataError`
+    naming the file and column when it is not one."""
     try:
-        scalar = pa.array([value]).cast(kind)[0]
+        return pa.array([value]).cast(kind)[0]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise DataError(
             f"partition value {column}={value!r} of file {path!r} is not a valid {kind}"
         ) from exc
-    return pa.repeat(scalar, n)
 
 
 def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.Table:
