@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,13 +26,14 @@ from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_reader_loade
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
 from kappaplus.errors import ConfigError, DataError
+from kappaplus.jars import jvm_jar
 
 HOUR = 3600
 
+# Skipped only on a machine where set-up could not build the jar (no javac, no root to
+# install it); in CI set-up installs the JDK, so a missing jar fails these tests there.
 pytestmark = pytest.mark.skipif(
-    not Path(__import__("kappaplus.jars", fromlist=["x"]).__file__)
-    .with_name("kappaplus-jvm.jar")
-    .is_file(),
+    jvm_jar() is None and not os.environ.get("CI"),
     reason="set-up did not build kappaplus-jvm.jar (no javac)",
 )
 
