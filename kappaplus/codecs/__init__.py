@@ -5,13 +5,14 @@ Modules: :mod:`.schema` (columns, Kafka and dead-letter schemas), :mod:`.spec`
 JSON converters and Avro normalizers), :mod:`.decoder` (one value -> event or reason, the
 Confluent wire format, the ``mapInArrow`` batch function), :mod:`.registry` (Avro writer
 schemas from a Schema Registry) and :mod:`.frames` (the DataFrame API: :func:`decode_kafka`,
-:func:`good_events`, :func:`dead_letters`); :mod:`.fastjson` decodes JSON in Spark for the
-records it can vouch for (``DecoderSpec(json_decoder="jvm")``).
+:func:`good_events`, :func:`dead_letters`, :func:`dead_letter_arrow`); :mod:`.fastjson`
+decodes JSON in Spark for the records it can vouch for (``DecoderSpec(json_decoder="jvm")``).
 """
 
 from kappaplus.codecs.decoder import decode_batches
 from kappaplus.codecs.frames import (
     check_kafka_schema,
+    dead_letter_arrow,
     dead_letters,
     decode_kafka,
     decode_values,
@@ -36,6 +37,7 @@ __all__ = [
     "RECORD_COL",
     "DecoderSpec",
     "check_kafka_schema",
+    "dead_letter_arrow",
     "dead_letters",
     "decode_batches",
     "decode_kafka",

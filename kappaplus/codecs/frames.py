@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from kappaplus.codecs.fastjson import decode_json_frame, supported
 from kappaplus.codecs.schema import (
     _KAFKA_TYPES,
     DEFAULT_METRICS,
+    DLQ_ARROW_SCHEMA,
     ERROR_COL,
     EVENT_SCHEMA_KEY,
     KAFKA_COLUMNS,
@@ -176,6 +178,38 @@ def dead_letters(decoded: DataFrame, job_name: str) -> DataFrame:
         F.col(ERROR_COL).cast("string").alias("reason"),  # the cast drops the metadata
         F.lit(str(job_name)).alias("job"),
         F.current_timestamp().alias("dead_letter_time"),
+    )
+
+
+def dead_letter_arrow(
+    records: pa.Table | pa.RecordBatch,
+    reasons: pa.Array | pa.ChunkedArray,
+    job_name: str,
+    now: datetime | None = None,
+) -> pa.Table:
+    """The Arrow twin of :func:`dead_letters`: failed rows of a decoded Arrow batch (their
+    :data:`RECORD_COL` holds the raw record) with their ``reasons``, in
+    :data:`DLQ_ARROW_SCHEMA`; ``now`` (default: the current time) is the dead-letter time.
+    Used wherever decoding runs in Arrow (the stream's dead-letter tap, the hybrid source)."""
+    import pyarrow.compute as pc
+
+    column = records.column(RECORD_COL)
+    raw = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = records.num_rows
+    when = now or datetime.now(UTC)
+    columns = {
+        "key": raw.field("key"),
+        "value": raw.field("value"),
+        "topic": raw.field("topic"),
+        "partition": raw.field("partition"),
+        "offset": raw.field("offset"),
+        "kafka_timestamp": raw.field("timestamp"),
+        "reason": pc.cast(reasons, pa.string()),
+        "job": pa.array([job_name] * n, type=pa.string()),
+        "dead_letter_time": pa.array([when] * n, type=pa.timestamp("us", tz="UTC")),
+    }
+    return pa.Table.from_arrays(
+        [columns[f.name] for f in DLQ_ARROW_SCHEMA], schema=DLQ_ARROW_SCHEMA
     )
 
 

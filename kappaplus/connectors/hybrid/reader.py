@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,10 +31,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from kappaplus.codecs import (
-    DLQ_ARROW_SCHEMA,
     ERROR_COL,
     RECORD_ARROW_TYPE,
     RECORD_COL,
+    dead_letter_arrow,
     decode_batches,
 )
 from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
@@ -184,23 +183,7 @@ def _dead_rows(
     rows: pa.Table, reasons: pa.Array | pa.ChunkedArray, options: HybridSourceOptions
 ) -> pa.Table:
     """Dead letters in the DLQ schema: the raw record, the reason, the job, the time."""
-    raw = rows.column(RECORD_COL).combine_chunks()
-    n = rows.num_rows
-    now = datetime.now(tz=UTC)
-    columns = {
-        "key": raw.field("key"),
-        "value": raw.field("value"),
-        "topic": raw.field("topic"),
-        "partition": raw.field("partition"),
-        "offset": raw.field("offset"),
-        "kafka_timestamp": raw.field("timestamp"),
-        "reason": pc.cast(reasons, pa.string()),
-        "job": pa.array([options.job_name] * n, type=pa.string()),
-        "dead_letter_time": pa.array([now] * n, type=TS_UTC),
-    }
-    return pa.Table.from_arrays(
-        [columns[f.name] for f in DLQ_ARROW_SCHEMA], schema=DLQ_ARROW_SCHEMA
-    )
+    return dead_letter_arrow(rows, reasons, options.job_name)
 
 
 def _write_atomically(
