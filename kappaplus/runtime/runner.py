@@ -19,8 +19,8 @@ query has read a row for ``until_idle`` seconds, after ``timeout`` seconds, or o
 Ctrl-C / SIGTERM: then the queries drain (the micro-batch under way is committed, no new
 one starts: :mod:`kappaplus.draining`) and are stopped; a second signal stops them at
 once (the interrupted batch is redone: the checkpoint and the exactly-once Hive sink make
-the next run resume where this one stopped). A JSON run record under ``state_dir()/runs``
-follows the run throughout.
+the next run resume where this one stopped); see :mod:`kappaplus.runtime.waiting`. A JSON
+run record under ``state_dir()/runs`` follows the run throughout.
 """
 
 from __future__ import annotations
@@ -34,17 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.live import Live
 
 from kappaplus.config import JobConfig, resolve
-from kappaplus.draining import DrainSignal, drain_requested
-from kappaplus.errors import KappaError
+from kappaplus.draining import DrainSignal
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
     prepare_checkpoint,
 )
 from kappaplus.runtime.dead_letters import publish_run_dead_letters, start_dead_letter_query
-from kappaplus.runtime.failures import explain, metastore_uri
+from kappaplus.runtime.failures import metastore_uri
 from kappaplus.runtime.identity import (
     check_targets,
     run_identity,
@@ -65,10 +63,17 @@ from kappaplus.runtime.outputs import (
     plan_output,
     start_output,
 )
-from kappaplus.runtime.progress import ProgressTracker, format_seconds
+from kappaplus.runtime.progress import ProgressTracker
 from kappaplus.runtime.progress_events import ProgressListener
-from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
-from kappaplus.runtime.stopping import StopRequest, signals_stop
+from kappaplus.runtime.records import FAILED, RUNNING, STOPPED, RunRecord, new_run_id
+from kappaplus.runtime.stopping import signals_stop
+from kappaplus.runtime.waiting import (
+    progress_of,
+    query_name,
+    stop_quietly,
+    update_record,
+    wait_for_queries,
+)
 from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
@@ -78,9 +83,6 @@ if TYPE_CHECKING:
     from kappaplus.jobs import Job
 
 log = logging.getLogger(__name__)
-RECORD_EVERY = 5.0
-TIMEOUT_DRAIN_SECONDS = 60
-"""How long ``--timeout`` waits for the micro-batch under way before stopping at once."""
 
 
 @dataclass
@@ -214,7 +216,7 @@ def run_job(
             trigger,
             ", ".join(queries),
         )
-        status = _wait(
+        status = wait_for_queries(
             queries,
             tracker,
             record,
@@ -234,11 +236,11 @@ def run_job(
         raise
     finally:
         for query in queries.values():
-            _stop_quietly(query)
+            stop_quietly(query)
         for name, query in queries.items():
             # events still on Spark's listener bus, and the query's own recent progress:
             # folding is idempotent per batch id, so a batch seen twice counts once
-            entries = [*events.take(_name(query)), *_progress(query)]
+            entries = [*events.take(query_name(query)), *progress_of(query)]
             tracker.update(name, entries)
             if auditor is not None:
                 auditor.collect(name, entries)
@@ -255,15 +257,6 @@ def run_job(
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
     return RunResult(record, job, status, plans, tracker, queries)
-
-
-def _raise_if_failed(name: str, query: StreamingQuery, metastore: str | None) -> None:
-    """Raise the one-line :class:`KappaError` of a query that ended with an exception."""
-    failure = query.exception()
-    if failure is not None:
-        detail = str(failure)
-        log.debug("query %s failed: %s", name, detail)
-        raise KappaError(f"query {name} failed: {explain(detail, metastore_uri=metastore)}")
 
 
 def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:
@@ -312,154 +305,11 @@ def _user() -> str | None:
         return None
 
 
-def _progress(query: StreamingQuery) -> list[Any]:
-    try:
-        return list(query.recentProgress)
-    except Exception:  # noqa: BLE001 - a stopped query may have no progress to give
-        return []
-
-
-def _busy(query: StreamingQuery) -> bool:
-    """Whether a query is running a batch or its last trigger found data: a long batch is
-    not idleness (``until_idle`` must not stop a run in the middle of its input)."""
-    try:
-        status = query.status
-    except Exception:  # noqa: BLE001 - a stopped query is not busy
-        return False
-    return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
-
-
-def _drained(queries: dict[str, StreamingQuery], drain: DrainSignal) -> bool:
-    """Ask the sources to admit no new data (once); True when no query is inside a
-    micro-batch any more, so stopping them interrupts nothing."""
-    if not drain_requested(drain.path):
-        drain.request()
-        log.info("draining: waiting for the micro-batch under way to be committed")
-        return False
-    return not any(q.isActive and _busy(q) for q in queries.values())
-
-
-def _name(query: StreamingQuery) -> str:
-    try:
-        return str(query.name)
-    except Exception:  # noqa: BLE001 - a query that failed to start may have no name
-        return ""
-
-
 def _remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
     try:
         spark.streams.removeListener(listener)
     except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
         log.warning("removing the progress listener: %s", exc)
-
-
-def _stop_quietly(query: StreamingQuery) -> None:
-    """Stop ``query`` and wait for its thread: also when it ended by itself (an available-now
-    query after a drain), whose thread may still be stopping its sources."""
-    try:
-        query.stop()
-    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
-        log.warning("stopping query %s: %s", query.name, exc)
-
-
-def _wait(
-    queries: dict[str, StreamingQuery],
-    tracker: ProgressTracker,
-    record: RunRecord,
-    run: RunOptions,
-    console: Console | None,
-    request: StopRequest | None = None,
-    auditor: Any = None,
-    drain: DrainSignal | None = None,
-    events: ProgressListener | None = None,
-    metastore_uri: str | None = None,
-) -> str:
-    """Poll the queries until the run ends (or ``request`` says a signal came: then drain
-    them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
-    current."""
-    started = time.monotonic()
-    names = {name: str(query.name) for name, query in queries.items()}
-    last_saved = 0.0
-    last_logged = 0.0
-    live = (
-        Live(tracker.table(record.run_id), console=console, refresh_per_second=2, transient=False)
-        if run.progress
-        else None
-    )
-    if live is not None:
-        live.start()
-    try:
-        while True:
-            if request is not None and request.stopped_by is not None:
-                record.stopped_by = request.stopped_by
-                if drain is None or request.urgent or _drained(queries, drain):
-                    return STOPPED
-            elif record.stopped_by == "timeout":
-                over = time.monotonic() - started - (run.timeout or 0)
-                if drain is None or over >= TIMEOUT_DRAIN_SECONDS or _drained(queries, drain):
-                    return STOPPED
-            for name, query in queries.items():
-                progress = events.take(names[name]) if events is not None else _progress(query)
-                tracker.update(name, progress)
-                if auditor is not None:
-                    auditor.collect(name, progress)
-                if not query.isActive:
-                    _raise_if_failed(name, query, metastore_uri)
-            now = time.monotonic()
-            if live is not None:
-                live.update(tracker.table(record.run_id))
-            elif now - last_logged >= 10:
-                log.info("%s", tracker.line())
-                last_logged = now
-            if now - last_saved >= RECORD_EVERY:
-                flush_audit(auditor)
-                _update_record(record, tracker)
-                record.save()
-                last_saved = now
-            if all(not q.isActive for q in queries.values()):
-                # a query may have failed since the check above (e.g. while the audit was
-                # written): a failed run must not be reported as finished
-                for name, query in queries.items():
-                    _raise_if_failed(name, query, metastore_uri)
-                return STOPPED if record.stopped_by is not None else FINISHED
-            if (
-                run.until_idle is not None
-                and tracker.idle_for() >= run.until_idle
-                and (all(s.batches > 0 for s in tracker.stats.values()))
-                and not any(_busy(q) for q in queries.values())
-            ):
-                log.info("no input for %.0f s: stopping", tracker.idle_for())
-                return FINISHED
-            if (
-                run.timeout is not None
-                and now - started >= run.timeout
-                and record.stopped_by is None
-            ):
-                log.warning(
-                    "timeout after %s: stopping once the micro-batch under way is committed "
-                    "(at most %d s more)",
-                    format_seconds(now - started),
-                    TIMEOUT_DRAIN_SECONDS,
-                )
-                record.stopped_by = "timeout"
-            time.sleep(run.poll_seconds)
-    finally:
-        if live is not None:
-            live.update(tracker.table(record.run_id))
-            live.stop()
-            if not live.console.is_terminal:
-                live.console.line()  # a log or pipe gets no newline after the last frame
-
-
-def _update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:
-    names = set(plans) if plans is not None else {n for n in tracker.stats if ":" not in n}
-    record.outputs = {
-        name: stats.as_json() for name, stats in tracker.stats.items() if name in names
-    }
-    record.rows_dropped_late = sum(
-        tracker.stats[n].rows_dropped_late for n in names if n in tracker.stats
-    )
-    record.done = tracker.done
 
 
 def _finish(
@@ -471,7 +321,7 @@ def _finish(
     bootstrap: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Final statistics, decode/DLQ reconciliation and the final run record."""
-    _update_record(record, tracker, plans)
+    update_record(record, tracker, plans)
     inputs: dict[str, dict[str, Any]] = {}
     first = next(iter(plans), None)
     if first is not None:

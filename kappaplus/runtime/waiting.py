@@ -1,0 +1,192 @@
+"""Wait for a run's queries: poll them until the run ends, keeping the progress table, the
+audit counts and the run record current, and stop them.
+
+The run ends when every query has terminated (``available-now`` / ``once``), when no
+query has read a row for ``until_idle`` seconds, after ``timeout`` seconds (the micro-batch
+under way is committed first, at most :data:`TIMEOUT_DRAIN_SECONDS` more), or on a stop
+request (Ctrl-C / SIGTERM: the queries drain, :mod:`kappaplus.draining`; a second signal
+stops them at once). A query that failed ends the run with one line naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.live import Live
+
+from kappaplus.draining import DrainSignal, drain_requested
+from kappaplus.errors import KappaError
+from kappaplus.runtime.failures import explain
+from kappaplus.runtime.observers import flush_audit
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.progress import ProgressTracker, format_seconds
+from kappaplus.runtime.progress_events import ProgressListener
+from kappaplus.runtime.records import FINISHED, STOPPED, RunRecord
+from kappaplus.runtime.stopping import StopRequest
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+RECORD_EVERY = 5.0
+"""Seconds between two saves of the run record while the queries run."""
+TIMEOUT_DRAIN_SECONDS = 60
+"""How long ``--timeout`` waits for the micro-batch under way before stopping at once."""
+
+
+def raise_if_failed(name: str, query: StreamingQuery, metastore: str | None) -> None:
+    """Raise the one-line :class:`KappaError` of a query that ended with an exception."""
+    failure = query.exception()
+    if failure is not None:
+        detail = str(failure)
+        log.debug("query %s failed: %s", name, detail)
+        raise KappaError(f"query {name} failed: {explain(detail, metastore_uri=metastore)}")
+
+
+def progress_of(query: StreamingQuery) -> list[Any]:
+    """The query's recent progress entries (none from a stopped query that has none)."""
+    try:
+        return list(query.recentProgress)
+    except Exception:  # noqa: BLE001 - a stopped query may have no progress to give
+        return []
+
+
+def _busy(query: StreamingQuery) -> bool:
+    """Whether a query is running a batch or its last trigger found data: a long batch is
+    not idleness (``until_idle`` must not stop a run in the middle of its input)."""
+    try:
+        status = query.status
+    except Exception:  # noqa: BLE001 - a stopped query is not busy
+        return False
+    return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
+
+
+def _drained(queries: dict[str, StreamingQuery], drain: DrainSignal) -> bool:
+    """Ask the sources to admit no new data (once); True when no query is inside a
+    micro-batch any more, so stopping them interrupts nothing."""
+    if not drain_requested(drain.path):
+        drain.request()
+        log.info("draining: waiting for the micro-batch under way to be committed")
+        return False
+    return not any(q.isActive and _busy(q) for q in queries.values())
+
+
+def query_name(query: StreamingQuery) -> str:
+    """The query's name ("" when it has none)."""
+    try:
+        return str(query.name)
+    except Exception:  # noqa: BLE001 - a query that failed to start may have no name
+        return ""
+
+
+def stop_quietly(query: StreamingQuery) -> None:
+    """Stop ``query`` and wait for its thread: also when it ended by itself (an available-now
+    query after a drain), whose thread may still be stopping its sources."""
+    try:
+        query.stop()
+    except Exception as exc:  # noqa: BLE001 - stopping must not hide the run's outcome
+        log.warning("stopping query %s: %s", query.name, exc)
+
+
+def wait_for_queries(
+    queries: dict[str, StreamingQuery],
+    tracker: ProgressTracker,
+    record: RunRecord,
+    run: RunOptions,
+    console: Console | None,
+    request: StopRequest | None = None,
+    auditor: Any = None,
+    drain: DrainSignal | None = None,
+    events: ProgressListener | None = None,
+    metastore_uri: str | None = None,
+) -> str:
+    """Poll the queries until the run ends (or ``request`` says a signal came: then drain
+    them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
+    current."""
+    started = time.monotonic()
+    names = {name: str(query.name) for name, query in queries.items()}
+    last_saved = 0.0
+    last_logged = 0.0
+    live = (
+        Live(tracker.table(record.run_id), console=console, refresh_per_second=2, transient=False)
+        if run.progress
+        else None
+    )
+    if live is not None:
+        live.start()
+    try:
+        while True:
+            if request is not None and request.stopped_by is not None:
+                record.stopped_by = request.stopped_by
+                if drain is None or request.urgent or _drained(queries, drain):
+                    return STOPPED
+            elif record.stopped_by == "timeout":
+                over = time.monotonic() - started - (run.timeout or 0)
+                if drain is None or over >= TIMEOUT_DRAIN_SECONDS or _drained(queries, drain):
+                    return STOPPED
+            for name, query in queries.items():
+                progress = events.take(names[name]) if events is not None else progress_of(query)
+                tracker.update(name, progress)
+                if auditor is not None:
+                    auditor.collect(name, progress)
+                if not query.isActive:
+                    raise_if_failed(name, query, metastore_uri)
+            now = time.monotonic()
+            if live is not None:
+                live.update(tracker.table(record.run_id))
+            elif now - last_logged >= 10:
+                log.info("%s", tracker.line())
+                last_logged = now
+            if now - last_saved >= RECORD_EVERY:
+                flush_audit(auditor)
+                update_record(record, tracker)
+                record.save()
+                last_saved = now
+            if all(not q.isActive for q in queries.values()):
+                # a query may have failed since the check above (e.g. while the audit was
+                # written): a failed run must not be reported as finished
+                for name, query in queries.items():
+                    raise_if_failed(name, query, metastore_uri)
+                return STOPPED if record.stopped_by is not None else FINISHED
+            if (
+                run.until_idle is not None
+                and tracker.idle_for() >= run.until_idle
+                and (all(s.batches > 0 for s in tracker.stats.values()))
+                and not any(_busy(q) for q in queries.values())
+            ):
+                log.info("no input for %.0f s: stopping", tracker.idle_for())
+                return FINISHED
+            if (
+                run.timeout is not None
+                and now - started >= run.timeout
+                and record.stopped_by is None
+            ):
+                log.warning(
+                    "timeout after %s: stopping once the micro-batch under way is committed "
+                    "(at most %d s more)",
+                    format_seconds(now - started),
+                    TIMEOUT_DRAIN_SECONDS,
+                )
+                record.stopped_by = "timeout"
+            time.sleep(run.poll_seconds)
+    finally:
+        if live is not None:
+            live.update(tracker.table(record.run_id))
+            live.stop()
+            if not live.console.is_terminal:
+                live.console.line()  # a log or pipe gets no newline after the last frame
+
+
+def update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:
+    """The run record's per-output totals, rows dropped late and fraction done, so far."""
+    names = set(plans) if plans is not None else {n for n in tracker.stats if ":" not in n}
+    record.outputs = {
+        name: stats.as_json() for name, stats in tracker.stats.items() if name in names
+    }
+    record.rows_dropped_late = sum(
+        tracker.stats[n].rows_dropped_late for n in names if n in tracker.stats
+    )
+    record.done = tracker.done
