@@ -7,8 +7,9 @@ ahead of processing time, with defaults); the runtime applies them BELOW
 ``withWatermark`` (the watermark only ever sees rows within them):
 
 - Kafka inputs (``stream`` mode): :func:`mark_out_of_bounds` turns an out-of-bounds
-  decoded record into a dead letter (reason ``event time ... is ...``), in the output
-  queries (which then skip it) and in the DLQ query (which writes it), alike.
+  decoded record into a dead letter (reason ``event time ... is ...``) in the output
+  queries, which skip it; the one that publishes the input's dead letters writes it
+  (:mod:`kappaplus.runtime.dead_letter_tap`).
 - Every input (all modes): :func:`drop_out_of_bounds` removes what is left out of bounds
   (in a backfill or bootstrap: rows of the lake; end-of-input markers are kept) and counts
   it as ``out_of_bounds`` under the observed metric :func:`bounds_metrics_name`.

@@ -1,16 +1,20 @@
-"""A backfill's dead letters: the rows of its Hive table that no event-time slice can place.
+"""A job's dead letters through one writer (:mod:`kappaplus.dlq`), in
+one layout (:data:`kappaplus.codecs.DLQ_ARROW_SCHEMA`; :data:`kappaplus.dlq.HIVE_COLUMNS`).
 
-The Hive source stages them, with their reason, as Parquet under a directory beside the
-run's checkpoints (one file per source file and row groups, so a replayed slice overwrites
-rather than duplicates; see :mod:`kappaplus.connectors.hive.reader`). When the run ends,
-:func:`publish_staged` moves them into the binding's dead-letter Hive table, in the same
-layout as a Kafka input's dead letters (:data:`kappaplus.dlq.HIVE_COLUMNS`): ``value`` is
-the row as JSON, ``reason`` says why (and which file), ``topic``/``partition``/``offset``
-are filled when the table archives Kafka records (``kafka_topic``, ``kafka_partition``,
-``kafka_offset``). One place to look for every dead letter of a job.
+**Stream** (a Kafka input with a ``dlq`` topic or table): written by the output queries in
+the micro-batch that reads them (:mod:`kappaplus.runtime.dead_letter_tap`).
 
-Publishing replaces the rows of one batch key per job, input and range, so a resumed or
-repeated run publishes every staged row exactly once.
+**Backfill** (a Hive input with ``unplaceable = "dead_letter"``): the Hive source stages
+the rows no event-time slice can place, with their reason, as Parquet under a directory
+beside the run's checkpoints (one file per source file and row groups, so a replayed slice
+overwrites rather than duplicates; see :mod:`kappaplus.connectors.hive.reader`). When the
+run ends, :func:`publish_staged` moves them into the binding's dead-letter Hive table with
+:func:`kappaplus.dlq.write_dead_letters`, in the same layout as a Kafka input's dead letters
+(:data:`kappaplus.dlq.HIVE_COLUMNS`): ``value`` is the row as JSON, ``reason`` says why (and
+which file), ``topic``/``partition``/``offset`` are filled when the table archives Kafka
+records (``kafka_topic``, ``kafka_partition``, ``kafka_offset``). Publishing replaces the
+rows of one batch key per job, input and range, so a resumed or repeated run publishes every
+staged row exactly once.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from kappaplus.jobs import Job
     from kappaplus.runtime.options import RunOptions
@@ -152,65 +155,3 @@ def publish_run_dead_letters(
             continue
         out[spec.name] = {"dead_letters": count, "dead_letter_table": table}
     return out
-
-
-def start_dead_letter_query(
-    spark: SparkSession,
-    job: Job,
-    input_name: str,
-    resolved: Any,
-    mode_dir: Path,
-    trigger: str,
-    drain_file: str | None = None,
-) -> tuple[StreamingQuery, str] | None:
-    """The DLQ query of a Kafka input: decode the topic again, write its dead letters
-    (``drain_file``: :mod:`kappaplus.draining`)."""
-    from kappaplus.codecs import dead_letters, decode_kafka
-    from kappaplus.dlq import dead_letter_writer
-    from kappaplus.runtime.bounds import bounds_metrics_name, mark_out_of_bounds
-    from kappaplus.runtime.inputs import (
-        dead_letter_target,
-        decoder_spec,
-        dlq_metrics_name,
-        read_kafka_records,
-    )
-    from kappaplus.runtime.options import slug, trigger_args
-    from kappaplus.runtime.outputs import checkpoint_id
-
-    kafka = resolved.inputs[input_name].kafka
-    if kafka is None:
-        return None
-    target = dead_letter_target(input_name, kafka)
-    if target is None:
-        return None
-    checkpoint = mode_dir / f"_dlq_{input_name}"
-    ident = checkpoint_id(checkpoint)
-    spec = job.input(input_name)
-    decoded = mark_out_of_bounds(
-        decode_kafka(
-            read_kafka_records(spark, kafka, drain_file),
-            decoder_spec(spec, kafka),
-            metrics=dlq_metrics_name(input_name),
-        ),
-        spec.event_time_column,
-        resolved.inputs[input_name].bounds,
-        bounds_metrics_name(input_name, "kappa_dlq_bounds"),
-    )
-    sink_id = f"{slug(job.name)}-{input_name}-{ident}"[:100]
-    writer = dead_letter_writer(target, sink_id=sink_id)
-    query = (
-        dead_letters(decoded, job.name)
-        .writeStream.queryName(f"{slug(job.name)}-stream-dlq-{input_name}-{ident}")
-        .option("checkpointLocation", str(checkpoint))
-        .foreachBatch(_discard_result(writer))
-        .trigger(**trigger_args(trigger))
-        .start()
-    )
-    return query, str(checkpoint)
-
-
-def _discard_result(write: Any) -> Any:
-    def call(df: Any, batch_id: int) -> None:
-        write(df, batch_id)
-
-    return call

@@ -3,8 +3,9 @@
 - ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
   :func:`~kappaplus.codecs.decode_kafka` -> :func:`~kappaplus.codecs.good_events`. The
   decode counts (``records``, ``good``, ``dead``) are observed under
-  ``kappa_decode_<input>``; the dead letters themselves are written by a separate DLQ
-  query per input (see :mod:`kappaplus.runtime.runner`) when the input has a ``dlq``.
+  ``kappa_decode_<input>``; when the input has a ``dlq``, the failed records pass through
+  the dead-letter tap, which stages them for the output query that publishes them, in the
+  same micro-batch (:mod:`kappaplus.runtime.dead_letter_tap`).
 - ``backfill``: Hive table -> :func:`~kappaplus.connectors.hive.read_hive_stream` over
   ``[start, end)`` in slices of the configured event-time span and budgets, with the
   option ``watermarkDelay`` so a bounded run ends with end-of-input markers.
@@ -22,6 +23,7 @@ receives exactly the declared columns and never learns the mode (principles 1-3)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from kappaplus.config import HiveInput, KafkaInput, ResolvedConfig, ResolvedInput
     from kappaplus.dlq import DeadLetterTarget
     from kappaplus.jobs import InputSpec, Job
+    from kappaplus.runtime.dead_letter_tap import DeadLetterPlan
     from kappaplus.runtime.late_rows import LateRowsPlan
     from kappaplus.runtime.options import RunOptions
 
@@ -51,11 +54,6 @@ def decode_metrics_name(input_name: str) -> str:
 def input_metrics_name(input_name: str) -> str:
     """Name of the observed row count of an input as the job receives it."""
     return f"kappa_input_{input_name}"
-
-
-def dlq_metrics_name(input_name: str) -> str:
-    """Name of the observed decode counts in the DLQ query of an input."""
-    return f"kappa_dlq_{input_name}"
 
 
 @dataclass(frozen=True)
@@ -333,12 +331,14 @@ def bind_input(
     source_state: str | None = None,
     drain_file: str | None = None,
     late_plans: list[LateRowsPlan] | None = None,
+    dead_letters: DeadLetterPlan | None = None,
 ) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
     holds the source's state (slice manifests; default: under the state directory);
     ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.draining`);
     ``late_plans``: the outputs that keep their late rows (stream mode,
-    :mod:`kappaplus.runtime.late_rows`)."""
+    :mod:`kappaplus.runtime.late_rows`); ``dead_letters``: where the input's failed records
+    go (stream mode, :mod:`kappaplus.runtime.dead_letter_tap`)."""
     from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
     from kappaplus.runtime.bounds import (
@@ -362,6 +362,10 @@ def bind_input(
             bounds_metrics_name(spec.name),
         )
         decoded = observe_kafka(decoded, spec.name, spec.event_time_column)
+        if dead_letters is not None:
+            from kappaplus.runtime.dead_letter_tap import tap_dead_letters
+
+            decoded = tap_dead_letters(decoded, dead_letters)
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap":
@@ -443,8 +447,10 @@ def bind_inputs(
     mode_dir: Path | None = None,
     drain_file: str | None = None,
     late_plans: list[LateRowsPlan] | None = None,
+    dead_letters: Mapping[str, DeadLetterPlan] | None = None,
 ) -> dict[str, BoundInput]:
-    """Every input of ``job`` bound for ``run.mode`` (see the module docstring).
+    """Every input of ``job`` bound for ``run.mode`` (see the module docstring);
+    ``dead_letters``: the stream's dead-letter plans by input.
 
     ``mode_dir``: the run's checkpoint directory. The sources keep their state under it
     (slice manifests, and a backfill's staged unplaceable rows: :func:`source_state_dir`,
@@ -467,6 +473,7 @@ def bind_inputs(
             None if mode_dir is None else source_state_dir(mode_dir, spec.name),
             drain_file,
             late_plans,
+            (dead_letters or {}).get(spec.name),
         )
         for spec in job.inputs
     }

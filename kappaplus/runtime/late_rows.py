@@ -153,7 +153,9 @@ def late_watermark(checkpoint: str | Path, batch_id: int) -> int:
         return 0
 
 
-def _query_id(checkpoint: str) -> str | None:
+def query_id_of(checkpoint: str) -> str | None:
+    """The id of the streaming query whose checkpoint is ``checkpoint`` (None before its
+    first start)."""
     try:
         return str(json.loads((Path(checkpoint) / "metadata").read_text())["id"])
     except (OSError, KeyError, ValueError):
@@ -172,7 +174,7 @@ class LateRowTap:
         if query_id is None:
             return None
         for plan in self.plans:
-            if _query_id(plan.checkpoint) == query_id:
+            if query_id_of(plan.checkpoint) == query_id:
                 return plan
         return None
 

@@ -1,13 +1,18 @@
 """Write a job's outputs: one streaming query per output, to its Kafka topic and/or Hive table.
 
-Every output query uses ``foreachBatch`` with :class:`OutputWriter`, which per micro-batch
-computes the rows once (``persist``) and writes them to
+Every output query uses ``foreachBatch`` with :class:`OutputWriter` (there is no other
+kind of output writer), which per micro-batch computes the rows once (``persist``) and
+writes them to
 
 - the Hive table through :class:`~kappaplus.connectors.hive.sink.HiveTableSink` (exactly once:
   a replayed batch publishes nothing twice), and/or
 - the Kafka topic through the ``kappa_kafka`` batch writer (at least once): each record's
   value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
   carries the same key and consumers (or a compacted topic) drop the second copy.
+
+When the query publishes a Kafka input's dead letters (:mod:`kappaplus.runtime.dead_letter_tap`)
+or keeps late rows, the batch runs first (the taps stage what they find), the staged dead
+letters are published, then the rows are written and the late rows kept.
 
 The backfill mode writes the backfill targets that :func:`kappaplus.config.resolve`
 chose (``<table>_backfill`` / ``<topic>_backfill`` by default): production output is
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
 
     from kappaplus.config import HiveOutput, KafkaOutput, ResolvedOutput
     from kappaplus.jobs import OutputSpec
+    from kappaplus.runtime.dead_letter_tap import DeadLetterPublisher
     from kappaplus.runtime.late_rows import LateRowsPlan
 
 CHECKPOINT_ID_FILE = "_kappa_checkpoint.json"
@@ -111,7 +117,10 @@ class OutputWriter:
     """``foreachBatch`` function writing one output's batch to its Hive table and/or topic."""
 
     def __init__(
-        self, plan: OutputPlan, on_late_kept: Callable[[int, dict[int, int]], None] | None = None
+        self,
+        plan: OutputPlan,
+        on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
+        dead_letters: Sequence[DeadLetterPublisher] = (),
     ) -> None:
         from kappaplus.connectors.hive.sink import HiveTableSink
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
@@ -132,18 +141,32 @@ class OutputWriter:
             from kappaplus.runtime.late_rows import LateRowsPublisher
 
             self.late = LateRowsPublisher(plan.late, plan.query_name, on_late_kept)
+        self.dead_letters = list(dead_letters)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.late is not None:
             self.late.before(batch_id)
+        for publisher in self.dead_letters:
+            publisher.before(batch_id)
         batch.persist()
         try:
+            ran = False
+            if self.late is not None or self.dead_letters:
+                # run the batch now, whatever the sinks do with it (a sink that staged it
+                # in an earlier attempt does not read it again): the taps stage this
+                # batch's late rows and dead letters; the dead letters are published before
+                # the rows are committed, and Spark commits the batch after both, so a
+                # crash in between replays both
+                batch.count()
+                ran = True
+            for publisher in self.dead_letters:
+                publisher.after(batch.sparkSession, batch_id)
             written = True
             if self.hive_sink is not None:
                 written = self.hive_sink.write_batch(batch, batch_id)
             if self.plan.kafka is not None:
                 write_kafka(batch, self.plan.kafka)
-            elif not written:
+            elif not written and not ran:
                 # a replayed batch the sink had committed: run it once anyway, so its
                 # audit counts (observed on this plan) are reported again for this batch
                 batch.count()
@@ -178,9 +201,11 @@ def start_output(
     plan: OutputPlan,
     trigger: str,
     on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
+    dead_letters: Sequence[DeadLetterPublisher] = (),
 ) -> StreamingQuery:
     """Start the streaming query of one output (its rows counted for the audit;
-    ``on_late_kept``: told the late rows it kept per batch and audit bucket)."""
+    ``on_late_kept``: told the late rows it kept per batch and audit bucket;
+    ``dead_letters``: the inputs whose dead letters this query publishes)."""
     from kappaplus.audit.counts import observe_rows
 
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
@@ -188,7 +213,7 @@ def start_output(
         counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)
         .option("checkpointLocation", str(plan.checkpoint))
-        .foreachBatch(OutputWriter(plan, on_late_kept))
+        .foreachBatch(OutputWriter(plan, on_late_kept, dead_letters))
         .trigger(**trigger_args(trigger))
     )
     return writer.start()

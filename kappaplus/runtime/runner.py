@@ -9,10 +9,11 @@
 
 The same :class:`~kappaplus.jobs.Job` object -- the same transform -- runs in both modes;
 only the bindings differ (see :mod:`kappaplus.runtime.inputs` and
-:mod:`kappaplus.runtime.outputs`). In ``stream`` mode each Kafka input with a ``dlq``
-gets one more query that decodes the same topic and writes the dead letters
-(:func:`kappaplus.dlq.dead_letter_writer`); its dead count is reconciled with the dead
-count the output queries observed.
+:mod:`kappaplus.runtime.outputs`). There is one query per output and no other: in
+``stream`` mode the dead letters of a Kafka input with a ``dlq`` are written by the first
+output query that reads the input, in the micro-batch that reads them
+(:mod:`kappaplus.runtime.dead_letter_tap`); their count is reconciled with the dead records
+that query observed.
 
 The run ends when every query has terminated (``available-now`` / ``once``), when no
 query has read a row for ``until_idle`` seconds, after ``timeout`` seconds, or on
@@ -37,11 +38,17 @@ from rich.console import Console
 
 from kappaplus.config import JobConfig, resolve
 from kappaplus.draining import DrainSignal
+from kappaplus.runtime.bounds import bounds_metrics_name
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
     prepare_checkpoint,
 )
-from kappaplus.runtime.dead_letters import publish_run_dead_letters, start_dead_letter_query
+from kappaplus.runtime.dead_letter_tap import (
+    DeadLetterPublisher,
+    dead_letter_publishers,
+    stream_dead_letter_plans,
+)
+from kappaplus.runtime.dead_letters import publish_run_dead_letters
 from kappaplus.runtime.failures import metastore_uri
 from kappaplus.runtime.identity import (
     check_targets,
@@ -51,7 +58,6 @@ from kappaplus.runtime.inputs import (
     BoundInput,
     bind_inputs,
     decode_metrics_name,
-    dlq_metrics_name,
 )
 from kappaplus.runtime.late_rows import late_rows_plans
 from kappaplus.runtime.locks import hold
@@ -87,7 +93,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunResult:
-    """What a run did. ``outputs[name]`` / ``dlq[input]`` hold per-query totals."""
+    """What a run did: its record, status, output plans, per-query totals (``tracker``)
+    and queries (one per output)."""
 
     record: RunRecord
     job: Job
@@ -138,8 +145,9 @@ def run_job(
             job, params, {n: o.late for n, o in resolved.outputs.items()}, mode_dir
         )
     }
+    dead = stream_dead_letter_plans(job, resolved, mode_dir) if run.mode == "stream" else {}
     inputs: dict[str, BoundInput] = bind_inputs(
-        spark, job, resolved, run, mode_dir, drain.path, list(late.values())
+        spark, job, resolved, run, mode_dir, drain.path, list(late.values()), dead
     )
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
@@ -156,7 +164,7 @@ def run_job(
     }
     check_sql(spark, plans)
     check_targets(spark, plans, identity)
-    dlq_names: dict[str, str] = {}
+    publishers = dead_letter_publishers(dead, frames, plans)
     record = RunRecord(
         run_id=run.run_id or new_run_id(slug(job.name), run.mode),
         job=job.name,
@@ -192,21 +200,14 @@ def run_job(
     events = ProgressListener()
     spark.streams.addListener(events)
     try:
-        if run.mode == "stream":
-            for spec in job.inputs:
-                started = start_dead_letter_query(
-                    spark, job, spec.name, resolved, mode_dir, trigger, drain.path
-                )
-                if started is not None:
-                    key = f"dlq:{spec.name}"
-                    queries[key] = started[0]
-                    dlq_names[key] = spec.name
-                    record.checkpoints[key] = started[1]
+        for publisher in publishers.values():
+            publisher.claim()
         for name, plan in plans.items():
             kept = None
             if auditor is not None and plan.late is not None:
                 kept = functools.partial(auditor.add_late_kept, name, plan.late.dataset)
-            queries[name] = start_output(frames[name], plan, trigger, kept)
+            mine = [p for p in publishers.values() if p.output == name]
+            queries[name] = start_output(frames[name], plan, trigger, kept, mine)
         tracker = ProgressTracker([*queries])
         record.save()
         log.info(
@@ -250,7 +251,7 @@ def run_job(
             extra = _bootstrap_counts(job, run)
             if staging is not None:
                 extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
-            _finish(record, tracker, plans, dlq_names, status, extra)
+            _finish(record, tracker, plans, publishers, status, extra)
         finally:
             _remove_listener(spark, events)
             drain.clear()
@@ -316,40 +317,44 @@ def _finish(
     record: RunRecord,
     tracker: ProgressTracker,
     plans: dict[str, OutputPlan],
-    dlq_names: dict[str, str],
+    publishers: dict[str, DeadLetterPublisher],
     status: str,
     bootstrap: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Final statistics, decode/DLQ reconciliation and the final run record."""
+    """Final statistics, decode counts and dead letters per input, the final run record.
+
+    An input's decode counts are those of the first output query that observed them (the
+    one that publishes its dead letters, if it has a ``dlq``)."""
     update_record(record, tracker, plans)
     inputs: dict[str, dict[str, Any]] = {}
-    first = next(iter(plans), None)
-    if first is not None:
-        for metric, counts in tracker.stats[first].observed.items():
+    for output in plans:
+        stats = tracker.stats.get(output)
+        for metric, counts in ({} if stats is None else stats.observed).items():
             if metric.startswith("kappa_decode_"):
-                inputs.setdefault(metric.removeprefix("kappa_decode_"), {}).update(counts)
+                name = metric.removeprefix("kappa_decode_")
+                if "records" not in inputs.get(name, {}):
+                    inputs.setdefault(name, {}).update(counts)
             elif metric.startswith("kappa_bounds_"):
                 name = metric.removeprefix("kappa_bounds_")
-                out = int(counts.get("out_of_bounds", 0))
-                inputs.setdefault(name, {})["out_of_bounds"] = out
-                if out:
-                    log.warning(
-                        "input %s: %d row(s) with an event time outside the sanity bounds %s",
-                        name,
-                        out,
-                        "went to the dead letters" if dlq_names else "were left out",
-                    )
-    for key, input_name in dlq_names.items():
-        stats = tracker.stats.get(key)
-        if stats is None:
-            continue
-        dlq = stats.observed.get(dlq_metrics_name(input_name), {})
-        entry = inputs.setdefault(input_name, {})
-        entry["dead_letters_written"] = dlq.get("dead", 0)
-        entry["dlq_records"] = dlq.get("records", 0)
-        entry["reconciled"] = entry.get("records") == dlq.get("records") and entry.get(
-            "dead"
-        ) == dlq.get("dead")
+                inputs.setdefault(name, {}).setdefault(
+                    "out_of_bounds", int(counts.get("out_of_bounds", 0))
+                )
+    for input_name, publisher in publishers.items():
+        # dead letters: records that failed to decode, and decoded ones out of bounds
+        stats = tracker.stats.get(publisher.output)
+        observed = {} if stats is None else stats.observed
+        dead = observed.get(decode_metrics_name(input_name), {}).get("dead", 0)
+        dead += observed.get(bounds_metrics_name(input_name), {}).get("out_of_bounds", 0)
+        seen = set() if stats is None else stats.seen
+        inputs.setdefault(input_name, {}).update(publisher.counts(seen, int(dead)))
+    for name, entry in inputs.items():
+        if entry.get("out_of_bounds"):
+            log.warning(
+                "input %s: %d row(s) with an event time outside the sanity bounds %s",
+                name,
+                entry["out_of_bounds"],
+                "went to the dead letters" if name in publishers else "were left out",
+            )
     for input_name, counts in (bootstrap or {}).items():
         inputs.setdefault(input_name, {}).update(counts)
     record.inputs = inputs

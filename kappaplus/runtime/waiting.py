@@ -182,7 +182,7 @@ def wait_for_queries(
 
 def update_record(record: RunRecord, tracker: ProgressTracker, plans: Any = None) -> None:
     """The run record's per-output totals, rows dropped late and fraction done, so far."""
-    names = set(plans) if plans is not None else {n for n in tracker.stats if ":" not in n}
+    names = set(plans) if plans is not None else set(tracker.stats)
     record.outputs = {
         name: stats.as_json() for name, stats in tracker.stats.items() if name in names
     }

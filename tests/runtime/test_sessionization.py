@@ -161,7 +161,7 @@ def test_sessionization_backfill_and_stream(  # type: ignore[no-untyped-def]
         recorded[r["at"]] = recorded.get(r["at"], 0) + r["rows"]
     assert recorded == per_bucket
 
-    # decode counts reconcile with the DLQ query
+    # decode counts reconcile with the dead letters the output query wrote
     counts: dict[str, Any] = stream.record.inputs["rider_events"]
     assert counts["records"] == len(events) + len(flush) + len(garbage)
     assert counts["dead"] == len(garbage) == counts["dead_letters_written"]
