@@ -1,4 +1,4 @@
-"""A job's dead letters through one writer (:mod:`kappaplus.dlq`), in
+"""A job's dead letters, from every source, through one writer (:mod:`kappaplus.dlq`), in
 one layout (:data:`kappaplus.codecs.DLQ_ARROW_SCHEMA`; :data:`kappaplus.dlq.HIVE_COLUMNS`).
 
 **Stream** (a Kafka input with a ``dlq`` topic or table): written by the output queries in
@@ -15,6 +15,14 @@ which file), ``topic``/``partition``/``offset`` are filled when the table archiv
 records (``kafka_topic``, ``kafka_partition``, ``kafka_offset``). Publishing replaces the
 rows of one batch key per job, input and range, so a resumed or repeated run publishes every
 staged row exactly once.
+
+**Bootstrap** (a Kafka input with a ``dlq``, read by the hybrid source): the source stages
+the records it cannot decode, in the dead-letter schema, one Parquet file per offset range
+(a replayed range rewrites its file; :mod:`kappaplus.connectors.hybrid.reader`). When the
+run ends, :func:`publish_bootstrap_dead_letters` writes them to the input's ``dlq`` with
+:func:`kappaplus.dlq.dead_letter_writer`: a table replaces all of them under one batch key
+per job and input (exactly once); a topic receives the files not produced before (at least
+once, keyed ``topic/partition/offset`` like a stream's).
 """
 
 from __future__ import annotations
@@ -154,4 +162,86 @@ def publish_run_dead_letters(
             out[spec.name] = {"dead_letter_table": table, "dead_letter_error": str(exc)}
             continue
         out[spec.name] = {"dead_letters": count, "dead_letter_table": table}
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Bootstrap: what the hybrid source staged, written when the run ends
+# --------------------------------------------------------------------------------------
+
+PUBLISHED_DIR = "_published"
+
+
+def _unpublished(files: list[Path], published: Path) -> list[Path]:
+    """The staged files not produced yet in the version they have now (a replayed range
+    rewrites its file: it is produced again, under the same keys)."""
+    out = []
+    for file in files:
+        stat = file.stat()
+        mark = published / f"{file.name}.json"
+        try:
+            seen = json.loads(mark.read_text())
+        except (OSError, ValueError):
+            seen = None
+        if seen != {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}:
+            out.append(file)
+    return out
+
+
+def _mark_published(files: list[Path], published: Path) -> None:
+    published.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        stat = file.stat()
+        mark = published / f"{file.name}.json"
+        tmp = mark.with_name(f".{mark.name}.tmp")
+        tmp.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}))
+        tmp.replace(mark)
+
+
+def publish_bootstrap_dead_letters(
+    spark: SparkSession, job: Job, resolved: Any
+) -> dict[str, dict[str, Any]]:
+    """Write the Kafka records a bootstrap could not decode into each Kafka input's ``dlq``
+    with :func:`kappaplus.dlq.dead_letter_writer`; counts per input for the run record.
+
+    The hybrid source stages them in the dead-letter schema, one Parquet file per offset
+    range (a replayed range rewrites its file), under
+    :func:`~kappaplus.runtime.inputs.bootstrap_dead_letter_path`. A ``dlq`` table receives
+    all of them under one batch key per job and input, replaced by each run (exactly once);
+    a ``dlq`` topic the files not produced before (at least once, keyed
+    ``topic/partition/offset``)."""
+    from kappaplus.codecs import DLQ_DDL
+    from kappaplus.dlq import dead_letter_writer
+    from kappaplus.runtime.inputs import bootstrap_dead_letter_path, dead_letter_target
+    from kappaplus.runtime.options import slug
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in job.inputs:
+        kafka = resolved.inputs[spec.name].kafka
+        target = None if kafka is None else dead_letter_target(spec.name, kafka)
+        if target is None:
+            continue
+        root = Path(bootstrap_dead_letter_path(job.name, spec.name))
+        files = sorted(root.glob("*.parquet")) if root.is_dir() else []
+        if target.kafka_topic:
+            files = _unpublished(files, root / PUBLISHED_DIR)
+        where = target.kafka_topic or target.hive_table
+        try:
+            count = 0
+            if files or target.hive_table:
+                dead = (
+                    spark.read.parquet(*[str(f) for f in files])
+                    if files
+                    else spark.createDataFrame([], DLQ_DDL.replace(" NOT NULL", ""))
+                )
+                sink_id = f"{slug(job.name)[:40]}-bootstrap-{slug(spec.name)[:40]}"
+                counts = dead_letter_writer(target, sink_id=sink_id)(dead, 0)
+                count = max(counts.kafka, counts.hive)
+            if target.kafka_topic:
+                _mark_published(files, root / PUBLISHED_DIR)
+        except Exception as exc:  # noqa: BLE001 - must not hide the run's outcome
+            log.error("writing the dead letters of input %s to %s: %s", spec.name, where, exc)
+            out[spec.name] = {"dead_letter_error": str(exc)}
+            continue
+        out[spec.name] = {"dead_letters_written": count, "dead_letter_target": where}
     return out

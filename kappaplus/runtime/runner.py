@@ -48,7 +48,7 @@ from kappaplus.runtime.dead_letter_tap import (
     dead_letter_publishers,
     stream_dead_letter_plans,
 )
-from kappaplus.runtime.dead_letters import publish_run_dead_letters
+from kappaplus.runtime.dead_letters import publish_bootstrap_dead_letters, publish_run_dead_letters
 from kappaplus.runtime.failures import metastore_uri
 from kappaplus.runtime.identity import (
     check_targets,
@@ -249,6 +249,9 @@ def run_job(
             flush_audit(auditor, final=True)
             stop_metrics(spark, metrics)
             extra = _bootstrap_counts(job, run)
+            if run.mode == "bootstrap":
+                for name, written in publish_bootstrap_dead_letters(spark, job, resolved).items():
+                    extra.setdefault(name, {}).update(written)
             if staging is not None:
                 extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
             _finish(record, tracker, plans, publishers, status, extra)

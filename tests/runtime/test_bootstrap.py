@@ -60,6 +60,7 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
     assert all(e["arrival_time"] >= RETAINED_FROM for e in events if e["event_time"] >= CUTOFF)
 
     table, out, topic = f"lake_events_{uid()}", f"sessions_{uid()}", new_topic(prefix="boot")
+    dlq = f"boot_dlq_{uid()}"
     write_table(spark, table, lake, RIDER_EVENT_DDL)
     # far-future events of one extra rider close every real session (then left out)
     flush_at = events[-1]["event_time"] + timedelta(days=1)
@@ -71,7 +72,11 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
         {
             "inputs": {
                 "rider_events": {
-                    "kafka": {"topic": topic, "bootstrap_servers": kafka_bootstrap},
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": kafka_bootstrap,
+                        "dlq": {"topic": None, "table": dlq},
+                    },
                     "hive": {"table": table},
                 }
             },
@@ -101,6 +106,22 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
     assert counts["dead"] == len(garbage)
     assert counts["records"] == len(kafka) + len(flush) + len(garbage)
     assert result.record.cutoff == CUTOFF.isoformat()
+    # the records Kafka could not decode are in the input's dead-letter table, with reasons,
+    # written by the same writer as a stream's; a rerun (resume) writes them once, not twice
+    assert counts["dead_letters_written"] == len(garbage)
+    letters = spark.table(dlq).collect()
+    assert [bytes(r.value) for r in letters] == garbage and all(r.reason for r in letters)
+    assert {r.topic for r in letters} == {topic} and {r.job for r in letters} == {"rider-sessions"}
+    again = run_job(
+        spark,
+        sessionization.JOB,
+        config,
+        RunOptions("bootstrap", start=START, cutoff=CUTOFF.isoformat(), trigger="available-now"),
+    )
+    assert again.status == "finished"
+    assert again.record.inputs["rider_events"]["dead_letters_written"] == len(garbage)
+    spark.catalog.refreshTable(dlq)
+    assert [bytes(r.value) for r in spark.table(dlq).collect()] == garbage
     print(
         f"bootstrap: {len(truth)} sessions, lake {len(lake)} events, Kafka {len(kafka)} "
         f"({before_cutoff} skipped) in {time.monotonic() - began:.0f}s"
