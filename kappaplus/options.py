@@ -10,7 +10,8 @@ a field declared once with :func:`option`:
   :func:`to_options`), with the error when it cannot (:data:`TEXT`, :func:`integer`,
   :data:`POSITIVE_INT`, :data:`POSITIVE_NUMBER`, :data:`BOOL`, :func:`duration`,
   :data:`DURATION_TEXT`, :data:`TIMESTAMP`, :data:`TIMESTAMP_TEXT`, :func:`choice`,
-  :func:`json_value`, :func:`names`, :data:`PATH`, or a :class:`Kind` of one's own);
+  :func:`json_value`, :func:`names`, :func:`matching`, :data:`PATH`, or a :class:`Kind` of
+  one's own);
 - its **default**, declared there only: it is the dataclass default and the value when the
   option is not given. Without a default the option is required.
 
@@ -45,6 +46,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -112,6 +114,17 @@ def _nonempty(text: str, option: str) -> str:
 
 NAME: Kind[str] = Kind("a non-empty name", _nonempty)
 """Text that must not be empty (a column name): what a Python caller passes is checked."""
+
+
+def matching(regex: re.Pattern[str], expected: str) -> Kind[str]:
+    """Text that ``regex`` matches; else "expected <expected>"."""
+
+    def parse(text: str, option: str) -> str:
+        if not regex.match(text):
+            raise ConfigError(option, text, f"expected {expected}")
+        return text
+
+    return Kind(expected, parse)
 
 
 def integer(
