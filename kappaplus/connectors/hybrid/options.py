@@ -26,7 +26,12 @@ from pyspark.sql.types import DataType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.kafka.options import KafkaSourceOptions
+from kappaplus.connectors.kafka.options import (
+    ENDING_OFFSETS,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    KafkaSourceOptions,
+)
 from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
 from kappaplus.options import (
@@ -245,6 +250,13 @@ class HybridSourceOptions:
 
 HYBRID_KEYS = tuple(o.key for o in options_of(HybridSourceOptions))
 """The hybrid's own options; ``lake.*`` go to the lake, the rest to Kafka."""
+LAKE_ONLY_KEYS = (
+    option_keys(HiveSourceOptions)
+    - option_keys(KafkaSourceOptions, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS)
+    - option_keys(HybridSourceOptions)
+)
+"""Lower-cased names of the lake's options that neither Kafka nor the hybrid has: given
+without the ``lake.`` prefix they can only mean the lake's."""
 
 
 def safe_file_part(text: str) -> str:
