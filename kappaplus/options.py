@@ -86,12 +86,10 @@ class Kind(Generic[T]):
 
     def read(self, value: Any, option: str) -> T:
         """The typed value of ``value`` (text or a Python value) for ``option``."""
-        if isinstance(value, str) and not isinstance(value, Duration):
-            return self.parse(value.strip(), option)
+        if isinstance(value, str):
+            return self.parse(str(value).strip(), option)  # str(): a Duration as its text
         if self.accept is not None:
             return self.accept(value, option)
-        if isinstance(value, str):  # a Duration given to a kind that takes text
-            return self.parse(str(value).strip(), option)
         raise ConfigError(option, value, f"expected {self.expected}")
 
 
@@ -263,7 +261,7 @@ def _duration_text(text: str, option: str) -> Duration:
 
 
 def _accept_duration_text(value: Any, option: str) -> Duration:
-    if isinstance(value, bool) or not isinstance(value, Duration | timedelta | int | float):
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
         raise ConfigError(option, value, "expected a duration like '2 hours'")
     parsed = Duration.parse(value, option)
     _signed(parsed.micros, value, option, False)

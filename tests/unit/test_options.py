@@ -291,3 +291,19 @@ def test_to_options_skips_none_and_reads_back() -> None:
         "maxLateness": "0 seconds",
         "colour": "red",
     }
+
+
+def test_python_values_are_taken_by_their_kinds() -> None:
+    from kappaplus.timeutil import Duration
+
+    read = from_options(
+        Sample,
+        {"location": "/", "maxLateness": Duration.parse("1 h"), "columns": ["a", "b"]},
+    )
+    assert (read.max_lateness, read.columns) == (3_600_000_000, ("a", "b"))
+    assert (
+        from_options(Sample, {"location": "/", "maxLateness": timedelta(minutes=1)}).max_lateness
+        == 60_000_000
+    )
+    with pytest.raises(ConfigError, match="option 'maxRowsPerTrigger' = True: expected a whole"):
+        from_options(Sample, {"location": "/", "maxRowsPerTrigger": True})
