@@ -33,7 +33,12 @@ from kappaplus.config.fields import (
 )
 from kappaplus.errors import ConfigError
 from kappaplus.secrets import redact as redact_secrets
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.table import (
+    BATCH_COLUMN,
+    DEFAULT_PARTITION_COLUMN,
+    DEFAULT_VISIBILITY,
+    Visibility,
+)
 
 
 class DeadLetterTarget(StrictModel):
@@ -249,10 +254,10 @@ class HiveOutput(StrictModel):
 
     table: TableName
     backfill_table: TableName | None = None
-    partition_column: str = "dt"
+    partition_column: str = DEFAULT_PARTITION_COLUMN
     partition_expr: str | None = None
     hour_partition: str | None = None
-    visibility: Literal["batch", "partition"] = "batch"
+    visibility: Visibility = DEFAULT_VISIBILITY
 
     @field_validator("partition_column", "hour_partition")
     @classmethod

@@ -16,6 +16,7 @@ from kappaplus.config.bindings import (
     OutputBinding,
 )
 from kappaplus.config.fields import (
+    DEFAULT_TRIGGER_INTERVAL,
     DurationField,
     PositiveInt,
     StrictModel,
@@ -75,7 +76,7 @@ class JobConfig(StrictModel):
     name: str | None = None
     checkpoint_dir: Path | None = None
     watermark_delay: DurationField | None = None
-    trigger_interval: TriggerInterval = "10 seconds"
+    trigger_interval: TriggerInterval = DEFAULT_TRIGGER_INTERVAL
     params: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, InputBinding]
     outputs: dict[str, OutputBinding]

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from kappaplus.connectors.hive.commits import table_location
 from kappaplus.connectors.hive.sink_options import (
     ADD_PARTITION_BATCH,
-    DEFAULT_PARTITION,
     MANIFEST_VERSION,
     SLOTS_DIR,
     STAGING_DIR,
@@ -46,7 +45,7 @@ from kappaplus.connectors.hive.sink_options import (
 from kappaplus.connectors.hive.sink_table import create_or_check
 from kappaplus.connectors.hive.staged_files import StagedFile
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.table import BATCH_COLUMN, HIVE_DEFAULT_PARTITION
 from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
 from kappaplus.table.hadoop_fs import HadoopFs
 
@@ -346,7 +345,7 @@ class HiveTableSink:
                 for name in fs.list_dirs(base):
                     if not name.startswith(f"{column}="):
                         continue
-                    if name == f"{column}={DEFAULT_PARTITION}":
+                    if name == f"{column}={HIVE_DEFAULT_PARTITION}":
                         source = (
                             opts.partition_expression()
                             if column == opts.partition_column
