@@ -126,6 +126,9 @@ class HiveInput(StrictModel):
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    """Size slices so each micro-batch takes about this long, from the batch times the run
+    observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""

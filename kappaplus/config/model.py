@@ -39,6 +39,7 @@ class _HiveInputOverride(StrictModel):
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
 
 
 class InputOverride(StrictModel):

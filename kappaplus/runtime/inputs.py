@@ -189,6 +189,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
@@ -270,6 +271,7 @@ def hybrid_options(
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
         "partitionTimeFormat": hive.partition_format,
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})

@@ -115,6 +115,10 @@ class HiveSourceOptions:
     target_bytes_per_trigger: int | None = option(
         "targetBytesPerTrigger", POSITIVE_INT, default=None
     )
+    target_batch_duration: int | None = option("targetBatchDuration", POSITIVE_MICROS, default=None)
+    """Size slices so a micro-batch takes about this long (microseconds), from the batch
+    times observed (:mod:`~kappaplus.connectors.hive.pacing`); the rows target is where it
+    starts."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
