@@ -33,13 +33,27 @@ partitions a day; a backfill reads only hours the Hive source considers complete
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from kappaplus.config import JobConfig, config_from_dict
+from kappaplus.codecs.schema import Format
+from kappaplus.config import DEFAULT_TRIGGER_INTERVAL, JobConfig, config_from_dict
 from kappaplus.errors import ConfigError
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
+from kappaplus.options import (
+    BOOL,
+    NAME,
+    PATH,
+    POSITIVE_INT,
+    TEXT,
+    check_fields,
+    choice,
+    json_value,
+    matching,
+    option,
+    options_class,
+)
+from kappaplus.table import TABLE_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,9 +62,19 @@ INPUT = "records"
 OUTPUT = "archive"
 ARRIVAL_COLUMN = "kafka_timestamp"
 PartitionBy = Literal["event", "arrival"]
+_TABLE = matching(TABLE_NAME, "a Hive table name like 'db.table'")
 
 
-@dataclass(frozen=True)
+def _settings(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise TypeError("expected a JSON object of Kafka client settings")
+    return value
+
+
+KAFKA_SETTINGS = json_value(_settings, dict, "Kafka client settings")
+
+
+@options_class
 class ArchiveOptions:
     """What to archive where; validated at construction (errors name the option).
 
@@ -61,27 +85,26 @@ class ArchiveOptions:
     - ``dead_letter_table``: where undecodable records go (default ``<table>_dead_letters``).
     """
 
-    topic: str
-    bootstrap_servers: str
-    table: str
-    event_time_column: str
-    schema: str | None = None
-    format: Literal["json", "avro"] = "json"
-    schema_file: Path | None = None
-    partition_by: PartitionBy = "event"
-    hourly: bool = True
-    starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
-    dead_letter_table: str | None = None
-    trigger_interval: str = "10 seconds"
-    checkpoint_dir: Path | None = None
-    kafka_options: Mapping[str, str] | None = None
+    topic: str = option("topic", NAME)
+    bootstrap_servers: str = option("bootstrapServers", NAME)
+    table: str = option("table", _TABLE)
+    event_time_column: str = option("eventTimeColumn", NAME)
+    schema: str | None = option("schema", TEXT, default=None)
+    format: Format = option("format", choice(get_args(Format)), default="json")
+    schema_file: Path | None = option("schemaFile", PATH, default=None)
+    partition_by: PartitionBy = option(
+        "partitionBy", choice(get_args(PartitionBy)), default="event"
+    )
+    hourly: bool = option("hourly", BOOL, default=True)
+    starting_offsets: str = option("startingOffsets", TEXT, default="earliest")
+    max_offsets_per_trigger: int | None = option("maxOffsetsPerTrigger", POSITIVE_INT, default=None)
+    dead_letter_table: str | None = option("deadLetterTable", _TABLE, default=None)
+    trigger_interval: str = option("triggerInterval", TEXT, default=DEFAULT_TRIGGER_INTERVAL)
+    checkpoint_dir: Path | None = option("checkpointDir", PATH, default=None)
+    kafka_options: Mapping[str, str] | None = option("kafkaOptions", KAFKA_SETTINGS, default=None)
 
     def __post_init__(self) -> None:
-        if self.partition_by not in ("event", "arrival"):
-            raise ConfigError("partition_by", self.partition_by, "expected 'event' or 'arrival'")
-        if self.format not in ("json", "avro"):
-            raise ConfigError("format", self.format, "expected 'json' or 'avro'")
+        check_fields(self)
         if self.format == "json" and not self.schema:
             raise ConfigError("schema", self.schema, "a JSON topic needs the event schema (DDL)")
         if self.format == "avro":
@@ -89,8 +112,6 @@ class ArchiveOptions:
                 raise ConfigError("schema_file", None, "an Avro topic needs its .avsc file")
             if not Path(self.schema_file).is_file():
                 raise ConfigError("schema_file", str(self.schema_file), "file not found")
-        if not self.event_time_column:
-            raise ConfigError("event_time_column", self.event_time_column, "empty")
 
     @property
     def job_name(self) -> str:

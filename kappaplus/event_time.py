@@ -11,6 +11,7 @@ here removes them *after* the watermark has seen them, before any job code runs.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -22,10 +23,16 @@ MARKER_COLUMN = "_kappa_marker"
 
 
 def apply_watermark(
-    df: DataFrame, event_time_column: str, delay: str | int, observe_as: str | None = None
+    df: DataFrame,
+    event_time_column: str,
+    delay: str | int,
+    observe_as: str | None = None,
+    also: Sequence[Column] = (),
 ) -> DataFrame:
     """``withWatermark`` on ``event_time_column``, drop end-of-input marker rows, and count
-    the rows that pass (observed metric ``observe_as``, default ``kappa_rows_<column>_<id>``).
+    the rows that pass as ``rows`` (observed metric ``observe_as``, default
+    ``kappa_rows_<column>_<id>``), with the aggregates ``also`` in the same observation
+    (each observation is one more operator every row passes through).
 
     ``delay`` is a duration string (``"10 minutes"``) or microseconds.
 
@@ -40,7 +47,7 @@ def apply_watermark(
     if MARKER_COLUMN in df.columns:
         watermarked = watermarked.where(not_a_marker(event_time_column)).drop(MARKER_COLUMN)
     name = observe_as or f"kappa_rows_{event_time_column}_{uuid.uuid4().hex[:8]}"
-    return watermarked.observe(name, F.count(F.lit(1)).alias("rows"))
+    return watermarked.observe(name, F.count(F.lit(1)).alias("rows"), *also)
 
 
 def not_a_marker(event_time_column: str) -> Column:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kappaplus.errors import ConfigError
 from kappaplus.late_rules import LateRule
+from kappaplus.table import DEFAULT_PARTITION_COLUMN
 from kappaplus.timeutil import parse_duration
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ OutputMode = Literal["append", "update"]
 Transform = Callable[[Mapping[str, "DataFrame"], "Params"], Mapping[str, "DataFrame"]]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DEFAULT_PARTITION_COLUMN = "dt"
 
 
 def _check_name(kind: str, name: str) -> None:

@@ -1,7 +1,8 @@
-"""Kafka client settings and option parsing shared by the ``kappa_kafka`` source and sink.
+"""Kafka client settings shared by the ``kappa_kafka`` source and sink.
 
-Both take Spark-style options (strings, ``kafka.``-prefixed client settings); this module is
-what they share, so that neither imports the other.
+Both take Spark-style options (strings, ``kafka.``-prefixed client settings; the other
+options are declared on their option objects, :mod:`kappaplus.options`); this module is what
+they share, so that neither imports the other.
 
 >>> client_conf({"kafka.bootstrap.servers": "h:9092", "subscribe": "a"})
 {'bootstrap.servers': 'h:9092'}
@@ -57,41 +58,3 @@ def client_conf(
             "required: a comma-separated list of host:port",
         )
     return conf
-
-
-def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    lowered = str(raw).strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ConfigError(name, raw, "expected true or false")
-
-
-def parse_positive_int(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(name, raw, "expected a positive integer") from None
-    if value <= 0:
-        raise ConfigError(name, raw, "expected a positive integer")
-    return value
-
-
-def parse_positive_float(options: Mapping[str, str], name: str) -> float | None:
-    raw = options.get(name.lower())
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise ConfigError(name, raw, "expected a positive number") from None
-    if not value > 0 or value == float("inf"):
-        raise ConfigError(name, raw, "expected a positive number")
-    return value

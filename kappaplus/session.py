@@ -292,11 +292,29 @@ def builder_settings(
     return settings
 
 
-def apply_session_settings(spark: SparkSession) -> dict[str, str]:
-    """Set each of :data:`SESSION_SETTINGS` the session has no value for; returns those set."""
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STATE_STORE_SETTINGS: dict[str, str] = {
+    # RocksDB keeps state off the JVM heap (the default store holds every key of every
+    # retained version in executor memory) and is what transformWithState requires.
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    # Each commit writes a changelog of the batch's changes instead of uploading a snapshot
+    # of the store's files: state commit time about halved per stateful micro-batch
+    # (docs/benchmarks.md). Spark moves an existing checkpoint between the two either way.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+"""The state store ``kappa run`` gives its queries where neither ``spark-defaults.conf``
+nor the caller chose one (:func:`create_session` ``defaults``). Spark records the provider
+in a query's checkpoint at its first run; a later run of that checkpoint keeps it."""
+
+
+def apply_session_settings(
+    spark: SparkSession, settings: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Set each of ``settings`` (default :data:`SESSION_SETTINGS`) the session has no value
+    for, neither from ``spark-defaults.conf`` nor from the builder; returns those set."""
     chosen = spark.sparkContext.getConf()
     applied = {}
-    for key, value in SESSION_SETTINGS.items():
+    for key, value in (SESSION_SETTINGS if settings is None else settings).items():
         if not chosen.contains(key):
             spark.conf.set(key, value)
             applied[key] = value
@@ -320,6 +338,7 @@ def create_session(
     hive: bool = True,
     metastore_uri: str | None = None,
     metastore_discovery: MetastoreDiscovery | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Return a SparkSession configured for kappaplus and register its data sources.
 
@@ -331,6 +350,9 @@ def create_session(
     - ``metastore_discovery``: how to find a metastore server nobody named and to check the
       embedded one before Spark starts; the ``kappa`` commands pass
       :data:`kappaplus.local.metastore.LOCAL_DISCOVERY` (the server ``kappa up`` starts).
+    - ``defaults``: SQL settings used only where neither ``spark-defaults.conf`` nor
+      ``conf`` sets them, on every master (``kappa run`` passes
+      :data:`STATE_STORE_SETTINGS`).
 
     Several processes at once (a stream run and a backfill run of one job) need the
     metastore server: embedded Derby admits one process, and a second one fails with
@@ -379,6 +401,8 @@ def create_session(
     if not local:
         apply_session_settings(spark)
         _python_from_conf(spark)
+    if defaults:
+        apply_session_settings(spark, defaults)
     level = os.environ.get("KAPPA_SPARK_LOG_LEVEL") or ("WARN" if local else None)
     if level:
         spark.sparkContext.setLogLevel(level)

@@ -6,6 +6,7 @@ serialise exactly into Spark's offset log and compare without time-zone surprise
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, date, datetime, timedelta
 
@@ -47,14 +48,16 @@ def parse_duration(value: str | int | float | timedelta, option: str = "duration
     if isinstance(value, int | float) and not isinstance(value, bool):
         if value < 0:
             raise ConfigError(option, value, "a duration cannot be negative")
-        return int(value * MICROS_PER_SECOND)
+        return _finite(value * MICROS_PER_SECOND, value, option)
     text = str(value).strip().lower()
     if not text:
         raise ConfigError(option, value, "expected a duration like '2 hours'")
     try:
-        return int(float(text) * MICROS_PER_SECOND)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        return _finite(seconds * MICROS_PER_SECOND, value, option)
     pos, total = 0, 0
     text = text.replace("interval", " ").replace(",", " ")
     while pos < len(text):
@@ -62,12 +65,19 @@ def parse_duration(value: str | int | float | timedelta, option: str = "duration
         if not match or match.end() == pos:
             raise ConfigError(option, value, "expected a duration like '2 hours' or '30 min'")
         unit = match.group(2)
-        unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNIT_MICROS else unit
+        if unit not in _UNIT_MICROS and unit.endswith("s") and unit[:-1] in _UNIT_MICROS:
+            unit = unit[:-1]  # a plural ("hours"), never "ms" read as "m" (minutes)
         if unit not in _UNIT_MICROS:
             raise ConfigError(option, value, f"unknown time unit {match.group(2)!r}")
-        total += int(float(match.group(1)) * _UNIT_MICROS[unit])
+        total += _finite(float(match.group(1)) * _UNIT_MICROS[unit], value, option)
         pos = match.end()
     return total
+
+
+def _finite(micros: float, value: object, option: str) -> int:
+    if isinstance(micros, float) and not math.isfinite(micros):
+        raise ConfigError(option, value, "expected a finite duration like '2 hours'")
+    return int(micros)
 
 
 class Duration(str):
@@ -129,7 +139,7 @@ def parse_timestamp(value: str | int | datetime | date, option: str = "timestamp
     if isinstance(value, date):
         return to_micros(datetime(value.year, value.month, value.day, tzinfo=UTC))
     text = str(value).strip()
-    if text.lstrip("-").isdigit():
+    if text.lstrip("-").isdecimal():
         return int(text)
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" UTC", "+00:00"))

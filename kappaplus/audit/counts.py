@@ -15,7 +15,7 @@ bucket ``None`` ("no time"), which every audit range includes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,27 @@ def observe_buckets(
     return df.observe(metric, *[histogram(col).alias(io) for io, col in columns.items()])
 
 
+def bucket_histogram(
+    event_time_column: str | None,
+    columns: Sequence[str],
+    bucket_seconds: int = BUCKET_SECONDS,
+    where: Column | None = None,
+) -> Column:
+    """The per-bucket count aggregate of the rows (those matching ``where``) of a frame with
+    ``columns``, by ``event_time_column`` (rows without it count under :data:`NO_TIME`)."""
+    from pyspark.sql import functions as F
+
+    if event_time_column is None or event_time_column not in columns:
+        index = F.lit(NO_TIME).cast("bigint")
+    else:
+        index = F.coalesce(
+            bucket_index(F.col(f"`{event_time_column}`"), bucket_seconds), F.lit(NO_TIME)
+        )
+    if where is not None:
+        index = F.when(where, index)
+    return histogram(index)
+
+
 def observe_rows(
     df: DataFrame,
     stage: str,
@@ -79,17 +100,8 @@ def observe_rows(
 ) -> DataFrame:
     """Count the rows of ``df`` (those matching ``where``) per bucket of
     ``event_time_column`` as ``stage.io``."""
-    from pyspark.sql import functions as F
-
-    if event_time_column is None or event_time_column not in df.columns:
-        index = F.lit(NO_TIME).cast("bigint")
-    else:
-        index = F.coalesce(
-            bucket_index(F.col(f"`{event_time_column}`"), bucket_seconds), F.lit(NO_TIME)
-        )
-    if where is not None:
-        index = F.when(where, index)
-    return observe_buckets(df, metric_name(stage, name), {io: index})
+    counts = bucket_histogram(event_time_column, df.columns, bucket_seconds, where)
+    return df.observe(metric_name(stage, name), counts.alias(io))
 
 
 def observe_kafka(
@@ -158,6 +170,8 @@ def stage_counts(observed: Mapping[str, Any]) -> list[StageCounts]:
         stage, name = parsed
         values = row.asDict() if hasattr(row, "asDict") else dict(row)
         for io, bins in values.items():
+            if isinstance(bins, int | float):
+                continue  # a plain count observed beside the histograms (``rows``)
             rows, exact = fold_histogram(bins)
             out.append(StageCounts(stage, name, io, rows, exact))
     return out

@@ -3,9 +3,11 @@ construction (errors name the option and the value)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from collections.abc import Mapping
+from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from kappaplus.codecs.avro import _load_avsc
 from kappaplus.codecs.schema import (
@@ -17,13 +19,86 @@ from kappaplus.codecs.schema import (
     WireFormat,
 )
 from kappaplus.errors import ConfigError
+from kappaplus.options import (
+    NAME,
+    TEXT,
+    Kind,
+    check_fields,
+    choice,
+    from_options,
+    names,
+    option,
+    options_class,
+    to_options,
+)
 from kappaplus.secrets import mask_url
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-@dataclass(frozen=True)
+def _schema(text: str, option: str) -> str | StructType:
+    """A ``StructType`` JSON (what :meth:`DecoderSpec.to_options` writes) or DDL text."""
+    if not text.startswith("{"):
+        return text
+    try:
+        return _accept_schema(json.loads(text), option)
+    except ValueError as exc:
+        raise ConfigError(option, text[:80], f"not a Spark schema JSON: {exc}") from exc
+
+
+def _accept_schema(value: Any, option: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    if isinstance(value, StructType):
+        return value
+    try:
+        return StructType.fromJson(value)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            option, value, f"expected a Spark DDL string or a StructType: {exc}"
+        ) from exc
+
+
+def _schema_text(schema: str | StructType) -> str:
+    return schema if isinstance(schema, str) else schema.json()
+
+
+SCHEMA: Kind[Any] = Kind(
+    "a Spark DDL string or a StructType", _schema, _schema_text, _accept_schema
+)
+
+
+def _file(text: str, option: str) -> str:
+    return text
+
+
+def _accept_file(value: Any, option: str) -> Path:
+    if not isinstance(value, Path):
+        raise ConfigError(option, value, "expected the path of an .avsc file")
+    return value
+
+
+AVSC_FILE: Kind[Any] = Kind("the path of an .avsc file", _file, str, _accept_file)
+
+
+def _ids(text: str, option: str) -> frozenset[int]:
+    return _accept_ids([t.strip() for t in text.split(",") if t.strip()], option)
+
+
+def _accept_ids(value: Any, option: str) -> frozenset[int]:
+    try:
+        return frozenset(int(i) for i in value if not isinstance(i, bool))
+    except (TypeError, ValueError):
+        raise ConfigError(option, value, "expected schema ids (whole numbers)") from None
+
+
+SCHEMA_IDS: Kind[frozenset[int]] = Kind(
+    "schema ids", _ids, lambda ids: ",".join(str(i) for i in sorted(ids)), _accept_ids
+)
+
+
+@options_class
 class DecoderSpec:
     """How to turn a Kafka record's value into one typed event; validated at construction.
 
@@ -51,30 +126,26 @@ class DecoderSpec:
     >>> DecoderSpec(format="avro", avro_schema="trip.avsc", event_time="ts")  # doctest: +SKIP
     """
 
-    format: Format
-    event_time: str
-    schema: str | StructType | None = None
-    avro_schema: str | Path | None = None
-    required: tuple[str, ...] = ()
-    wire_format: WireFormat = "auto"
-    schema_ids: frozenset[int] | None = None
-    schema_registry_url: str | None = field(default=None, repr=False)
-    json_decoder: JsonDecoder = "python"
+    format: Format = option("format", choice(get_args(Format)))
+    event_time: str = option("eventTime", NAME)
+    schema: str | StructType | None = option("schema", SCHEMA, default=None)
+    avro_schema: str | Path | None = option("avroSchema", AVSC_FILE, default=None)
+    required: tuple[str, ...] = option("required", names(what="fields"), default=())
+    wire_format: WireFormat = option("wireFormat", choice(get_args(WireFormat)), default="auto")
+    schema_ids: frozenset[int] | None = option("schemaIds", SCHEMA_IDS, default=None)
+    schema_registry_url: str | None = option("schemaRegistryUrl", TEXT, default=None, repr=False)
+    json_decoder: JsonDecoder = option(
+        "jsonDecoder", choice(get_args(JsonDecoder)), default="python"
+    )
     event_schema: StructType = field(init=False, repr=False, compare=False)
     avro_parsed: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
-        if self.format not in ("json", "avro"):
-            raise ConfigError("format", self.format, "expected 'json' or 'avro'")
+        check_fields(self)
         if self.format == "json" and self.schema_registry_url is not None:
             raise ConfigError("schema_registry_url", "***", "only for format 'avro'")
-        if self.json_decoder not in ("python", "jvm"):
-            raise ConfigError("json_decoder", self.json_decoder, "expected 'python' or 'jvm'")
         if self.format != "json" and self.json_decoder != "python":
             raise ConfigError("json_decoder", self.json_decoder, "only for format 'json'")
-        object.__setattr__(self, "required", tuple(self.required))
-        if self.schema_ids is not None:
-            object.__setattr__(self, "schema_ids", frozenset(int(i) for i in self.schema_ids))
         if self.format == "json":
             if self.schema is None:
                 raise ConfigError("schema", None, "format 'json' needs the event schema")
@@ -88,10 +159,6 @@ class DecoderSpec:
                 raise ConfigError(
                     "schema", self.schema, "format 'avro' derives the schema from avro_schema"
                 )
-            if self.wire_format not in ("auto", "confluent", "plain"):
-                raise ConfigError(
-                    "wire_format", self.wire_format, "expected 'auto', 'confluent' or 'plain'"
-                )
             if self.schema_registry_url is not None and self.wire_format == "plain":
                 raise ConfigError(
                     "schema_registry_url",
@@ -102,6 +169,19 @@ class DecoderSpec:
             object.__setattr__(self, "avro_parsed", parsed)
         object.__setattr__(self, "event_schema", event_schema)
         self._validate()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> DecoderSpec:
+        """A spec from its options (:meth:`to_options`; Python values are taken too)."""
+        return from_options(cls, options)
+
+    def to_options(self) -> dict[str, str]:
+        """The options :meth:`parse` reads as this spec: a JSON decoder's schema as the
+        ``StructType`` JSON, so that reading it needs no SparkSession."""
+        out = to_options(self)
+        if self.format == "json":
+            out["schema"] = self.event_schema.json()
+        return out
 
     def _validate(self) -> None:
         from pyspark.sql.types import TimestampType

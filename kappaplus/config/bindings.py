@@ -33,7 +33,12 @@ from kappaplus.config.fields import (
 )
 from kappaplus.errors import ConfigError
 from kappaplus.secrets import redact as redact_secrets
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.table import (
+    BATCH_COLUMN,
+    DEFAULT_PARTITION_COLUMN,
+    DEFAULT_VISIBILITY,
+    Visibility,
+)
 
 
 class DeadLetterTarget(StrictModel):
@@ -121,6 +126,9 @@ class HiveInput(StrictModel):
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    """Size slices so each micro-batch takes about this long, from the batch times the run
+    observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""
@@ -249,10 +257,10 @@ class HiveOutput(StrictModel):
 
     table: TableName
     backfill_table: TableName | None = None
-    partition_column: str = "dt"
+    partition_column: str = DEFAULT_PARTITION_COLUMN
     partition_expr: str | None = None
     hour_partition: str | None = None
-    visibility: Literal["batch", "partition"] = "batch"
+    visibility: Visibility = DEFAULT_VISIBILITY
 
     @field_validator("partition_column", "hour_partition")
     @classmethod

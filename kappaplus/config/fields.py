@@ -21,6 +21,8 @@ from kappaplus.table import TABLE_NAME
 from kappaplus.timeutil import Duration
 
 AVAILABLE_NOW = "available-now"
+DEFAULT_TRIGGER_INTERVAL = "10 seconds"
+"""A stream's processing-time trigger when the configuration names none."""
 
 
 def is_secret_key(key: str) -> bool:

@@ -16,6 +16,7 @@ from kappaplus.config.bindings import (
     OutputBinding,
 )
 from kappaplus.config.fields import (
+    DEFAULT_TRIGGER_INTERVAL,
     DurationField,
     PositiveInt,
     StrictModel,
@@ -38,6 +39,7 @@ class _HiveInputOverride(StrictModel):
     max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
 
 
 class InputOverride(StrictModel):
@@ -75,7 +77,7 @@ class JobConfig(StrictModel):
     name: str | None = None
     checkpoint_dir: Path | None = None
     watermark_delay: DurationField | None = None
-    trigger_interval: TriggerInterval = "10 seconds"
+    trigger_interval: TriggerInterval = DEFAULT_TRIGGER_INTERVAL
     params: dict[str, Any] = Field(default_factory=dict)
     inputs: dict[str, InputBinding]
     outputs: dict[str, OutputBinding]

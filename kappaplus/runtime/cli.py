@@ -24,6 +24,7 @@ from rich.table import Table
 
 from kappaplus.errors import ConfigError, KappaError
 from kappaplus.runtime.progress import format_seconds
+from kappaplus.session import ROCKSDB_PROVIDER
 
 _console = Console()
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ _CONFIG = typer.Option(
 _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
 )
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+ROCKSDB = ROCKSDB_PROVIDER
 
 
 def import_from_cwd() -> None:
@@ -192,7 +193,7 @@ def run_command(
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.records import exit_code
     from kappaplus.runtime.runner import run_job
-    from kappaplus.session import create_session
+    from kappaplus.session import STATE_STORE_SETTINGS, create_session
 
     if list_jobs:
         for name, path in REFERENCE_JOBS.items():
@@ -232,7 +233,7 @@ def run_command(
             master=master,
             metastore_uri=metastore_uri,
             metastore_discovery=LOCAL_DISCOVERY,
-            conf={"spark.sql.streaming.stateStore.providerClass": ROCKSDB},
+            defaults=STATE_STORE_SETTINGS,
         )
     except KappaError as exc:
         raise _fail(exc) from exc

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.audit.counts import observe_kafka
+from kappaplus.audit.counts import bucket_histogram, metric_name, observe_kafka
 from kappaplus.connectors.hive import read_hive_stream
 from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
@@ -52,8 +52,9 @@ def decode_metrics_name(input_name: str) -> str:
 
 
 def input_metrics_name(input_name: str) -> str:
-    """Name of the observed row count of an input as the job receives it."""
-    return f"kappa_input_{input_name}"
+    """Name of the observation of an input as the job receives it: its ``rows`` and, for
+    the audit, its rows per event-time bucket (``input`` of the stage ``job``)."""
+    return metric_name("job", input_name)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
@@ -267,6 +269,7 @@ def hybrid_options(
         "maxBytesPerTrigger": hive.max_bytes_per_trigger,
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
         "partitionTimeFormat": hive.partition_format,
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
@@ -415,7 +418,6 @@ def bind_input(
         conformed = drop_out_of_bounds(
             conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
         )
-    conformed = _observe_source(conformed, spec, "job", io="input")
     if late_plans and mode == "stream":
         from kappaplus.runtime.late_rows import tap_input
 
@@ -424,7 +426,10 @@ def bind_input(
         conformed,
         spec.event_time_column,
         watermark_delay,
+        # the job's input counted per bucket for the audit in the same observation as the
+        # rows (after the marker filter, so marker rows are not counted): one operator less
         observe_as=input_metrics_name(spec.name),
+        also=[bucket_histogram(spec.event_time_column, conformed.columns).alias("input")],
     )
     return BoundInput(spec.name, watermarked, source)
 

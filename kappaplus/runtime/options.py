@@ -12,19 +12,32 @@ mode, the backfill range, the trigger, when to stop and where checkpoints live.
 'processing-time'
 >>> RunOptions(mode="replay")  # doctest: +IGNORE_EXCEPTION_DETAIL
 Traceback (most recent call last):
-kappaplus.errors.ConfigError: option 'mode' = 'replay': expected stream, backfill or bootstrap
+kappaplus.errors.ConfigError: option 'mode' = 'replay': expected one of 'stream', ...
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from kappaplus.config import AVAILABLE_NOW
+from kappaplus.config import AVAILABLE_NOW, DEFAULT_TRIGGER_INTERVAL
 from kappaplus.errors import ConfigError
-from kappaplus.modes import MODES, Mode
+from kappaplus.modes import Mode
+from kappaplus.options import (
+    BOOL,
+    DURATION_TEXT,
+    PATH,
+    TIMESTAMP_TEXT,
+    Kind,
+    check_fields,
+    choice,
+    integer,
+    option,
+    options_class,
+    positive_number,
+)
 from kappaplus.timeutil import parse_duration, parse_timestamp
 
 ONCE = "once"
@@ -56,7 +69,21 @@ def normalize_trigger(value: str | None, option: str = "trigger") -> str | None:
     return str(value).strip()
 
 
-@dataclass(frozen=True)
+def _trigger(text: str, option: str) -> str:
+    return normalize_trigger(text, option) or text
+
+
+def _run_id(text: str, option: str) -> str:
+    if slug(text) != text:
+        raise ConfigError(option, text, "expected letters, digits, '_', '-', '.'")
+    return text
+
+
+TRIGGER: Kind[str] = Kind("available-now, once or an interval like '10 seconds'", _trigger)
+SECONDS = positive_number("a positive number of seconds")
+
+
+@options_class
 class RunOptions:
     """One run of a job.
 
@@ -88,27 +115,26 @@ class RunOptions:
       (:mod:`kappaplus.runtime.metrics`; 0 picks a free port).
     """
 
-    mode: Mode
-    start: str | None = None
-    end: str | None = None
-    trigger: str | None = None
-    until_idle: float | None = None
-    timeout: float | None = None
-    checkpoint_root: Path | None = None
-    fresh: bool = False
-    progress: bool = False
-    run_id: str | None = None
-    cutoff: str | None = None
-    lateness: str | None = None
-    poll_seconds: float = 1.0
+    mode: Mode = option("mode", choice(Mode))
+    start: str | None = option("start", TIMESTAMP_TEXT, default=None)
+    end: str | None = option("end", TIMESTAMP_TEXT, default=None)
+    trigger: str | None = option("trigger", TRIGGER, default=None)
+    until_idle: float | None = option("untilIdle", SECONDS, default=None)
+    timeout: float | None = option("timeout", SECONDS, default=None)
+    checkpoint_root: Path | None = option("checkpointRoot", PATH, default=None)
+    fresh: bool = option("fresh", BOOL, default=False)
+    progress: bool = option("progress", BOOL, default=False)
+    run_id: str | None = option("runId", Kind("a run id", _run_id), default=None)
+    cutoff: str | None = option("cutoff", TIMESTAMP_TEXT, default=None)
+    lateness: str | None = option("lateness", DURATION_TEXT, default=None)
+    """A :class:`~kappaplus.timeutil.Duration` (text and ``.micros``) once checked."""
+    poll_seconds: float = option("pollSeconds", SECONDS, default=1.0)
     extra: dict[str, Any] = field(default_factory=dict)
-    audit: bool = True
-    metrics_port: int | None = None
+    audit: bool = option("audit", BOOL, default=True)
+    metrics_port: int | None = option("metricsPort", integer(0, 65535), default=None)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError("mode", self.mode, f"expected one of {', '.join(MODES)}")
-        object.__setattr__(self, "mode", Mode(self.mode))
+        check_fields(self)
         if self.mode != "bootstrap":
             for name in ("cutoff", "lateness"):
                 if getattr(self, name) is not None:
@@ -125,8 +151,6 @@ class RunOptions:
             cutoff = parse_timestamp(self.cutoff, "cutoff")
             if self.start is not None and parse_timestamp(self.start, "start") >= cutoff:
                 raise ConfigError("start", self.start, f"must be before cutoff {self.cutoff!r}")
-        if self.lateness is not None and parse_duration(self.lateness, "lateness") < 0:
-            raise ConfigError("lateness", self.lateness, "must not be negative")
         if self.mode == "stream" and (self.start is not None or self.end is not None):
             raise ConfigError(
                 "start" if self.start is not None else "end",
@@ -138,15 +162,6 @@ class RunOptions:
         end = parse_timestamp(self.end, "end") if self.end is not None else None
         if start is not None and end is not None and start >= end:
             raise ConfigError("start", self.start, f"must be before end {self.end!r}")
-        object.__setattr__(self, "trigger", normalize_trigger(self.trigger))
-        for name in ("until_idle", "timeout", "poll_seconds"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or float(value) <= 0):
-                raise ConfigError(name, value, "expected a positive number of seconds")
-        if self.run_id is not None and slug(self.run_id) != self.run_id:
-            raise ConfigError("run_id", self.run_id, "expected letters, digits, '_', '-', '.'")
-        if self.checkpoint_root is not None:
-            object.__setattr__(self, "checkpoint_root", Path(self.checkpoint_root))
 
     @property
     def start_micros(self) -> int | None:
@@ -162,7 +177,7 @@ class RunOptions:
             return self.trigger
         return AVAILABLE_NOW if self.mode.has_end else configured
 
-    def trigger_kind(self, configured: str = "10 seconds") -> str:
+    def trigger_kind(self, configured: str = DEFAULT_TRIGGER_INTERVAL) -> str:
         chosen = self.effective_trigger(configured)
         return chosen if chosen in (AVAILABLE_NOW, ONCE) else "processing-time"
 

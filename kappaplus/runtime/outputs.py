@@ -22,6 +22,7 @@ never touched by a backfill.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from kappaplus.runtime.dead_letter_tap import DeadLetterPublisher
     from kappaplus.runtime.late_rows import LateRowsPlan
 
+log = logging.getLogger(__name__)
 CHECKPOINT_ID_FILE = "_kappa_checkpoint.json"
 
 
@@ -143,6 +145,17 @@ class OutputWriter:
             self.late = LateRowsPublisher(plan.late, plan.query_name, on_late_kept)
         self.dead_letters = list(dead_letters)
 
+    def prepare(self, df: DataFrame) -> None:
+        """Create or check the output table while the query plans its first batch
+        (:meth:`HiveTableSink.prepare`); a failure is only logged: the first batch makes
+        the same check and fails the query with it."""
+        if self.hive_sink is None:
+            return
+        try:
+            self.hive_sink.prepare(df)
+        except Exception as exc:  # noqa: BLE001 - the first batch reports it properly
+            log.debug("output %s: table not prepared ahead: %s", self.plan.name, exc)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self.late is not None:
             self.late.before(batch_id)
@@ -209,14 +222,17 @@ def start_output(
     from kappaplus.audit.counts import observe_rows
 
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
+    output = OutputWriter(plan, on_late_kept, dead_letters)
     writer: Any = (
         counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)
         .option("checkpointLocation", str(plan.checkpoint))
-        .foreachBatch(OutputWriter(plan, on_late_kept, dead_letters))
+        .foreachBatch(output)
         .trigger(**trigger_args(trigger))
     )
-    return writer.start()
+    query = writer.start()
+    output.prepare(counted)
+    return query
 
 
 def check_sql(spark: SparkSession, plans: dict[str, OutputPlan]) -> None:

@@ -10,8 +10,8 @@ id) and only if it ran a batch: the idle heartbeats Spark posts while waiting fo
 repeat the last batch id and are skipped.
 
 Rows are counted once, the same way in the live table, the log line, the end summary and
-the run record (:attr:`QueryStats.rows`): the rows the job received, i.e. the observed
-``kappa_input_*`` counts, which exclude the end-of-input marker rows (Spark's
+the run record (:attr:`QueryStats.rows`): the rows the job received, i.e. the ``rows`` of
+the observed ``kappa_audit.job.*`` metrics, which exclude the end-of-input marker rows (Spark's
 ``numInputRows`` includes them). Batches whose source offset is in the ``end`` phase are the
 marker batches; they are counted apart from the slices (data batches), and the run's own
 throughput is its rows over the time of its data batches.
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 WARMUP_BATCHES = 2
 """Data batches of a query before its rate counts for the ETA."""
 _END_PHASE = "end"
+INPUT_METRIC_PREFIX = "kappa_audit.job."
+"""Observed metrics carrying the ``rows`` each input delivered to the job."""
 
 
 def _get(entry: Any, key: str, default: Any = None) -> Any:
@@ -132,12 +134,12 @@ class QueryStats:
 
     @property
     def rows(self) -> int:
-        """Rows the job received: the observed ``kappa_input_*`` counts (markers excluded),
+        """Rows the job received: the observed ``rows`` of each input (markers excluded),
         else Spark's input rows less the marker rows."""
         received = [
             counts.get("rows", 0)
             for metric, counts in self.observed.items()
-            if metric.startswith("kappa_input_")
+            if metric.startswith(INPUT_METRIC_PREFIX)
         ]
         return sum(received) if received else self.input_rows - self.marker_rows
 

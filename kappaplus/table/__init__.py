@@ -15,9 +15,22 @@ Imports no source, sink or runtime module.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 """A table name every command accepts: ``table`` or ``database.table`` (letters, digits, ``_``)."""
 
 BATCH_COLUMN = "kappa_batch"
 """The batch-id partition column the Hive sink adds in ``"batch"`` visibility (BIGINT)."""
+
+DEFAULT_PARTITION_COLUMN = "dt"
+"""The (date) time partition column of a table the Hive sink writes, unless one is named."""
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+"""The directory value Hive gives a partition whose column is NULL."""
+
+Visibility = Literal["batch", "partition"]
+"""What a reader of a table the Hive sink writes sees: whole batches (a ``kappa_batch``
+partition column) or one time partition at a time."""
+VISIBILITIES: tuple[str, ...] = get_args(Visibility)
+DEFAULT_VISIBILITY: Visibility = "batch"

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.hive.pacing import MAX_STEP, MIN_ROWS, BatchPacer
 from kappaplus.connectors.hive.reader import read_partition
 from kappaplus.connectors.hive.sizing import GRID, choose_end, estimate_end, round_down_to_grid
 from kappaplus.connectors.hive.source import HiveStreamReader
@@ -331,3 +332,99 @@ def test_a_drain_file_stops_admission_and_a_restart_plans_the_rest(tmp_path: Pat
     assert sorted(got) == sorted(
         zip(truth.column("id").to_pylist(), truth.column("ts").to_pylist(), strict=True)
     )
+
+
+# -- slices paced to a target micro-batch duration ------------------------------------------
+
+
+@given(
+    target=st.floats(0.1, 600),
+    start_rows=st.integers(1, 10**8),
+    batches=st.lists(st.tuples(st.floats(1, 10**7), st.floats(0.001, 3600)), max_size=30),
+)
+def test_the_pacer_moves_by_bounded_steps_and_never_below_its_floor(target, start_rows, batches):
+    pacer = BatchPacer(target_seconds=target, rows=start_rows)
+    now = 0.0
+    for key, (rows, elapsed) in enumerate(batches):
+        before = pacer.rows
+        pacer.planned(key, rows, now)
+        now += elapsed
+        pacer.committed(key, now)
+        assert pacer.rows >= MIN_ROWS
+        assert pacer.rows <= max(before * MAX_STEP, MIN_ROWS) + 1
+        assert pacer.rows >= min(before / MAX_STEP, before) - 1 or pacer.rows == MIN_ROWS
+        after = pacer.rows
+        pacer.committed(key, now + 5)  # a second commit of the batch changes nothing
+        pacer.committed("marker", now + 5)  # nor does a batch it did not plan
+        assert pacer.rows == after
+
+
+@given(fixed=st.floats(0.0, 1.0), rate=st.floats(100, 10**6), target=st.floats(2.0, 60.0))
+def test_the_pacer_converges_on_the_target_duration(fixed, rate, target):
+    """A sink that takes ``fixed + rows / rate`` seconds per batch: after a few batches the
+    batches take about the target (when the fixed cost leaves room for rows at all)."""
+    pacer = BatchPacer(target_seconds=target, rows=2_000_000)
+    now, took = 0.0, 0.0
+    pending = None
+    for key in range(40):  # in Spark's order: plan batch n, then commit batch n - 1
+        rows = pacer.rows
+        pacer.planned(key, rows, now)
+        if pending is not None:
+            pacer.committed(pending, now)
+        took = fixed + rows / rate
+        now += took
+        pending = key
+    ideal = (target - fixed) * rate
+    if ideal >= 2 * MIN_ROWS:
+        assert 0.7 * target <= took <= 1.3 * target
+
+
+def test_slices_follow_the_observed_batch_duration(tmp_path: Path, monkeypatch):
+    """With ``targetBatchDuration`` the planner sizes each slice from how long the last
+    committed batch took (a clock here: 1 s + 1 ms per row, target 3 s, so ~2000 rows;
+    commits arrive in Spark's order, after the next slice is planned);
+    the slices still cover the range exactly once and a replay reads the same rows."""
+    from kappaplus.connectors.hive import planner as planner_module
+
+    hours = [800] * 60
+    root = tmp_path / "events"
+    truth = write_table(root, hours, seed=5, row_group_size=100)
+    start, end = BASE, BASE + len(hours) * HOUR
+    opts = options(
+        root,
+        tmp_path / "manifests",
+        start,
+        end,
+        targetRowsPerTrigger="12000",
+        targetBatchDuration="3 seconds",
+    )
+    clock = [0.0]
+    monkeypatch.setattr(planner_module.time, "monotonic", lambda: clock[0])
+    reader = HiveStreamReader(opts)
+    reader.prepareForTriggerAvailableNow()
+    offset = reader.initialOffset()
+    got: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    previous_hi = start
+    ran: dict | None = None
+    for _ in range(1000):
+        following = reader.latestOffset(offset, reader.getDefaultReadLimit())
+        if ran is not None:  # Spark commits the batch before only after planning this one
+            reader.commit(ran)
+        if following == offset:
+            break
+        lo, hi = following["lo"], following["hi"]
+        assert hi >= lo >= previous_hi, "slices never overlap nor go back"
+        rows = delivered(opts, offset, following)
+        assert delivered(opts, offset, following) == rows, "a replay reads the same rows"
+        got.extend(rows)
+        if following.get("phase") == "data" and hi > lo:
+            sizes.append(len(rows))
+        clock[0] += 1.0 + len(rows) / 1000  # the batch runs, the sink writes
+        previous_hi, offset, ran = hi, following, following
+    ts = np.asarray(truth.column("ts").to_pylist(), dtype=np.int64)
+    ids = np.asarray(truth.column("id").to_pylist(), dtype=np.int64)
+    assert sorted(got) == sorted(zip(ids.tolist(), ts.tolist(), strict=True)), "no loss, no dup"
+    assert sizes[0] > 8000, "the first slice is sized by the rows target"
+    steady = sizes[4:-1]
+    assert steady and all(1000 <= n <= 4000 for n in steady), sizes

@@ -688,3 +688,40 @@ def test_hive_source_sees_committed_batches_only(spark, scratch: Path, visibilit
     assert HiveTableSink(options).write_batch(three_days(), 1) is True
     ids = _source_ids(spark, table, scratch / "after")
     assert sorted(ids) == [*range(10), *range(100, 148)], "every row once"
+
+
+def test_prepare_creates_the_table_a_streaming_query_then_writes(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``prepare`` on the query's streaming DataFrame creates the same table the first batch
+    would (``kappa run`` calls it beside the query's first batch); the batches then write
+    into it, and a table the rows do not fit fails ``prepare`` as it would fail a batch."""
+    table = "default.sink_prepared"
+    inputs = tmp_path / "in"
+    _write_inputs(inputs)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(inputs))
+    sink = HiveTableSink(
+        HiveSinkOptions(table=table, query_name="q", event_time_column="event_time")
+    )
+    assert not spark.catalog.tableExists(table)
+    sink.prepare(stream)
+    assert spark.catalog.tableExists(table)
+    created = [(c.name, c.dataType, c.isPartition) for c in spark.catalog.listColumns(table)]
+    assert sink._checked is not None
+    query = (
+        stream.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert [
+        (c.name, c.dataType, c.isPartition) for c in spark.catalog.listColumns(table)
+    ] == created
+    ids = sorted(row[0] for row in _visible(spark, table))
+    truth = sorted(i for per_file in _expected().values() for day in per_file.values() for i in day)
+    assert ids == truth
+    wrong = spark.readStream.schema("id long, city int, event_time timestamp").json(str(inputs))
+    with pytest.raises(TableError, match="column 'city' is string in the table but int"):
+        HiveTableSink(
+            HiveSinkOptions(table=table, query_name="q2", event_time_column="event_time")
+        ).prepare(wrong)

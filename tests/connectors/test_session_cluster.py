@@ -15,6 +15,7 @@ from test_hive_standalone import JOB_TIMEOUT, Cluster, daemon_env, standalone_cl
 
 __all__ = ["standalone_cluster"]  # the fixture, imported for this module
 
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 DEFAULTS = {
     "spark.sql.shuffle.partitions": "7",
     "spark.ui.enabled": "true",
@@ -23,6 +24,8 @@ DEFAULTS = {
     "spark.pyspark.python": sys.executable,
     "spark.sql.parquet.outputTimestampType": "INT96",
     "spark.python.worker.reuse": "false",
+    # the cluster's state store: kappa run's default (RocksDB) must not replace it
+    "spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER,
 }
 CALLER = {
     "spark.driver.host": "127.0.0.1",
@@ -35,15 +38,18 @@ CALLER = {
 JOB = textwrap.dedent(
     """
     import json, sys
-    from kappaplus.session import SESSION_SETTINGS, create_session
+    from kappaplus.session import SESSION_SETTINGS, STATE_STORE_SETTINGS, create_session
 
     master, home = sys.argv[1], sys.argv[2]
     keys, caller = json.loads(sys.argv[3]), json.loads(sys.argv[4])
-    spark = create_session("defaults-win", master=master, home=home, conf=caller, hive=False)
+    spark = create_session(
+        "defaults-win", master=master, home=home, conf=caller, hive=False,
+        defaults=STATE_STORE_SETTINGS,
+    )
     conf = spark.sparkContext.getConf()
     seen = {
         k: spark.conf.get(k, None) or conf.get(k, None)
-        for k in [*keys, *caller, *SESSION_SETTINGS]
+        for k in [*keys, *caller, *SESSION_SETTINGS, *STATE_STORE_SETTINGS]
     }
     seen["ui"] = spark.sparkContext.uiWebUrl is not None
     seen["executor_python"] = sorted(set(
@@ -103,3 +109,7 @@ def test_spark_defaults_and_caller_win_on_a_cluster(
     # ... and kappaplus's own settings fill only the gaps
     assert seen["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert seen["spark.sql.streaming.stateStore.stateSchemaCheck"] == "true"
+    # kappa run's state store settings as well: the provider stays the cluster's, the
+    # changelog checkpointing nobody set is filled in
+    assert seen["spark.sql.streaming.stateStore.providerClass"] == HDFS_PROVIDER
+    assert seen["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"

@@ -31,7 +31,7 @@ def entry(
         "durationMs": {"addBatch": 1, "triggerExecution": int(seconds * 1000)},
         "sources": [{"startOffset": start, "endOffset": end}],
         # the job sees every row of a slice and none of a marker batch
-        "observedMetrics": {"kappa_input_rides": {"rows": 0 if marker else rows}},
+        "observedMetrics": {"kappa_audit.job.rides": {"rows": 0 if marker else rows}},
     }
 
 

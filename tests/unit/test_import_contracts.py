@@ -41,6 +41,7 @@ SHARED = (
     "kappaplus.codecs",
     "kappaplus.draining",
     "kappaplus.late_rules",
+    "kappaplus.options",
 )
 """Layers every other module may use; they use none of the layers above them."""
 

@@ -69,3 +69,16 @@ def test_durations_are_parsed_once_and_keep_their_text() -> None:
         == 86_400_000_000
     )
     assert pickle.loads(pickle.dumps(Duration.parse("90 s"))).micros == 90_000_000
+
+
+def test_duration_units_and_bad_numbers() -> None:
+    from kappaplus.timeutil import parse_duration, parse_timestamp
+
+    assert parse_duration("500 ms") == 500_000, "milliseconds, not minutes"
+    assert parse_duration("5 us") == 5 and parse_duration("2 mins") == 120_000_000
+    assert parse_duration("3 hrs") == parse_duration("3 hours") == 3 * 3_600_000_000
+    for bad in ("inf", "1e400", "1e400 s", "nan"):
+        with pytest.raises(ConfigError, match="'lateness'"):
+            parse_duration(bad, "lateness")
+    with pytest.raises(ConfigError, match="'start' = '\u00b2'"):
+        parse_timestamp("\u00b2", "start")

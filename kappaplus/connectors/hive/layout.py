@@ -101,7 +101,6 @@ def parse_partition_values(relative_path: str) -> dict[str, str]:
     return values
 
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _HIDDEN = re.compile(r"^[._]")
 
 

@@ -6,24 +6,47 @@ Spark hands a Python data source its options as strings. They are parsed once, h
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
 
 from kappaplus.draining import DRAIN_OPTION
-from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
-from kappaplus.timeutil import parse_duration, parse_timestamp
+from kappaplus.options import (
+    MICROS,
+    POSITIVE_INT,
+    POSITIVE_MICROS,
+    TEXT,
+    TIMESTAMP,
+    choice,
+    json_value,
+    names,
+    option,
+    options_class,
+    read_options,
+    to_options,
+)
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 DEFAULT_TARGET_ROWS = 2_000_000
 """Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
 that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
 slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
+DEFAULT_ROWS_PER_PARTITION = 1_000_000
+"""Rows of one input partition (Spark task) of a slice at most."""
 __all__ = ["MARKER_COLUMN", "HiveSourceOptions", "NullEventTimePolicy", "PartitionTimeKind"]
+
+
+def _struct(value: Any) -> StructType:
+    return value if isinstance(value, StructType) else StructType.fromJson(value)
+
+
+SCHEMA_JSON = json_value(
+    StructType.fromJson, lambda schema: schema.jsonValue(), "a Spark schema JSON", _struct
+)
+"""A table schema as Spark's JSON (``StructType.json()``)."""
 
 
 class PartitionTimeKind(StrEnum):
@@ -40,44 +63,63 @@ class NullEventTimePolicy(StrEnum):
     DEAD_LETTER = "deadLetter"
 
 
-@dataclass(frozen=True)
+@options_class(kw_only=True)
 class HiveSourceOptions:
     """Everything the source needs, resolved in the caller's process and validated here.
 
     Times are integer microseconds since the epoch (UTC); durations are microseconds.
     """
 
-    table: str
-    location: str
-    format: str
-    schema: StructType
-    partition_columns: tuple[str, ...]
-    event_time_column: str
-    starting_timestamp: int | None
-    ending_timestamp: int | None
-    max_event_time_per_trigger: int | None  # None: no span cap (adaptive slices only)
-    max_rows_per_trigger: int | None
-    max_bytes_per_trigger: int | None
-    partition_time_format: str | None
-    partition_time_kind: PartitionTimeKind
-    max_lateness: int
-    completeness_delay: int
-    null_event_time_policy: NullEventTimePolicy
-    dead_letter_path: str | None
-    manifest_dir: str
-    watermark_delay: int | None
-    rows_per_partition: int
-    columns: tuple[str, ...] | None = None
-    max_earliness: int = 0
+    table: str = option("table", required=False)
+    """The table's name (for messages); default its ``location``."""
+    location: str = option("location")
+    format: str = option("format", choice(SUPPORTED_FORMATS))
+    schema: StructType = option("schema", SCHEMA_JSON)
+    partition_columns: tuple[str, ...] = option("partitionColumns", names(), default=())
+    event_time_column: str = option("eventTimeColumn")
+    starting_timestamp: int | None = option("startingTimestamp", TIMESTAMP, default=None)
+    ending_timestamp: int | None = option("endingTimestamp", TIMESTAMP, default=None)
+    max_event_time_per_trigger: int | None = option(
+        "maxEventTimePerTrigger", POSITIVE_MICROS, default=None
+    )
+    """None: no span cap (adaptive slices only)."""
+    max_rows_per_trigger: int | None = option("maxRowsPerTrigger", POSITIVE_INT, default=None)
+    max_bytes_per_trigger: int | None = option("maxBytesPerTrigger", POSITIVE_INT, default=None)
+    partition_time_format: str | None = option("partitionTimeFormat", default=None)
+    partition_time_kind: PartitionTimeKind = option(
+        "partitionTimeKind", choice(PartitionTimeKind), default=PartitionTimeKind.EVENT
+    )
+    max_lateness: int = option("maxLateness", MICROS, default=0)
+    completeness_delay: int = option("completenessDelay", MICROS, default=0)
+    null_event_time_policy: NullEventTimePolicy = option(
+        "nullEventTimePolicy", choice(NullEventTimePolicy), default=NullEventTimePolicy.FAIL
+    )
+    dead_letter_path: str | None = option("deadLetterPath", default=None)
+    manifest_dir: str = option("manifestDir")
+    watermark_delay: int | None = option("watermarkDelay", MICROS, default=None)
+    rows_per_partition: int = option(
+        "rowsPerPartition", POSITIVE_INT, default=DEFAULT_ROWS_PER_PARTITION
+    )
+    columns: tuple[str, ...] | None = option("columns", names(), default=None)
+    max_earliness: int = option("maxEarliness", MICROS, default=0)
     """Clock skew allowed the other way round: how far an event may sit before its
     event-time partition, or after its arrival-time partition (a producer's clock ahead of
     the one stamping the arrival)."""
-    advice_prefix: str | None = None
+    advice_prefix: str | None = option("adviceConfigPrefix", TEXT, default=None)
     """Where a job configuration sets this source up (``inputs.<name>.hive``): errors then
     advise its keys instead of the source options."""
-    target_rows_per_trigger: int | None = DEFAULT_TARGET_ROWS
-    target_bytes_per_trigger: int | None = None
-    drain_file: str | None = None
+    target_rows_per_trigger: int | None = option(
+        "targetRowsPerTrigger", POSITIVE_INT, default=DEFAULT_TARGET_ROWS
+    )
+    """Only when no target is given: with ``targetBytesPerTrigger`` alone it is None."""
+    target_bytes_per_trigger: int | None = option(
+        "targetBytesPerTrigger", POSITIVE_INT, default=None
+    )
+    target_batch_duration: int | None = option("targetBatchDuration", POSITIVE_MICROS, default=None)
+    """Size slices so a micro-batch takes about this long (microseconds), from the batch
+    times observed (:mod:`~kappaplus.connectors.hive.pacing`); the rows target is where it
+    starts."""
+    drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
@@ -107,160 +149,55 @@ class HiveSourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> HiveSourceOptions:
         """Validate Spark's string options; raise :class:`ConfigError` naming the culprit."""
-        opts = {k.lower(): v for k, v in options.items()}
-
-        def get(name: str, default: str | None = None) -> str | None:
-            value = opts.get(name.lower(), default)
-            return None if value is None or str(value).strip() == "" else str(value).strip()
-
-        def required(name: str) -> str:
-            value = get(name)
-            if value is None:
-                raise ConfigError(name, None, "is required")
-            return value
-
-        table = get("table") or required("location")
-        location = required("location")
-        fmt = required("format").lower()
-        if fmt not in SUPPORTED_FORMATS:
-            raise ConfigError(
-                "format",
-                fmt,
-                f"table {table!r} is stored as {fmt!r}; the Hive streaming source reads "
-                f"{', '.join(SUPPORTED_FORMATS)}",
-            )
-        schema_text = required("schema")
-        try:
-            schema = StructType.fromJson(json.loads(schema_text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                "schema", schema_text[:80], f"not a Spark schema JSON: {exc}"
-            ) from exc
-        partition_columns = tuple(
-            c.strip() for c in (get("partitionColumns") or "").split(",") if c.strip()
-        )
-        for column in partition_columns:
-            if column not in schema.fieldNames():
-                raise ConfigError("partitionColumns", column, f"not a column of table {table!r}")
-        event_time = required("eventTimeColumn")
-        if event_time not in schema.fieldNames():
-            raise ConfigError(
-                "eventTimeColumn",
-                event_time,
-                f"table {table!r} has no such column (columns: {', '.join(schema.fieldNames())})",
+        read = read_options(cls, options)
+        table = read["table"] or read["location"]
+        schema: StructType = read["schema"]
+        columns_of = schema.fieldNames()
+        for column in read["partition_columns"]:
+            if column not in columns_of:
+                raise read.error(
+                    "partition_columns", f"not a column of table {table!r}", value=column
+                )
+        event_time = read["event_time_column"]
+        if event_time not in columns_of:
+            raise read.error(
+                "event_time_column",
+                f"table {table!r} has no such column (columns: {', '.join(columns_of)})",
             )
         event_type = schema[event_time].dataType
         if not isinstance(event_type, TimestampType | TimestampNTZType):
-            raise ConfigError(
-                "eventTimeColumn",
-                event_time,
+            raise read.error(
+                "event_time_column",
                 f"column of table {table!r} is {event_type.simpleString()}, not a timestamp",
             )
-        if event_time in partition_columns:
-            raise ConfigError(
-                "eventTimeColumn", event_time, "must be a data column, not a partition column"
-            )
-
-        start = _timestamp(get("startingTimestamp"), "startingTimestamp")
-        end = _timestamp(get("endingTimestamp"), "endingTimestamp")
+        if event_time in read["partition_columns"]:
+            raise read.error("event_time_column", "must be a data column, not a partition column")
+        start, end = read["starting_timestamp"], read["ending_timestamp"]
         if start is not None and end is not None and start >= end:
-            raise ConfigError(
-                "startingTimestamp",
-                get("startingTimestamp"),
-                f"must be before endingTimestamp {get('endingTimestamp')!r}",
+            raise read.error(
+                "starting_timestamp",
+                f"must be before {read.spelled('ending_timestamp')} "
+                f"{read.text('ending_timestamp')!r}",
             )
-        span_text = get("maxEventTimePerTrigger")
-        max_span = (
-            None if span_text is None else parse_duration(span_text, "maxEventTimePerTrigger")
-        )
-        if max_span is not None and max_span <= 0:
-            raise ConfigError("maxEventTimePerTrigger", span_text, "must be positive")
-        target_rows = _positive_int(get("targetRowsPerTrigger"), "targetRowsPerTrigger")
-        target_bytes = _positive_int(get("targetBytesPerTrigger"), "targetBytesPerTrigger")
-        if target_rows is None and target_bytes is None:
-            target_rows = DEFAULT_TARGET_ROWS
-        kind_text = get("partitionTimeKind", "event") or "event"
-        try:
-            kind = PartitionTimeKind(kind_text.lower())
-        except ValueError as exc:
-            raise ConfigError(
-                "partitionTimeKind", kind_text, "expected 'event' or 'arrival'"
-            ) from exc
-        policy_text = get("nullEventTimePolicy", "fail") or "fail"
-        policies = {p.value.lower(): p for p in NullEventTimePolicy}
-        if policy_text.lower() not in policies:
-            raise ConfigError("nullEventTimePolicy", policy_text, "expected 'fail' or 'deadLetter'")
-        policy = policies[policy_text.lower()]
-        dead_letter_path = get("deadLetterPath")
-        if policy is NullEventTimePolicy.DEAD_LETTER and dead_letter_path is None:
-            raise ConfigError(
-                "deadLetterPath", None, "is required when nullEventTimePolicy=deadLetter"
+        if read.given("target_bytes_per_trigger") and not read.given("target_rows_per_trigger"):
+            read.values["target_rows_per_trigger"] = None  # the byte target alone
+        if (
+            read["null_event_time_policy"] is NullEventTimePolicy.DEAD_LETTER
+            and read["dead_letter_path"] is None
+        ):
+            raise read.error(
+                "dead_letter_path",
+                f"is required when {read.spelled('null_event_time_policy')}=deadLetter",
             )
-        watermark = get("watermarkDelay")
-        columns = None
-        if get("columns") is not None:
-            columns = tuple(c.strip() for c in (get("columns") or "").split(",") if c.strip())
-            for column in columns:
-                if column not in schema.fieldNames():
-                    raise ConfigError(
-                        "columns",
-                        column,
-                        f"table {table!r} has no such column "
-                        f"(columns: {', '.join(schema.fieldNames())})",
-                    )
-        return cls(
-            table=table,
-            location=location,
-            format=fmt,
-            schema=schema,
-            partition_columns=partition_columns,
-            event_time_column=event_time,
-            starting_timestamp=start,
-            ending_timestamp=end,
-            max_event_time_per_trigger=max_span,
-            max_rows_per_trigger=_positive_int(get("maxRowsPerTrigger"), "maxRowsPerTrigger"),
-            max_bytes_per_trigger=_positive_int(get("maxBytesPerTrigger"), "maxBytesPerTrigger"),
-            partition_time_format=get("partitionTimeFormat"),
-            partition_time_kind=kind,
-            max_lateness=parse_duration(get("maxLateness", "0") or "0", "maxLateness"),
-            max_earliness=_non_negative(get("maxEarliness"), "maxEarliness"),
-            advice_prefix=get("adviceConfigPrefix"),
-            completeness_delay=parse_duration(
-                get("completenessDelay", "0") or "0", "completenessDelay"
-            ),
-            null_event_time_policy=policy,
-            dead_letter_path=dead_letter_path,
-            manifest_dir=required("manifestDir"),
-            watermark_delay=None
-            if watermark is None
-            else parse_duration(watermark, "watermarkDelay"),
-            rows_per_partition=_positive_int(get("rowsPerPartition", "1000000"), "rowsPerPartition")
-            or 1_000_000,
-            columns=columns,
-            target_rows_per_trigger=target_rows,
-            target_bytes_per_trigger=target_bytes,
-            drain_file=get(DRAIN_OPTION),
-        )
+        for column in read["columns"] or ():
+            if column not in columns_of:
+                raise read.error(
+                    "columns",
+                    f"table {table!r} has no such column (columns: {', '.join(columns_of)})",
+                    value=column,
+                )
+        return cls(**{**read.init(cls), "table": table})
 
-
-def _timestamp(value: str | None, option: str) -> int | None:
-    return None if value is None else parse_timestamp(value, option)
-
-
-def _non_negative(value: str | None, option: str) -> int:
-    duration = parse_duration(value or "0", option)
-    if duration < 0:
-        raise ConfigError(option, value, "must not be negative")
-    return duration
-
-
-def _positive_int(value: str | None, option: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        number = int(value)
-    except ValueError as exc:
-        raise ConfigError(option, value, "expected a whole number") from exc
-    if number <= 0:
-        raise ConfigError(option, value, "must be positive")
-    return number
+    def to_options(self) -> dict[str, str]:
+        """The string options :meth:`parse` reads as this object."""
+        return to_options(self)

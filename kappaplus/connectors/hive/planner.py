@@ -9,12 +9,12 @@ the slice's manifest, and returns the new offset.
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
 from kappaplus.connectors.hive.files import (
     UNBOUNDED_HI,
-    UNBOUNDED_LO,
     DataFile,
     RowGroupStats,
     event_times,
@@ -32,8 +32,13 @@ from kappaplus.connectors.hive.offsets import (
     Position,
     align_down,
 )
-from kappaplus.connectors.hive.options import HiveSourceOptions, PartitionTimeKind
-from kappaplus.connectors.hive.sizing import choose_end
+from kappaplus.connectors.hive.options import (
+    DEFAULT_TARGET_ROWS,
+    HiveSourceOptions,
+    PartitionTimeKind,
+)
+from kappaplus.connectors.hive.pacing import BatchPacer
+from kappaplus.connectors.hive.sizing import choose_end, row_density
 from kappaplus.timeutil import format_duration, iso
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,12 @@ class SlicePlanner:
         self._reported: set[tuple[str, int, int]] = set()  # late files already reported
         self._seeded = False
         self._fallback_logged = False
+        self.pacer: BatchPacer | None = None
+        if options.target_batch_duration is not None:
+            self.pacer = BatchPacer(
+                options.target_batch_duration / 1_000_000,
+                options.target_rows_per_trigger or DEFAULT_TARGET_ROWS,
+            )
 
     # -- listing and statistics -------------------------------------------------------
 
@@ -241,6 +252,9 @@ class SlicePlanner:
             len(entries),
             rows,
         )
+        if self.pacer is not None:
+            estimate = row_density(files, self.stats, lo, hi).rows_within(lo, hi)
+            self.pacer.planned(hi, estimate or rows, time.monotonic())
         return self._offset(
             pos.origin,
             lo,
@@ -252,6 +266,21 @@ class SlicePlanner:
             late_rows,
             self._done(pos.origin, hi, limit),
         )
+
+    def batch_committed(self, end: dict) -> None:
+        """Spark committed the batch ending at offset ``end`` (the source's ``commit``):
+        with ``targetBatchDuration`` the next slices are sized from the time it took."""
+        if self.pacer is not None:
+            before = self.pacer.rows
+            self.pacer.committed(Position.parse(end).hi, time.monotonic())
+            if self.pacer.rows != before:
+                log.info(
+                    "table %r: slices of about %d rows (was %d) for micro-batches of %s",
+                    self.options.table,
+                    self.pacer.rows,
+                    before,
+                    format_duration(self.options.target_batch_duration or 0),
+                )
 
     def _groups(self, path: str, files: list[DataFile]) -> tuple[RowGroupStats, ...]:
         for f in files:
@@ -285,44 +314,21 @@ class SlicePlanner:
                 best = candidate if best is None else min(best, candidate)
         return best
 
+    def _rows_target(self) -> int | None:
+        """Rows per slice to aim at: the pacer's (``targetBatchDuration``), else the option."""
+        if self.pacer is not None:
+            return self.pacer.rows
+        return self.options.target_rows_per_trigger
+
     def _adaptive_end(self, files: list[DataFile], lo: int, hi: int) -> int:
         """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
-        estimated from row-group statistics (:mod:`~kappaplus.connectors.hive.sizing`).
-
-        Row groups without event-time statistics (ORC stripes) count over their file's
-        admissible range; when that is unbounded too the rows cannot be placed in time,
-        and without a span cap the slice falls back to :data:`FALLBACK_SPAN`.
+        estimated from row-group statistics (:mod:`~kappaplus.connectors.hive.sizing`);
+        without statistics or time partitions and without a span cap the slice falls back
+        to :data:`FALLBACK_SPAN`.
         """
         o = self.options
-        starts: list[int] = []
-        ends: list[int] = []
-        rows: list[float] = []
-        nbytes = total = 0
-        unplaceable = False
-        for f in files:
-            if not f.admits(lo, hi):
-                continue
-            a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
-            for group in self.stats(f):
-                if not group.may_overlap(a, b):
-                    continue
-                nbytes += group.num_bytes
-                total += group.num_rows
-                if group.ts_min is not None and group.ts_max is not None:
-                    g_lo, g_hi = group.ts_min, group.ts_max + 1
-                    s, e = max(g_lo, f.admissible_lo), min(g_hi, f.admissible_hi)
-                    if e <= s:
-                        continue
-                    starts.append(s)
-                    ends.append(e)
-                    rows.append(group.num_rows * (e - s) / (g_hi - g_lo))
-                elif f.admissible_lo > UNBOUNDED_LO and f.admissible_hi < UNBOUNDED_HI:
-                    starts.append(f.admissible_lo)
-                    ends.append(f.admissible_hi)
-                    rows.append(group.num_rows)
-                else:
-                    unplaceable = True
-        if unplaceable:
+        density = row_density(files, self.stats, lo, hi)
+        if density.unplaceable:
             if o.max_event_time_per_trigger is not None:
                 return hi
             if not self._fallback_logged:
@@ -334,19 +340,13 @@ class SlicePlanner:
                     format_duration(FALLBACK_SPAN),
                 )
             return min(hi, align_down(lo, FALLBACK_SPAN) + FALLBACK_SPAN)
-        targets = [t for t in (o.target_rows_per_trigger,) if t is not None]
-        if o.target_bytes_per_trigger is not None and total and nbytes:
-            targets.append(max(1, int(o.target_bytes_per_trigger / (nbytes / total))))
-        if not targets or not starts:
+        targets = [t for t in (self._rows_target(),) if t is not None]
+        if o.target_bytes_per_trigger is not None and density.rows_total and density.bytes_total:
+            bytes_per_row = density.bytes_total / density.rows_total
+            targets.append(max(1, int(o.target_bytes_per_trigger / bytes_per_row)))
+        if not targets or not density.starts.size:
             return hi
-        return choose_end(
-            np.array(starts, dtype=np.int64),
-            np.array(ends, dtype=np.int64),
-            np.array(rows, dtype=np.float64),
-            lo,
-            hi,
-            min(targets),
-        )
+        return choose_end(density.starts, density.ends, density.rows, lo, hi, min(targets))
 
     def _row_budget(
         self, files: list[DataFile], lo: int, hi: int, row_budget: int | None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from kappaplus.connectors.hive.commits import table_location
 from kappaplus.connectors.hive.sink_options import (
     ADD_PARTITION_BATCH,
-    DEFAULT_PARTITION,
     MANIFEST_VERSION,
     SLOTS_DIR,
     STAGING_DIR,
@@ -45,7 +45,7 @@ from kappaplus.connectors.hive.sink_options import (
 from kappaplus.connectors.hive.sink_table import create_or_check
 from kappaplus.connectors.hive.staged_files import StagedFile
 from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.table import BATCH_COLUMN, HIVE_DEFAULT_PARTITION
 from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
 from kappaplus.table.hadoop_fs import HadoopFs
 
@@ -75,8 +75,17 @@ class HiveTableSink:
     def __init__(self, options: HiveSinkOptions, *, fault_hook: FaultHook | None = None) -> None:
         self.options = options
         self.fault_hook = fault_hook
+        self._table_lock = threading.Lock()
 
     # -- public -------------------------------------------------------------------------
+
+    def prepare(self, df: DataFrame) -> None:
+        """Create the table for the rows of ``df`` (the query's streaming DataFrame) or check
+        it, as the first batch would. ``kappa run`` calls it right after starting the query,
+        so the catalog work (about 1 s for a new table) runs beside the query's first
+        planning and reading instead of inside its first batch; the first batch then only
+        asks whether the table exists. Errors are the first batch's to raise."""
+        self._ensure_table(df.sparkSession, self._with_partition_columns(df))
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self.write_batch(batch_df, batch_id)
@@ -228,18 +237,19 @@ class HiveTableSink:
         running query fails its next partition registration anyway.
         """
         checked = df.schema.json()
-        # one catalog call every batch all the same: when the metastore is away it fails
-        # after the client's retries with a clear error, where the sink's later calls were
-        # seen to block until the server is back (chaos metastore-outage)
-        if (
-            self._checked is not None
-            and self._checked[0] == checked
-            and spark.catalog.tableExists(self.options.table)
-        ):
-            return self._checked[1]
-        location = create_or_check(spark, self.options, df)
-        self._checked = (checked, location)
-        return location
+        with self._table_lock:  # prepare() may still be at it when the first batch comes
+            # one catalog call every batch all the same: when the metastore is away it fails
+            # after the client's retries with a clear error, where the sink's later calls
+            # were seen to block until the server is back (chaos metastore-outage)
+            if (
+                self._checked is not None
+                and self._checked[0] == checked
+                and spark.catalog.tableExists(self.options.table)
+            ):
+                return self._checked[1]
+            location = create_or_check(spark, self.options, df)
+            self._checked = (checked, location)
+            return location
 
     def _stage(
         self,
@@ -335,7 +345,7 @@ class HiveTableSink:
                 for name in fs.list_dirs(base):
                     if not name.startswith(f"{column}="):
                         continue
-                    if name == f"{column}={DEFAULT_PARTITION}":
+                    if name == f"{column}={HIVE_DEFAULT_PARTITION}":
                         source = (
                             opts.partition_expression()
                             if column == opts.partition_column

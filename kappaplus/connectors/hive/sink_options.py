@@ -5,16 +5,30 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from kappaplus.errors import ConfigError
-from kappaplus.table import BATCH_COLUMN, TABLE_NAME
-
-if TYPE_CHECKING:
-    pass
-
+from kappaplus.options import (
+    BOOL,
+    NAME,
+    POSITIVE_INT,
+    TEXT,
+    check_fields,
+    choice,
+    json_value,
+    matching,
+    option,
+    options_class,
+)
+from kappaplus.table import (
+    BATCH_COLUMN,
+    DEFAULT_PARTITION_COLUMN,
+    DEFAULT_VISIBILITY,
+    TABLE_NAME,
+    VISIBILITIES,
+    Visibility,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +46,11 @@ class HiveOutputBinding(Protocol):
     @property
     def hour_partition(self) -> str | None: ...
     @property
-    def visibility(self) -> Literal["batch", "partition"]: ...
+    def visibility(self) -> Visibility: ...
 
-
-Visibility = Literal["batch", "partition"]
-VISIBILITIES: tuple[str, ...] = get_args(Visibility)
 
 _QUERY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 STAGING_DIR = "_kappa_staging"
 SLOTS_DIR = "_kappa_batch_slots"
 """Reservations of ``kappa_batch`` values: one empty file per value taken, plus a hint
@@ -49,7 +59,27 @@ MANIFEST_VERSION = 2
 ADD_PARTITION_BATCH = "spark.sql.addPartitionInBatch.size"
 
 
-@dataclass(frozen=True)
+def _pairs(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise TypeError("expected (column, SQL expression) pairs")
+    return tuple(tuple(item) if isinstance(item, list) else item for item in value)
+
+
+EXTRA_PARTITIONS = json_value(
+    _pairs, lambda pairs: [list(pair) for pair in pairs], "(column, SQL expression) pairs"
+)
+
+
+def _provenance(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError("expected a JSON object")
+    return value
+
+
+PROVENANCE = json_value(_provenance, lambda value: value, "a JSON object")
+
+
+@options_class
 class HiveSinkOptions:
     """Where and how the sink writes.
 
@@ -69,47 +99,28 @@ class HiveSinkOptions:
       rows of one partition one file, more spreads large batches over more tasks.
     """
 
-    table: str
-    query_name: str
-    partition_column: str = "dt"
-    partition_expr: str | None = None
-    event_time_column: str | None = None
-    create_table: bool = True
-    files_per_partition: int = 1
-    visibility: Visibility = "batch"
-    extra_partitions: tuple[tuple[str, str], ...] = ()
-    provenance: dict[str, Any] | None = None
+    table: str = option("table", matching(TABLE_NAME, "a Hive table name like 'db.table'"))
+    query_name: str = option("queryName", matching(_QUERY, "letters, digits, '_', '-' or '.'"))
+    partition_column: str = option(
+        "partitionColumn", matching(_IDENT, "an identifier"), default=DEFAULT_PARTITION_COLUMN
+    )
+    partition_expr: str | None = option("partitionExpr", TEXT, default=None)
+    event_time_column: str | None = option("eventTimeColumn", NAME, default=None)
+    create_table: bool = option("createTable", BOOL, default=True)
+    files_per_partition: int = option("filesPerPartition", POSITIVE_INT, default=1)
+    visibility: Visibility = option("visibility", choice(VISIBILITIES), default=DEFAULT_VISIBILITY)
+    extra_partitions: tuple[tuple[str, str], ...] = option(
+        "extraPartitions", EXTRA_PARTITIONS, default=()
+    )
+    provenance: dict[str, Any] | None = option("provenance", PROVENANCE, default=None)
     """Recorded in every commit marker: the run identity and range the batch came from
     (:mod:`kappaplus.runtime.identity`), so a later run can tell what the table holds."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.table, str) or not TABLE_NAME.match(self.table):
-            raise ConfigError("table", self.table, "expected a Hive table name like 'db.table'")
-        if not isinstance(self.query_name, str) or not _QUERY.match(self.query_name):
-            raise ConfigError(
-                "query_name", self.query_name, "expected letters, digits, '_', '-' or '.'"
-            )
-        if not isinstance(self.partition_column, str) or not _IDENT.match(self.partition_column):
-            raise ConfigError("partition_column", self.partition_column, "not an identifier")
+        check_fields(self)
         if self.partition_column.lower() == BATCH_COLUMN:
             raise ConfigError(
                 "partition_column", self.partition_column, "reserved for the batch id column"
-            )
-        if (
-            isinstance(self.files_per_partition, bool)
-            or not isinstance(self.files_per_partition, int)
-            or self.files_per_partition < 1
-        ):
-            raise ConfigError(
-                "files_per_partition", self.files_per_partition, "expected an integer >= 1"
-            )
-        if self.event_time_column is not None and not self.event_time_column:
-            raise ConfigError("event_time_column", self.event_time_column, "empty")
-        if self.visibility not in VISIBILITIES:
-            raise ConfigError(
-                "visibility",
-                self.visibility,
-                f"expected one of {', '.join(repr(v) for v in VISIBILITIES)}",
             )
         object.__setattr__(self, "extra_partitions", self._checked_extra(self.extra_partitions))
 

@@ -9,7 +9,8 @@ slices and sparse days long ones. The result is an estimate, not a cap: the exac
 (``maxRowsPerTrigger``, ``maxBytesPerTrigger``, ``maxEventTimePerTrigger``) are applied
 after it by the planner.
 
-Pure functions of numbers, so they are property-tested without Spark.
+Pure functions of numbers (and of the statistics the planner hands in), so they are
+property-tested without Spark.
 
 >>> import numpy as np
 >>> HOUR = 3_600_000_000
@@ -27,7 +28,12 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
 import numpy as np
+
+from kappaplus.connectors.hive.files import UNBOUNDED_HI, UNBOUNDED_LO, DataFile, RowGroupStats
 
 SECOND = 1_000_000
 MINUTE = 60 * SECOND
@@ -36,6 +42,73 @@ DAY = 24 * HOUR
 GRID = (DAY, HOUR, MINUTE, SECOND, 1)
 """Boundaries are rounded down to the coarsest of these steps that keeps the slice non-empty,
 so slices read ``[2024-03-01T06:00:00Z, 2024-03-02T00:00:00Z)`` rather than odd microseconds."""
+
+
+@dataclass(frozen=True)
+class RowDensity:
+    """Where the rows of a range lie in event time: per row group its admissible
+    ``[starts, ends)`` and its ``rows`` there (spread evenly), the rows and bytes of every
+    overlapping group, and whether some group could not be placed in time."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    rows: np.ndarray
+    rows_total: int
+    bytes_total: int
+    unplaceable: bool
+
+    def rows_within(self, lo: int, hi: int) -> float:
+        """Estimated rows in ``[lo, hi)``."""
+        return rows_within(self.starts, self.ends, self.rows, lo, hi)
+
+
+def row_density(
+    files: Iterable[DataFile],
+    stats: Callable[[DataFile], tuple[RowGroupStats, ...]],
+    lo: int,
+    hi: int,
+) -> RowDensity:
+    """The :class:`RowDensity` of ``[lo, hi)`` from row-group statistics (``stats``).
+
+    Row groups without event-time statistics (ORC stripes) count over their file's
+    admissible range; when that is unbounded too the rows cannot be placed in time.
+    """
+    starts: list[int] = []
+    ends: list[int] = []
+    rows: list[float] = []
+    nbytes = total = 0
+    unplaceable = False
+    for f in files:
+        if not f.admits(lo, hi):
+            continue
+        a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+        for group in stats(f):
+            if not group.may_overlap(a, b):
+                continue
+            nbytes += group.num_bytes
+            total += group.num_rows
+            if group.ts_min is not None and group.ts_max is not None:
+                g_lo, g_hi = group.ts_min, group.ts_max + 1
+                s, e = max(g_lo, f.admissible_lo), min(g_hi, f.admissible_hi)
+                if e <= s:
+                    continue
+                starts.append(s)
+                ends.append(e)
+                rows.append(group.num_rows * (e - s) / (g_hi - g_lo))
+            elif f.admissible_lo > UNBOUNDED_LO and f.admissible_hi < UNBOUNDED_HI:
+                starts.append(f.admissible_lo)
+                ends.append(f.admissible_hi)
+                rows.append(group.num_rows)
+            else:
+                unplaceable = True
+    return RowDensity(
+        np.array(starts, dtype=np.int64),
+        np.array(ends, dtype=np.int64),
+        np.array(rows, dtype=np.float64),
+        total,
+        nbytes,
+        unplaceable,
+    )
 
 
 def estimate_end(
@@ -75,6 +148,21 @@ def estimate_end(
         x += (target - cumulative[k]) / slopes[k]
     end = int(min(x, points[k + 1]))
     return max(end, lo + 1)
+
+
+def rows_within(starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, lo: int, hi: int) -> float:
+    """Estimated rows in ``[lo, hi)``: each group's rows in proportion to its overlap
+    (groups of zero width count whole when they lie inside).
+
+    >>> rows_within(np.array([0, 10]), np.array([10, 20]), np.array([100, 50]), 5, 15)
+    75.0
+    """
+    a = np.maximum(starts.astype(np.float64), float(lo))
+    b = np.minimum(ends.astype(np.float64), float(hi))
+    width = ends.astype(np.float64) - starts.astype(np.float64)
+    share = np.where(width > 0, np.clip(b - a, 0.0, None) / np.where(width > 0, width, 1.0), 0.0)
+    point = (width <= 0) & (starts >= lo) & (starts < hi)
+    return float(np.sum(rows * share) + np.sum(np.where(point, rows, 0)))
 
 
 def choose_end(

@@ -121,7 +121,9 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to release: manifests are kept for replays from older checkpoints."""
+        """Nothing to release (manifests are kept for replays from older checkpoints); the
+        batch's duration sizes the next slice under ``targetBatchDuration``."""
+        self.planner.batch_committed(end)
 
 
 def split_slice(

@@ -20,23 +20,38 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import DataType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.kafka.options import KafkaSourceOptions
+from kappaplus.connectors.kafka.options import (
+    ENDING_OFFSETS,
+    STARTING_OFFSETS,
+    STARTING_TIMESTAMP,
+    KafkaSourceOptions,
+)
+from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
-from kappaplus.timeutil import iso, parse_duration, parse_timestamp
+from kappaplus.options import (
+    MICROS,
+    TIMESTAMP,
+    Kind,
+    option,
+    option_keys,
+    options_class,
+    options_of,
+    read_options,
+    to_options,
+)
+from kappaplus.timeutil import iso
 
 LAKE_PREFIX = "lake."
 DEFAULT_LATENESS = "1 hour"
 """How far before the cutoff Kafka is read by default (records up to this late still reach
 the job); the runtime's ``--lateness`` and the Hive binding's ``max_lateness`` override it."""
 
-HYBRID_KEYS = ("cutoff", "lateness", "decoder", "deadLetterPath", "jobName", "drainFile")
 _REFUSED_LAKE = {
     "endingtimestamp": "the lake is read up to 'cutoff'; set 'cutoff' instead",
     "watermarkdelay": "end-of-input markers would stop the stream after the lake; "
@@ -51,45 +66,32 @@ _REFUSED_KAFKA = {
 
 def decoder_to_json(spec: DecoderSpec) -> str:
     """Serialize a :class:`DecoderSpec` for the ``decoder`` option (no SparkSession needed)."""
-    data: dict[str, Any] = {
-        "format": spec.format,
-        "eventTime": spec.event_time,
-        "required": list(spec.required),
-        "wireFormat": spec.wire_format,
-    }
-    if spec.format == "json":
-        data["schema"] = spec.event_schema.jsonValue()
-    else:
-        data["avroSchema"] = str(spec.avro_schema)
-    if spec.schema_ids is not None:
-        data["schemaIds"] = sorted(spec.schema_ids)
-    if spec.schema_registry_url is not None:
-        data["schemaRegistryUrl"] = spec.schema_registry_url
-    return json.dumps(data, sort_keys=True)
+    return json.dumps(spec.to_options(), sort_keys=True)
 
 
 def decoder_from_json(text: str) -> DecoderSpec:
     """The inverse of :func:`decoder_to_json`; :class:`ConfigError` on anything else."""
     try:
         data = json.loads(text)
-        schema = StructType.fromJson(data["schema"]) if "schema" in data else None
-        ids = data.get("schemaIds")
-        return DecoderSpec(
-            format=data["format"],
-            event_time=data["eventTime"],
-            schema=schema,
-            avro_schema=data.get("avroSchema"),
-            required=tuple(data.get("required", ())),
-            wire_format=data.get("wireFormat", "auto"),
-            schema_ids=frozenset(ids) if ids is not None else None,
-            schema_registry_url=data.get("schemaRegistryUrl"),
-        )
-    except ConfigError:
-        raise
-    except (ValueError, KeyError, TypeError) as exc:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, not {type(data).__name__}")
+    except (ValueError, TypeError) as exc:
         raise ConfigError(
             "decoder", text[:80], f"not a decoder spec (use decoder_to_json): {exc}"
         ) from exc
+    return DecoderSpec.parse(data)
+
+
+def _accept_decoder(value: Any, option: str) -> DecoderSpec:
+    if not isinstance(value, DecoderSpec):
+        raise ConfigError(option, value, "expected a DecoderSpec")
+    return value
+
+
+DECODER: Kind[DecoderSpec] = Kind(
+    "a decoder spec", lambda text, _: decoder_from_json(text), decoder_to_json, _accept_decoder
+)
+"""The ``decoder`` option: a :class:`DecoderSpec` as :func:`decoder_to_json` writes it."""
 
 
 def partition_formats(pattern: str | None) -> dict[str, str]:
@@ -117,7 +119,7 @@ def _arrow_castable(source: DataType, target: DataType) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@options_class(kw_only=True)
 class HybridSourceOptions:
     """The lake's options, Kafka's options and what joins them; validated once.
 
@@ -126,13 +128,17 @@ class HybridSourceOptions:
 
     lake: HiveSourceOptions
     kafka: KafkaSourceOptions
-    cutoff: int
-    lateness: int
-    decoder: DecoderSpec
-    dead_letter_path: str
-    job_name: str
+    cutoff: int = option("cutoff", TIMESTAMP)
+    lateness: int = option("lateness", MICROS, default=0)
+    """Read directly (``format("kappa_hybrid")``) Kafka starts at the cutoff by default;
+    :func:`~kappaplus.connectors.hybrid.source.read_hybrid_stream` passes
+    :data:`DEFAULT_LATENESS`."""
+    decoder: DecoderSpec = option("decoder", DECODER)
+    dead_letter_path: str = option("deadLetterPath")
+    job_name: str = option("jobName", required=False)
+    """Default ``hybrid:<lake table>``."""
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
-    drain_file: str | None = None
+    drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
@@ -153,7 +159,7 @@ class HybridSourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> HybridSourceOptions:
         """Route and validate Spark's string options (see the module docstring)."""
-        own = {k.lower(): k for k in HYBRID_KEYS}
+        own = option_keys(cls)
         lake_raw: dict[str, str] = {}
         kafka_raw: dict[str, str] = {}
         mine: dict[str, str] = {}
@@ -165,20 +171,14 @@ class HybridSourceOptions:
                     raise ConfigError(str(key), value, _REFUSED_LAKE[name.lower()])
                 lake_raw[name] = value
             elif lowered in own:
-                mine[own[lowered]] = value
+                mine[str(key)] = value
             else:
                 if lowered in _REFUSED_KAFKA:
                     raise ConfigError(str(key), value, _REFUSED_KAFKA[lowered])
                 kafka_raw[str(key)] = value
 
-        def required(name: str) -> str:
-            value = mine.get(name)
-            if value is None or not str(value).strip():
-                raise ConfigError(name, value, "is required")
-            return str(value).strip()
-
-        cutoff = parse_timestamp(required("cutoff"), "cutoff")
-        lateness = parse_duration(mine.get("lateness") or "0 seconds", "lateness")
+        read = read_options(cls, mine)
+        cutoff, lateness = read["cutoff"], read["lateness"]
         lake_raw["endingTimestamp"] = str(cutoff)
         try:
             lake = HiveSourceOptions.parse(lake_raw)
@@ -192,12 +192,22 @@ class HybridSourceOptions:
             )
         kafka_raw["startingTimestamp"] = str(max(0, (cutoff - lateness) // 1000))
         kafka = KafkaSourceOptions.parse(kafka_raw, streaming=True)
-        decoder = decoder_from_json(required("decoder"))
-        dead = required("deadLetterPath")
-        job = (mine.get("jobName") or "").strip() or f"hybrid:{lake.table}"
-        derived = cls._unify(lake, decoder)
-        drain = (mine.get("drainFile") or "").strip() or None
-        return cls(lake, kafka, cutoff, lateness, decoder, dead, job, derived, drain)
+        derived = cls._unify(lake, read["decoder"])
+        return cls(
+            lake=lake,
+            kafka=kafka,
+            derived=derived,
+            **{**read.init(cls), "job_name": read["job_name"] or f"hybrid:{lake.table}"},
+        )
+
+    def to_options(self) -> dict[str, str]:
+        """The string options :meth:`parse` reads as this object (secrets included)."""
+        lake = self.lake.to_options()
+        out = {f"{LAKE_PREFIX}{k}": v for k, v in lake.items() if k.lower() not in _REFUSED_LAKE}
+        kafka = self.kafka.to_options()
+        out.update({k: v for k, v in kafka.items() if k.lower() not in _REFUSED_KAFKA})
+        out.update(to_options(self))
+        return out
 
     @staticmethod
     def _unify(lake: HiveSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
@@ -236,6 +246,17 @@ class HybridSourceOptions:
                     "time; add it to the decoder schema",
                 )
         return derived
+
+
+HYBRID_KEYS = tuple(o.key for o in options_of(HybridSourceOptions))
+"""The hybrid's own options; ``lake.*`` go to the lake, the rest to Kafka."""
+LAKE_ONLY_KEYS = (
+    option_keys(HiveSourceOptions)
+    - option_keys(KafkaSourceOptions, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS)
+    - option_keys(HybridSourceOptions)
+)
+"""Lower-cased names of the lake's options that neither Kafka nor the hybrid has: given
+without the ``lake.`` prefix they can only mean the lake's."""
 
 
 def safe_file_part(text: str) -> str:

@@ -75,6 +75,7 @@ from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
     DEFAULT_LATENESS,
+    LAKE_ONLY_KEYS,
     HybridSourceOptions,
     decoder_to_json,
 )
@@ -340,29 +341,18 @@ def hybrid_stream_options(
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
 
-    Keyword options are routed by name: Hive source options (``maxRowsPerTrigger``,
-    ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``, ``completenessDelay``,
-    ``nullEventTimePolicy``, ``rowsPerPartition``, ...) or ``lake.``-prefixed names go
+    Keyword options are routed by name: Hive source options Kafka does not have
+    (``maxRowsPerTrigger``, ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``,
+    ``targetRowsPerTrigger``, ...: :data:`LAKE_ONLY_KEYS`) or ``lake.``-prefixed names go
     to the lake; everything else (``bootstrap``, ``subscribe``, ``maxOffsetsPerTrigger``,
     ``failOnDataLoss``, ``kafka.*``) to Kafka.
     """
-    lake_names = {
-        "maxrowspertrigger",
-        "maxbytespertrigger",
-        "partitiontimeformat",
-        "partitiontimekind",
-        "maxlateness",
-        "completenessdelay",
-        "nulleventtimepolicy",
-        "manifestdir",
-        "rowsperpartition",
-    }
     lake_extra: dict[str, Any] = {}
     kafka_extra: dict[str, Any] = {}
     for key, value in options.items():
         if key.lower().startswith("lake."):
             lake_extra[key[len("lake.") :]] = value
-        elif key.lower() in lake_names:
+        elif key.lower() in LAKE_ONLY_KEYS:
             lake_extra[key] = value
         else:
             kafka_extra[key] = value

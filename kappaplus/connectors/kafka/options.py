@@ -18,10 +18,18 @@ from typing import Literal
 
 from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
-from kappaplus.kafka_conf import (
-    client_conf,
-    parse_bool,
-    parse_positive_int,
+from kappaplus.kafka_conf import client_conf
+from kappaplus.options import (
+    BOOL,
+    POSITIVE_INT,
+    Kind,
+    Option,
+    integer,
+    names,
+    option,
+    options_class,
+    read_options,
+    to_options,
 )
 
 # Spark offsets JSON uses -2 for earliest and -1 for latest.
@@ -49,6 +57,28 @@ class OffsetSpec:
     kind: Literal["earliest", "latest", "offsets", "timestamp"]
     per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
     timestamp_ms: int | None = None
+
+    def text(self) -> str:
+        """The option text this spec is read from (``startingTimestamp``'s for a timestamp).
+
+        >>> OffsetSpec("offsets", {("a", 0): 23, ("a", 1): -2}).text()
+        '{"a": {"0": 23, "1": -2}}'
+        """
+        if self.kind == "timestamp":
+            return str(self.timestamp_ms)
+        if self.kind != "offsets":
+            return self.kind
+        topics: dict[str, dict[str, int]] = {}
+        for (topic, partition), offset in sorted(self.per_partition.items()):
+            topics.setdefault(topic, {})[str(partition)] = offset
+        return json.dumps(topics)
+
+
+STREAM_START: Literal["latest"] = "latest"
+BATCH_START: Literal["earliest"] = "earliest"
+"""Where a stream and a batch query start without ``startingOffsets`` (as Spark's source)."""
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+"""How long a read waits for an offset that should exist (Spark's ``pollTimeoutMs``)."""
 
 
 def parse_offsets_json(name: str, raw: str, *, allow_earliest: bool = True) -> OffsetSpec:
@@ -89,7 +119,56 @@ def parse_offsets_json(name: str, raw: str, *, allow_earliest: bool = True) -> O
     return OffsetSpec(kind="offsets", per_partition=offsets)
 
 
-@dataclass(frozen=True)
+def _offsets(allow_earliest: bool) -> Kind[OffsetSpec]:
+    def parse(text: str, option: str) -> OffsetSpec:
+        return parse_offsets_json(option, text, allow_earliest=allow_earliest)
+
+    return Kind("earliest, latest or offsets JSON", parse, OffsetSpec.text)
+
+
+def _pattern(text: str, option: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ConfigError(option, text, f"not a valid regex: {exc}") from None
+    return text
+
+
+def _assign(text: str, option: str) -> tuple[tuple[str, int], ...]:
+    try:
+        parsed = json.loads(text)
+        pairs = [
+            (str(topic), int(p))
+            for topic, parts in parsed.items()
+            for p in parts
+            if not isinstance(p, bool)
+        ]
+        ok = bool(pairs) and all(
+            isinstance(parts, list) and all(isinstance(p, int) and p >= 0 for p in parts)
+            for parts in parsed.values()
+        )
+    except (ValueError, AttributeError, TypeError):
+        ok = False
+    if not ok:
+        raise ConfigError(option, text, 'expected JSON like {"topicA": [0, 1], "topicB": [2]}')
+    return tuple(sorted(set(pairs)))
+
+
+def _assign_text(pairs: tuple[tuple[str, int], ...]) -> str:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in pairs:
+        topics.setdefault(topic, []).append(partition)
+    return json.dumps(topics)
+
+
+STARTING_OFFSETS = Option("startingOffsets", _offsets(allow_earliest=True))
+STARTING_TIMESTAMP = Option("startingTimestamp", integer(0, what="milliseconds since the epoch"))
+ENDING_OFFSETS = Option("endingOffsets", _offsets(allow_earliest=False))
+"""Options read into :attr:`KafkaSourceOptions.starting` and ``ending``."""
+_SUBSCRIPTIONS = ("subscribe", "subscribe_pattern", "assign")
+
+
+@options_class
 class KafkaSourceOptions:
     """Everything the source needs, validated.
 
@@ -101,18 +180,26 @@ class KafkaSourceOptions:
     """
 
     client: dict[str, str]
-    subscribe: tuple[str, ...] = ()
-    subscribe_pattern: str | None = None
-    assign: tuple[tuple[str, int], ...] = ()
-    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec("latest"))
+    subscribe: tuple[str, ...] = option(
+        "subscribe", names(unique=True, nonempty=True, what="topics"), default=()
+    )
+    subscribe_pattern: str | None = option(
+        "subscribePattern", Kind("a regex", _pattern), default=None
+    )
+    assign: tuple[tuple[str, int], ...] = option(
+        "assign", Kind("partitions JSON", _assign, _assign_text), default=()
+    )
+    starting: OffsetSpec = field(default_factory=lambda: OffsetSpec(STREAM_START))
     ending: OffsetSpec = field(default_factory=lambda: OffsetSpec("latest"))
     has_ending: bool = False
-    max_offsets_per_trigger: int | None = None
-    min_partitions: int | None = None
-    fail_on_data_loss: bool = True
-    include_headers: bool = False
-    poll_timeout_ms: int = 120_000
-    drain_file: str | None = None
+    max_offsets_per_trigger: int | None = option("maxOffsetsPerTrigger", POSITIVE_INT, default=None)
+    min_partitions: int | None = option("minPartitions", POSITIVE_INT, default=None)
+    fail_on_data_loss: bool = option("failOnDataLoss", BOOL, default=True)
+    include_headers: bool = option("includeHeaders", BOOL, default=False)
+    poll_timeout_ms: int = option(
+        "kafkaConsumer.pollTimeoutMs", POSITIVE_INT, default=DEFAULT_POLL_TIMEOUT_MS
+    )
+    drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
@@ -134,92 +221,50 @@ class KafkaSourceOptions:
         """Validate Spark-style options; ``streaming`` picks the default of startingOffsets."""
         opts = {str(k).lower(): v for k, v in options.items()}
         client = client_conf(opts, forbidden=_FORBIDDEN_CLIENT_KEYS)
-
-        chosen = [n for n in ("subscribe", "subscribePattern", "assign") if opts.get(n.lower())]
+        read = read_options(cls, opts, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS)
+        chosen = [name for name in _SUBSCRIPTIONS if read.given(name)]
         if len(chosen) != 1:
             raise ConfigError(
                 "subscribe",
-                ", ".join(chosen) or None,
+                ", ".join(read.spelled(name) for name in chosen) or None,
                 "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set",
             )
-        subscribe: tuple[str, ...] = ()
-        pattern: str | None = None
-        assign: tuple[tuple[str, int], ...] = ()
-        if chosen[0] == "subscribe":
-            raw = opts["subscribe"]
-            subscribe = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
-            if not subscribe:
-                raise ConfigError("subscribe", raw, "expected a comma-separated list of topics")
-        elif chosen[0] == "subscribePattern":
-            raw = opts["subscribepattern"]
-            try:
-                re.compile(raw)
-            except re.error as exc:
-                raise ConfigError("subscribePattern", raw, f"not a valid regex: {exc}") from None
-            pattern = raw
+        topics = (read["subscribe"], read["subscribe_pattern"], read["assign"])
+        if read.given("starting_timestamp"):
+            starting = OffsetSpec("timestamp", timestamp_ms=read["starting_timestamp"])
+        elif read.given("starting_offsets"):
+            starting = read["starting_offsets"]
         else:
-            raw = opts["assign"]
-            try:
-                parsed = json.loads(raw)
-                pairs = [
-                    (str(topic), int(p))
-                    for topic, parts in parsed.items()
-                    for p in parts
-                    if not isinstance(p, bool)
-                ]
-                ok = bool(pairs) and all(
-                    isinstance(parts, list) and all(isinstance(p, int) and p >= 0 for p in parts)
-                    for parts in parsed.values()
-                )
-            except (ValueError, AttributeError, TypeError):
-                ok = False
-            if not ok:
-                raise ConfigError(
-                    "assign", raw, 'expected JSON like {"topicA": [0, 1], "topicB": [2]}'
-                )
-            assign = tuple(sorted(set(pairs)))
-
-        default_start = "latest" if streaming else "earliest"
-        starting = OffsetSpec(default_start)  # type: ignore[arg-type]
-        if opts.get("startingtimestamp") is not None:
-            raw_ts = opts["startingtimestamp"]
-            try:
-                ts = int(str(raw_ts).strip())
-            except ValueError:
-                raise ConfigError(
-                    "startingTimestamp", raw_ts, "expected milliseconds since the epoch"
-                ) from None
-            if ts < 0:
-                raise ConfigError("startingTimestamp", raw_ts, "expected milliseconds >= 0")
-            starting = OffsetSpec("timestamp", timestamp_ms=ts)
-        elif opts.get("startingoffsets") is not None:
-            starting = parse_offsets_json("startingOffsets", opts["startingoffsets"])
-        _check_offsets_topics("startingOffsets", starting, subscribe, pattern, assign)
-
-        ending = OffsetSpec("latest")
-        has_ending = opts.get("endingoffsets") is not None
-        if has_ending:
-            ending = parse_offsets_json(
-                "endingOffsets", opts["endingoffsets"], allow_earliest=False
-            )
-            _check_offsets_topics("endingOffsets", ending, subscribe, pattern, assign)
-
-        poll_timeout = parse_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000
+            starting = OffsetSpec(STREAM_START if streaming else BATCH_START)
+        _check_offsets_topics(read.spelled("starting_offsets"), starting, *topics)
+        has_ending = read.given("ending_offsets")
+        ending = read["ending_offsets"] if has_ending else OffsetSpec("latest")
+        _check_offsets_topics(read.spelled("ending_offsets"), ending, *topics)
         return cls(
             client=client,
-            subscribe=subscribe,
-            subscribe_pattern=pattern,
-            assign=assign,
             starting=starting,
             ending=ending,
             has_ending=has_ending,
-            max_offsets_per_trigger=parse_positive_int(opts, "maxOffsetsPerTrigger"),
-            min_partitions=parse_positive_int(opts, "minPartitions"),
-            fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
-            include_headers=parse_bool(opts, "includeHeaders", False),
-            poll_timeout_ms=poll_timeout,
-            drain_file=opts.get(DRAIN_OPTION.lower()) or None,
+            **read.init(cls),
         )
+
+    def to_options(self) -> dict[str, str]:
+        """The string options :meth:`parse` reads as this object (secrets included)."""
+        out = {f"kafka.{key}": value for key, value in self.client.items()}
+        declared = to_options(self)
+        for name, key in zip(
+            _SUBSCRIPTIONS, ("subscribe", "subscribePattern", "assign"), strict=True
+        ):
+            if not getattr(self, name):
+                declared.pop(key, None)
+        out.update(declared)
+        if self.starting.kind == "timestamp":
+            out[STARTING_TIMESTAMP.key] = self.starting.text()
+        else:
+            out[STARTING_OFFSETS.key] = self.starting.text()
+        if self.has_ending:
+            out[ENDING_OFFSETS.key] = self.ending.text()
+        return out
 
 
 def _check_offsets_topics(

@@ -42,10 +42,14 @@ from pyspark.sql.types import (
 )
 
 from kappaplus.errors import ConfigError, DataError, KafkaError
-from kappaplus.kafka_conf import (
-    client_conf,
-    parse_positive_float,
-    parse_positive_int,
+from kappaplus.kafka_conf import client_conf
+from kappaplus.options import (
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    from_options,
+    option,
+    options_class,
+    to_options,
 )
 
 log = logging.getLogger(__name__)
@@ -81,27 +85,30 @@ class TokenBucket:
             time.sleep((n - self.tokens) / self.rate)
 
 
-@dataclass(frozen=True)
+DEFAULT_FLUSH_TIMEOUT_MS = 120_000
+"""How long a task waits for the broker to acknowledge its records before it fails."""
+
+
+@options_class
 class KafkaSinkOptions:
     """Validated sink options; ``client`` holds secrets, never log it."""
 
     client: dict[str, str]
-    topic: str | None
-    max_records_per_second: float | None
-    flush_timeout_ms: int
+    topic: str | None = option("topic", default=None)
+    """Where rows without a ``topic`` column go."""
+    max_records_per_second: float | None = option(
+        "maxRecordsPerSecond", POSITIVE_NUMBER, default=None
+    )
+    flush_timeout_ms: int = option("flushTimeoutMs", POSITIVE_INT, default=DEFAULT_FLUSH_TIMEOUT_MS)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaSinkOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
-        topic = opts.get("topic")
-        if topic is not None and not str(topic).strip():
-            raise ConfigError("topic", topic, "expected a topic name")
-        return cls(
-            client=client_conf(opts, forbidden=_FORBIDDEN_PRODUCER_KEYS),
-            topic=str(topic).strip() if topic is not None else None,
-            max_records_per_second=parse_positive_float(opts, "maxRecordsPerSecond"),
-            flush_timeout_ms=parse_positive_int(opts, "flushTimeoutMs") or 120_000,
-        )
+        return from_options(cls, opts, client=client_conf(opts, forbidden=_FORBIDDEN_PRODUCER_KEYS))
+
+    def to_options(self) -> dict[str, str]:
+        """The string options :meth:`parse` reads as this object (secrets included)."""
+        return {**{f"kafka.{key}": value for key, value in self.client.items()}, **to_options(self)}
 
 
 _HEADERS_TYPE = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
