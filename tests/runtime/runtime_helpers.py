@@ -144,3 +144,32 @@ def dropped_by_watermark(
             if micros(event["event_time"]) + window_us <= watermark:
                 late.append(event)
     return late, batch_of
+
+
+def consume_topic(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
+    """Every record of the one-partition ``topic`` from its beginning: read until no record
+    came for ``idle`` seconds (at most 60 s)."""
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "log_level": 0,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    out, last = [], time.monotonic()
+    deadline = last + 60
+    try:
+        while time.monotonic() - last < idle and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append(msg)
+                last = time.monotonic()
+    finally:
+        consumer.close()
+    return out

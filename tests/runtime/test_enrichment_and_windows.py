@@ -4,18 +4,15 @@ event-time windows of a small inline job: backfill == plain Spark batch queries.
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from runtime_helpers import example_config, micros, table_rows, uid
+from runtime_helpers import consume_topic, example_config, micros, table_rows, uid
 
 from kappaplus.config import config_from_dict
 from kappaplus.examples import enrichment
@@ -56,29 +53,6 @@ def expected_enriched(events: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     return out
 
 
-def consume(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "log_level": 0,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out, last = [], time.monotonic()
-    deadline = last + 60
-    try:
-        while time.monotonic() - last < idle and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                out.append(msg)
-                last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
-
-
 def test_enrichment_backfill_and_stream(  # type: ignore[no-untyped-def]
     spark, rider_table, kafka_bootstrap: str, new_topic, scratch: Path
 ) -> None:
@@ -113,7 +87,7 @@ def test_enrichment_backfill_and_stream(  # type: ignore[no-untyped-def]
     assert backfill.status == "finished"
     rows = table_rows(spark, f"{out}_backfill", COLUMNS)
     assert len(rows) == len(set(rows)) and set(rows) == truth
-    messages = consume(kafka_bootstrap, backfill_sink)
+    messages = consume_topic(kafka_bootstrap, backfill_sink)
     values = [json.loads(m.value()) for m in messages]
     assert Counter(v["event_id"] for v in values) == Counter(r[0] for r in truth)
     assert all(m.key().decode() == _sha(m.value()) for m in messages)
@@ -123,7 +97,7 @@ def test_enrichment_backfill_and_stream(  # type: ignore[no-untyped-def]
     assert stream.status == "finished" and stream.rows_dropped_late == 0
     assert stream.job.transform is backfill.job.transform
     assert set(table_rows(spark, out, COLUMNS)) == truth  # stateless: nothing is late
-    assert len(consume(kafka_bootstrap, sink)) == len(truth)
+    assert len(consume_topic(kafka_bootstrap, sink)) == len(truth)
     assert stream.record.inputs["rider_events"]["good"] == len(events)
 
 

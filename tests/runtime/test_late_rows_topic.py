@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from runtime_helpers import (
+    consume_topic,
     dropped_by_watermark,
     example_config,
     flush_events,
@@ -40,30 +38,6 @@ COLUMNS = [
 ]
 GAP = 30 * 60
 BATCH = 150
-
-
-def consume(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
-    """Every record of the one-partition ``topic`` from its beginning."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uuid.uuid4().hex,
-            "log_level": 0,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out, last = [], time.monotonic()
-    deadline = last + 60
-    try:
-        while time.monotonic() - last < idle and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                out.append(msg)
-                last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
 
 
 def test_late_rows_kept_in_a_kafka_topic(  # type: ignore[no-untyped-def]
@@ -125,7 +99,7 @@ def test_late_rows_kept_in_a_kafka_topic(  # type: ignore[no-untyped-def]
     assert stream.rows_dropped_late == len(late)
 
     # the topic holds exactly the late events, once each, with the watermark each missed
-    records = consume(kafka_bootstrap, late_topic)
+    records = consume_topic(kafka_bootstrap, late_topic)
     values = [json.loads(r.value()) for r in records]
     keys = [r.key().decode() for r in records]
     assert sorted(v["event_id"] for v in values) == sorted(late_ids)

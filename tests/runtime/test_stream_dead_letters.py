@@ -13,18 +13,16 @@ replayed batch replaces its dead letters in the table instead of adding them aga
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
-from runtime_helpers import uid
+from runtime_helpers import consume_topic, uid
 
 from kappaplus.config import config_from_dict
 from kappaplus.dlq import dlq_key, parse_dlq_message
@@ -87,23 +85,6 @@ def produce_values(bootstrap: str, topic: str, values: list[bytes]) -> dict[tupl
     assert producer.flush(30) == 0
     assert len(placed) == len(values)
     return placed
-
-
-def consume_all(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "log_level": 0}
-    )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out, last = [], time.monotonic()
-    try:
-        while time.monotonic() - last < idle and time.monotonic() < last + 60:
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                out.append(msg)
-                last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
 
 
 class Started(StreamingQueryListener):
@@ -231,7 +212,7 @@ def test_dead_letters_are_written_by_the_output_queries_once_each(  # type: igno
     # input b: its dead-letter topic holds exactly its bad records, once each, keyed by
     # topic/partition/offset (published by `requests` only, not again by `everything`)
     expected_b = bad_of("b")
-    messages = consume_all(kafka_bootstrap, dlq_topic)
+    messages = consume_topic(kafka_bootstrap, dlq_topic)
     keys = Counter(m.key() for m in messages)
     assert keys == Counter({dlq_key(topics["b"], p, o): 1 for p, o in expected_b})
     for msg in messages:
@@ -260,5 +241,5 @@ def test_dead_letters_are_written_by_the_output_queries_once_each(  # type: igno
     partitions = {r.dlq_batch for r in dead_table()}
     assert any(p.endswith(f"-{replayed}") for p in partitions), partitions
     assert sorted(rows(tables["everything"])) == sorted(truth(good["a"] + good["b"]))
-    assert Counter(m.key() for m in consume_all(kafka_bootstrap, dlq_topic)) == keys
+    assert Counter(m.key() for m in consume_topic(kafka_bootstrap, dlq_topic)) == keys
     print(json.dumps({"replayed": replayed, "inputs": again.record.inputs}, default=str))

@@ -38,7 +38,7 @@ from kappaplus.connectors.hive.options import (
     PartitionTimeKind,
 )
 from kappaplus.connectors.hive.pacing import BatchPacer
-from kappaplus.connectors.hive.sizing import choose_end, row_density
+from kappaplus.connectors.hive.sizing import RowDensity, choose_end, row_density
 from kappaplus.timeutil import format_duration, iso
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,9 @@ class SlicePlanner:
         else:
             lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
             hi = min(align_down(lo, span) + span, limit)
-        hi = self._adaptive_end(files, lo, hi)
+        # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
+        density = row_density(files, self.stats, lo, hi)
+        hi = self._adaptive_end(density, lo, hi)
         budget = self._row_budget(files, lo, hi, row_budget)
         if budget is not None:
             hi = self._fit(files, lo, hi, budget)
@@ -253,7 +255,7 @@ class SlicePlanner:
             rows,
         )
         if self.pacer is not None:
-            estimate = row_density(files, self.stats, lo, hi).rows_within(lo, hi)
+            estimate = density.rows_within(lo, hi)
             self.pacer.planned(hi, estimate or rows, time.monotonic())
         return self._offset(
             pos.origin,
@@ -320,14 +322,13 @@ class SlicePlanner:
             return self.pacer.rows
         return self.options.target_rows_per_trigger
 
-    def _adaptive_end(self, files: list[DataFile], lo: int, hi: int) -> int:
+    def _adaptive_end(self, density: RowDensity, lo: int, hi: int) -> int:
         """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
         estimated from row-group statistics (:mod:`~kappaplus.connectors.hive.sizing`);
         without statistics or time partitions and without a span cap the slice falls back
         to :data:`FALLBACK_SPAN`.
         """
         o = self.options
-        density = row_density(files, self.stats, lo, hi)
         if density.unplaceable:
             if o.max_event_time_per_trigger is not None:
                 return hi
