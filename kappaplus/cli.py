@@ -9,10 +9,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
 import typer
+
+from kappaplus.settings import STATE_DIR_ENV
 
 app = typer.Typer(
     name="kappa",
@@ -89,14 +93,46 @@ class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+class _StateLogFile(logging.FileHandler):
+    """Every record at DEBUG, appended to ``<state dir>/logs/kappa.log``; the file (and the
+    state directory) is made only when a record arrives."""
+
+    def __init__(self) -> None:
+        home = os.environ.get(STATE_DIR_ENV) or ".kappa"
+        path = Path(home).expanduser().resolve() / "logs" / "kappa.log"
+        super().__init__(path, delay=True)
+        self.setLevel(logging.DEBUG)
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail.")) -> None:
-    """Kappa+ on PySpark."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=[_CurrentStderr()],
-    )
+def main(
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Log debug detail, and show Spark's own output (JVM warnings, Java stack traces) "
+        "on stderr instead of $KAPPA_HOME/logs/spark-driver.log.",
+    ),
+) -> None:
+    """Kappa+ on PySpark.
+
+    Logs: what kappaplus does is said on stderr (INFO; -v: DEBUG) and kept at DEBUG in
+    $KAPPA_HOME/logs/kappa.log; Spark's own output goes to $KAPPA_HOME/logs/spark-driver.log.
+    """
+    from kappaplus.jvm import send_output_to_log
+
+    on_stderr = _CurrentStderr()
+    on_stderr.setLevel(logging.DEBUG if verbose else logging.INFO)
+    in_file = _StateLogFile()
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in (on_stderr, in_file):
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=logging.DEBUG, handlers=[on_stderr, in_file])
+    send_output_to_log(not verbose)
     # py4j logs the traceback of an exception in a Python callback (foreachBatch) at ERROR; the
     # same failure reaches the run as its query's exception and is reported in one line, and
     # a query stopped by Ctrl-C/SIGTERM in the middle of a batch interrupts its callback: the

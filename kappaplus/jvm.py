@@ -22,14 +22,42 @@ import logging
 import os
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+JVM_LOG_NAME = "spark-driver.log"
+_output_to_log = False
+# pyspark's own Python loggers print an analysis error as a JSON record with the Java stack
+# trace before the exception reaches kappaplus, which reports it in one line
+_PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
-def launch_detached_gateway(master: str, app_name: str, settings: Mapping[str, str]) -> bool:
+
+def send_output_to_log(enabled: bool = True) -> None:
+    """Whether a JVM started by this process writes its own output (Spark's log4j console,
+    the JVM's start-up warnings) to ``<state dir>/logs/spark-driver.log`` instead of stderr.
+
+    The ``kappa`` commands turn it on unless ``-v``: their stderr then holds what kappaplus
+    says (one line per error), not three JVM warnings per command and Java stack traces.
+    Library callers keep Spark's usual output.
+    """
+    global _output_to_log
+    _output_to_log = enabled
+
+
+def jvm_log_path(home: Path) -> Path:
+    """Where the JVM of a ``kappa`` command under ``home`` writes its output."""
+    return home / "logs" / JVM_LOG_NAME
+
+
+def launch_detached_gateway(
+    master: str, app_name: str, settings: Mapping[str, str], home: Path | None = None
+) -> bool:
     """Start the JVM gateway in its own session, unless one runs (or is given by
     ``PYSPARK_GATEWAY_PORT``). True if it started one. ``settings`` are the Spark settings
-    the session is built with (``spark-submit`` needs the driver's among them)."""
+    the session is built with (``spark-submit`` needs the driver's among them); with
+    :func:`send_output_to_log` on and a state directory ``home``, the JVM's output is
+    appended to :func:`jvm_log_path` instead of this process's stderr."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
@@ -39,10 +67,32 @@ def launch_detached_gateway(master: str, app_name: str, settings: Mapping[str, s
     conf.setMaster(master).setAppName(app_name)
     for key, value in settings.items():
         conf.set(key, value)
-    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    popen_kwargs: dict[str, object] = {"start_new_session": True}
+    if _output_to_log and home is not None:
+        path = jvm_log_path(home)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as output:  # the child keeps its own copy of the descriptor
+            popen_kwargs["stderr"] = output
+            gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
+        _pyspark_loggers_to(path)
+        log.info("Spark's own log: %s (-v shows it here)", path)
+    else:
+        gateway = launch_gateway(conf, popen_kwargs=popen_kwargs)
     SparkContext._gateway = gateway
     SparkContext._jvm = gateway.jvm
     return True
+
+
+def _pyspark_loggers_to(path: Path) -> None:
+    """Send pyspark's own JSON loggers to ``path`` instead of stderr."""
+    from pyspark.logger import PySparkLogger
+
+    handler = logging.FileHandler(path, delay=True)
+    for name in _PYSPARK_LOGGERS:
+        logger = PySparkLogger.getLogger(name)  # created as pyspark creates it, with its handler
+        logger.propagate = False
+        logger.handlers = []
+        logger.addHandler(handler)  # PySparkLogger formats it as JSON
 
 
 def shutdown_jvm(timeout: float = 30.0) -> None:

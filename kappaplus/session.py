@@ -391,7 +391,9 @@ def create_session(
         master_url = with_task_retries(master_url)
     from kappaplus.jvm import launch_detached_gateway
 
-    launch_detached_gateway(master_url, app_name, settings)  # group signals reach only the driver
+    launch_detached_gateway(
+        master_url, app_name, settings, root
+    )  # group signals reach only the driver
     builder = SparkSession.builder.appName(app_name).master(master_url)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -67,6 +67,12 @@ def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
     assert "rows         3,000 (from file metadata)" in done.stdout, output
     assert "created topic 'rides' with 1 partition(s)" in done.stdout, output
     assert "ride-counts" in done.stdout and "finished" in done.stdout, output
+    # a quiet CLI: Spark's own output (JVM start-up warnings, log4j) is in the state
+    # directory's log, not on the terminal
+    for noise in ("Using incubator modules", "WARN Utils", "SQLQueryContextLogger"):
+        assert noise not in done.stderr, output
+    spark_log = tmp_path / ".kappa" / "logs" / "spark-driver.log"
+    assert "Using incubator modules" in spark_log.read_text(), spark_log
 
     lake = ds.dataset(tmp_path / "lake" / "rides", format="parquet", partitioning="hive")
     truth: Counter[tuple[int, str]] = Counter()
