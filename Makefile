@@ -1,5 +1,5 @@
 # The README's two commands: `make demo` and `make test`.
-.PHONY: setup demo test test-all lint bench down chaos
+.PHONY: setup demo test test-all lint bench down chaos wheel
 
 setup:
 	@bash scripts/setup.sh
@@ -31,3 +31,7 @@ chaos: setup
 
 down: setup
 	.venv/bin/kappa down
+
+# the wheel carries the JVM reader's jar (built by setup): pip install it on drivers and workers
+wheel: setup
+	.venv/bin/python -m pip wheel . --no-deps -w dist

@@ -131,7 +131,7 @@ def main(
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in (on_stderr, in_file):
         handler.setFormatter(formatter)
-    logging.basicConfig(level=logging.DEBUG, handlers=[on_stderr, in_file])
+    logging.basicConfig(level=logging.DEBUG, handlers=[on_stderr, in_file], force=True)
     send_output_to_log(not verbose)
     # py4j logs the traceback of an exception in a Python callback (foreachBatch) at ERROR; the
     # same failure reaches the run as its query's exception and is reported in one line, and

@@ -220,6 +220,18 @@ built; on a cluster each is set only where neither ``spark-defaults.conf`` nor t
 chose a value (all are SQL settings a running session accepts)."""
 
 
+def submitted_master() -> str | None:
+    """The master ``spark-submit`` was given, when this process is a driver it started (its
+    JVM is already running and passed ``PYSPARK_GATEWAY_PORT``); None otherwise."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    master = SparkConf().get("spark.master", None)  # the JVM's system properties
+    return master or None
+
+
 def is_local_master(master: str) -> bool:
     """Whether ``master`` runs Spark in this process (``local``, ``local[4]``, ``local[*, 2]``).
 
@@ -371,7 +383,9 @@ def create_session(
     from pyspark.sql import SparkSession
 
     root = state_dir(home)
-    master_url = master or os.environ.get("KAPPA_SPARK_MASTER") or DEFAULT_MASTER
+    master_url = (
+        master or os.environ.get("KAPPA_SPARK_MASTER") or submitted_master() or DEFAULT_MASTER
+    )
     local = is_local_master(master_url)
     uri = None
     if hive:
