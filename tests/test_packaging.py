@@ -15,7 +15,7 @@ import subprocess
 import sys
 import zipfile
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-JOB = '''
+JOB = """
 from pyspark.sql import functions as F
 
 from kappaplus.jobs import InputSpec, Job, OutputSpec
@@ -44,9 +44,9 @@ JOB = Job(
     transform=counts,
     watermark_delay="1 minute",
 )
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 job = "shippedjobs.rides:JOB"
 
 [inputs.rides.kafka]
@@ -60,7 +60,7 @@ partition_format = "dt=%Y-%m-%d/hr=%H"
 
 [outputs.counts.hive]
 table = "agg.shipped_counts"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,7 @@ def _env(site: Path, home: Path) -> dict[str, str]:
 
 
 def test_the_wheel_runs_as_a_module_with_its_jar(installed: Path, tmp_path: Path) -> None:
-    code = (
-        "import kappaplus, kappaplus.jars as j; print(kappaplus.__file__); print(j.jvm_jar())"
-    )
+    code = "import kappaplus, kappaplus.jars as j; print(kappaplus.__file__); print(j.jvm_jar())"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -125,7 +123,7 @@ def test_the_wheel_runs_as_a_module_with_its_jar(installed: Path, tmp_path: Path
 
 def _rides(lake: Path) -> Counter[tuple[int, str]]:
     """Two hours of rides in hourly partitions; returns the true counts per 10-minute window."""
-    start = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    start = datetime(2024, 3, 1, tzinfo=UTC)
     truth: Counter[tuple[int, str]] = Counter()
     for hour in range(2):
         rows = []
