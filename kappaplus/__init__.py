@@ -34,7 +34,8 @@ table)::
     )
     kp.stop_session(spark)
 
-Errors: every error is a :class:`KappaError`; :class:`ConfigError` is a bad option or key.
+Errors: every error is a :class:`KappaError`; :class:`ConfigError` is a bad option or key,
+:class:`StateError` a run's saved state that refuses what was asked (``kappaplus.errors``).
 
 >>> import kappaplus
 >>> kappaplus.InputSpec.__module__
@@ -56,6 +57,7 @@ from kappaplus.errors import (
     KappaError,
     MetastoreError,
     ReplayError,
+    StateError,
     TableError,
 )
 
@@ -112,6 +114,7 @@ __all__ = [
     # errors
     "KappaError",
     "ConfigError",
+    "StateError",
     "TableError",
     "DataError",
     "ReplayError",

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kappaplus.errors import ConfigError, KappaError
+from kappaplus.errors import KappaError
 from kappaplus.modes import Mode
 
 _console = Console()
@@ -112,7 +112,7 @@ def archive_command(
         )
     except KappaError as exc:
         _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from exc
+        raise typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1) from exc
     spark = create_session(
         f"kappa-{job.name}",
         master=master,

@@ -1,7 +1,18 @@
 """The exception hierarchy: every error kappaplus raises derives from :class:`KappaError`.
 
 Errors name what is at fault (option, table, file, topic, offset) so a user can act on
-them without reading a stack trace.
+them without reading a stack trace. They are grouped by what the caller can do:
+
+- the caller must change what it asked: :class:`ConfigError` (an option or key), and
+  :class:`StateError` (the saved state of runs, a checkpoint, an identity record, a lock,
+  does not allow it: resume, choose other targets or start over, as the message says);
+  a ``kappa`` command exits 2 for both (:attr:`KappaError.exit_code`);
+- the data or a system is at fault: :class:`TableError`, :class:`DataError`,
+  :class:`ReplayError`, :class:`KafkaError`, :class:`BrokerError`, :class:`MetastoreError`;
+  exit 1.
+
+>>> ConfigError("x", 1, "bad").exit_code, StateError("locked").exit_code, TableError().exit_code
+(2, 2, 1)
 """
 
 from __future__ import annotations
@@ -9,6 +20,9 @@ from __future__ import annotations
 
 class KappaError(Exception):
     """Root of every error raised by kappaplus."""
+
+    exit_code: int = 1
+    """What a ``kappa`` command exits with when this error ends it."""
 
 
 class ConfigError(KappaError, ValueError):
@@ -18,11 +32,20 @@ class ConfigError(KappaError, ValueError):
     "option 'maxEventTimePerTrigger' = 'soon': expected a duration like '2 hours'"
     """
 
+    exit_code = 2
+
     def __init__(self, option: str, value: object, problem: str) -> None:
         self.option = option
         self.value = value
         self.problem = problem
         super().__init__(f"option {option!r} = {value!r}: {problem}")
+
+
+class StateError(KappaError):
+    """The saved state of runs (a checkpoint, an identity record, a lock, a target's
+    committed batches) does not allow what was asked; the message says the way out."""
+
+    exit_code = 2
 
 
 class TableError(KappaError):

@@ -27,7 +27,7 @@ def _when(value: str | None, option: str) -> datetime | None:
 
 def _fail(exc: Exception) -> typer.Exit:
     _console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
+    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,7 +20,7 @@ from kappaplus.errors import DataError
 from kappaplus.secrets import mask_url
 
 
-class UnknownSchemaId(Exception):
+class UnknownSchemaId(DataError):
     """The registry has no (Avro) schema under this id: the record goes to the dead letters."""
 
 

@@ -28,7 +28,7 @@ _METASTORE = typer.Option(
 
 def _fail(exc: Exception) -> typer.Exit:
     _console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
+    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]

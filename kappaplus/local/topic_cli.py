@@ -78,7 +78,7 @@ def create(
         create_topic(address, name, partitions)
     except KappaError as exc:
         _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from exc
+        raise typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1) from exc
     _console.print(f"created topic {name!r} with {partitions} partition(s) on {address}")
 
 

@@ -105,7 +105,7 @@ def _fail(exc: Exception) -> typer.Exit:
     from kappaplus.secrets import mask_url
 
     _console.print(f"[red]error:[/red] {escape(mask_url(str(exc)))}")
-    return typer.Exit(2 if isinstance(exc, ConfigError) else 1)
+    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def run_command(

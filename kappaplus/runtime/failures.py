@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kappaplus.errors import ConfigError
+from kappaplus.errors import StateError
 
 _KNOWN = (
     (
@@ -91,11 +91,13 @@ def explain(text: str, *, metastore_uri: str | None = None) -> str:
     return f"{first} (run with -v for the stack trace)" if len(lines) > 1 else first
 
 
-class CheckpointError(ConfigError):
+class CheckpointError(StateError):
     """A checkpoint file is damaged or not a Spark checkpoint file."""
 
     def __init__(self, file: Path, problem: str, directory: Path) -> None:
-        super().__init__("checkpoint", str(file), problem)
+        self.file = file
+        self.problem = problem
+        super().__init__()
         self.args = (
             f"checkpoint file {file} is {problem}: restore it from a backup, or remove the "
             f"checkpoint {directory} (or pass --fresh) to start that query over",

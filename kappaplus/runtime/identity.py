@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import ConfigError
+from kappaplus.errors import StateError
 from kappaplus.runtime.options import RunOptions, slug
 
 if TYPE_CHECKING:
@@ -49,12 +49,14 @@ IDENTITY_FILE = "_kappa_identity.json"
 """The identity record in a run's checkpoint directory."""
 
 
-class IdentityError(ConfigError):
+class IdentityError(StateError):
     """A checkpoint (or a table's committed batches) belongs to a run of another identity."""
 
     def __init__(self, option: str, value: object, problem: str) -> None:
-        super().__init__(option, value, problem)
-        self.args = (problem,)
+        self.option = option
+        self.value = value
+        self.problem = problem
+        super().__init__(problem)
 
     def __str__(self) -> str:
         return self.problem
