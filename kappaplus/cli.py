@@ -103,6 +103,10 @@ class _StateLogFile(logging.FileHandler):
         super().__init__(path, delay=True)
         self.setLevel(logging.DEBUG)
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        # kappaplus at DEBUG; other libraries (py4j logs every JVM call at DEBUG) from INFO
+        return record.levelno >= logging.INFO or record.name.startswith("kappaplus")
+
     def _open(self):  # type: ignore[no-untyped-def]
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
         return super()._open()
@@ -131,7 +135,7 @@ def main(
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in (on_stderr, in_file):
         handler.setFormatter(formatter)
-    logging.basicConfig(level=logging.DEBUG, handlers=[on_stderr, in_file], force=True)
+    logging.basicConfig(level=logging.DEBUG, handlers=[on_stderr, in_file])
     send_output_to_log(not verbose)
     # py4j logs the traceback of an exception in a Python callback (foreachBatch) at ERROR; the
     # same failure reaches the run as its query's exception and is reported in one line, and

@@ -18,7 +18,7 @@ from runtime_helpers import (
     uid,
 )
 
-from kappaplus.errors import ConfigError
+from kappaplus.errors import ConfigError, StateError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import (
     RIDER_EVENT_DDL,
@@ -128,7 +128,7 @@ def test_bootstrap_lake_then_kafka_equals_truth(  # type: ignore[no-untyped-def]
     )
 
     # the checkpoint belongs to this start/cutoff: another cutoff is refused
-    with pytest.raises(ConfigError, match="cutoff"):
+    with pytest.raises(StateError, match="cutoff"):
         run_job(
             spark,
             sessionization.JOB,
