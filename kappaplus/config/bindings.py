@@ -72,6 +72,8 @@ class KafkaInput(StrictModel):
     starting_offsets: str = "latest"
     max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
     fail_on_data_loss: bool = Field(True, alias="failOnDataLoss", strict=True)
+    # catching up, every partition's share of a batch ends at one record time
+    align_partitions: bool = Field(True, alias="alignPartitions", strict=True)
     options: KafkaClientSettings = Field(default_factory=dict)
     dlq: DeadLetterTarget | None = None
 

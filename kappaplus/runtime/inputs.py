@@ -88,6 +88,7 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
         "startingOffsets": kafka.starting_offsets,
         "maxOffsetsPerTrigger": kafka.max_offsets_per_trigger,
         "failOnDataLoss": kafka.fail_on_data_loss,
+        "alignPartitions": kafka.align_partitions,
     }
     options.update(kafka.options)
     return options
@@ -257,6 +258,7 @@ def hybrid_options(
         "bootstrap": kafka.bootstrap_servers,
         "subscribe": kafka.topic,
         "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "alignPartitions": str(kafka.align_partitions).lower(),
     }
     if kafka.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger

@@ -22,6 +22,7 @@ from kappaplus.kafka_conf import client_conf
 from kappaplus.options import (
     BOOL,
     POSITIVE_INT,
+    POSITIVE_MICROS,
     Kind,
     Option,
     integer,
@@ -31,6 +32,8 @@ from kappaplus.options import (
     read_options,
     to_options,
 )
+
+DEFAULT_ALIGNMENT_MAX_SKEW = 24 * 3600 * 1_000_000  # micros: one day
 
 # Spark offsets JSON uses -2 for earliest and -1 for latest.
 EARLIEST = -2
@@ -201,6 +204,14 @@ class KafkaSourceOptions:
     )
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
+    align_partitions: bool = option("alignPartitions", BOOL, default=True)
+    """While behind by more than ``maxOffsetsPerTrigger``, end every partition's share of a
+    batch at one record time (:mod:`kappaplus.connectors.kafka.alignment`)."""
+    alignment_max_skew: int = option(
+        "alignmentMaxSkew", POSITIVE_MICROS, default=DEFAULT_ALIGNMENT_MAX_SKEW
+    )
+    """A record stamped this much after its partition's previous one does not hold the
+    partition back in an aligned batch."""
 
     @property
     def bootstrap(self) -> str:

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from kappaplus.connectors.kafka.alignment import AlignedBatch, RecordTimes, align
 from kappaplus.connectors.kafka.offsets import (
     OffsetOracle,
     Offsets,
@@ -177,6 +178,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._stream_caps: Offsets | None = None
+        self._times: RecordTimes | None = None
+        self._cut_ms: int | None = None  # the last aligned batch's cut (record time, ms)
+        self._warned: set[str] = set()
+        self.alignment_counts = {"aligned_batches": 0, "out_of_order": 0, "skewed": 0}
 
     @property
     def oracle(self) -> OffsetOracle:
@@ -253,11 +258,79 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bases[tp] = begin
             targets[tp] = end
         if isinstance(limit, ReadMaxRows):
-            shares = fair_split({tp: targets[tp] - bases[tp] for tp in tps}, limit.max_rows)
-            result = {tp: bases[tp] + shares[tp] for tp in tps}
+            behind = [tp for tp in tps if targets[tp] > bases[tp]]
+            if self.options.align_partitions and len(behind) > 1:
+                result = self._aligned(bases, targets, limit.max_rows)
+            else:
+                shares = fair_split({tp: targets[tp] - bases[tp] for tp in tps}, limit.max_rows)
+                result = {tp: bases[tp] + shares[tp] for tp in tps}
         else:
             result = targets
         return to_json(result)
+
+    def _aligned(self, bases: Offsets, targets: Offsets, limit: int) -> Offsets:
+        """End offsets cutting every partition at one record time (see
+        :mod:`kappaplus.connectors.kafka.alignment`); logs what the cut saw."""
+        if self._times is None:
+            self._times = RecordTimes(
+                self.options.client, self.options.poll_timeout_ms, self.options.describe()
+            )
+        plan = align(
+            bases,
+            targets,
+            limit,
+            self._times,
+            previous_cut_ms=self._cut_ms,
+            max_skew_ms=self.options.alignment_max_skew // 1000,
+        )
+        self._report(plan)
+        if plan.cut_ms is not None:
+            self._cut_ms = plan.cut_ms
+        return plan.ends
+
+    def _report(self, plan: AlignedBatch) -> None:
+        what = self.options.describe()
+        counts = self.alignment_counts
+        if plan.cut_ms is not None:
+            counts["aligned_batches"] += 1
+            log.debug(
+                "%s: aligned batch ends at record time %d ms: %s",
+                what,
+                plan.cut_ms,
+                to_json(plan.ends),
+            )
+        for tp in plan.untimed:
+            self._warn_once(
+                f"untimed {tp}",
+                f"{what}: {tp[0]}-{tp[1]} has records without a timestamp: it is read at its "
+                "fair share of each batch, not aligned with the other partitions",
+            )
+        if plan.fallback:
+            self._warn_once(
+                "fallback",
+                f"{what}: more than maxOffsetsPerTrigger records share one timestamp: that "
+                "step is split fairly across partitions",
+            )
+        out_of_order = sum(plan.out_of_order.values())
+        skewed = sum(plan.skewed.values())
+        counts["out_of_order"] += out_of_order
+        counts["skewed"] += skewed
+        if out_of_order or skewed:
+            self._warn_once(
+                "order",
+                f"{what}: record timestamps out of order within a partition (CreateTime, "
+                f"clock skew): {out_of_order} record(s) stamped before the previous batch's "
+                f"cut, {skewed} stamped more than alignmentMaxSkew ahead of their partition; "
+                "such rows can be late (counted in the run, logged once)",
+            )
+            log.debug("%s: out of order %s, skewed %s", what, plan.out_of_order, plan.skewed)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key in self._warned:
+            log.debug("%s", message)
+            return
+        self._warned.add(key)
+        log.warning("%s", message)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_json(self._latest) if self._latest is not None else None
@@ -278,6 +351,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._oracle is not None:
             self._oracle.close()
             self._oracle = None
+        if self._times is not None:
+            if self.alignment_counts["aligned_batches"]:
+                log.info(
+                    "%s: %d aligned batch(es); read %d record timestamps in %.1f s; %d record(s) "
+                    "out of order, %d skewed",
+                    self.options.describe(),
+                    self.alignment_counts["aligned_batches"],
+                    self._times.records_read,
+                    self._times.seconds,
+                    self.alignment_counts["out_of_order"],
+                    self.alignment_counts["skewed"],
+                )
+            self._times.close()
+            self._times = None
 
 
 class KafkaBatchReader(DataSourceReader):

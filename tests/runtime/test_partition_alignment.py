@@ -1,0 +1,202 @@
+"""Catching up on a multi-partition topic without watermark skew (issue: 65% of the rows of
+a 3-partition backlog were dropped as late).
+
+Flights of four origins, one origin per partition, one partition three times as dense as the
+others, produced with their arrival time as the Kafka record timestamp. Most arrive within two
+minutes of their event; a few arrive 10-12 hours late. The job counts flights per 10-minute
+window and origin with a 10-minute watermark and keeps late rows in a table. Read as one
+arrival order (one partition, or four partitions aligned by record time), a row is late
+exactly when it arrived hours late: a batch spans about three hours of arrivals and Spark
+judges a batch's rows by the watermark the previous batch ran under (the largest event time
+two batches back, less 10 minutes), so that watermark never passes a row that arrived within
+two minutes, and always passes one that arrived ten hours late among later arrivals. So the ground truth of every run is known in advance:
+
+- the late table holds exactly the flights that arrived late, once each;
+- the output holds, per window and origin, the count of the other flights.
+
+The same records on one partition give the same late rows. Read the old way (each partition
+at its fair share of ``maxOffsetsPerTrigger``, ``alignPartitions = false``) the sparse
+partitions run hours ahead and the dense one's rows fall behind the watermark.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from runtime_helpers import uid
+
+from kappaplus.config import config_from_dict
+from kappaplus.jobs import InputSpec, Job, OutputSpec
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.runner import run_job
+
+START = datetime(2024, 5, 1, tzinfo=UTC)
+LIMIT = 400  # maxOffsetsPerTrigger: a batch spans about 3.3 hours of arrivals
+WINDOW = 600  # seconds
+ORIGINS = ("JFK", "SFO", "ORD", "SEA")  # JFK three times as dense
+
+
+def counts(inputs: dict[str, Any], params: Any) -> dict[str, Any]:
+    flights = inputs["flights"]
+    per_window = flights.groupBy(F.window("event_time", params.window), "origin").count()
+    return {"counts": per_window.select(F.col("window.start").alias("start"), "origin", "count")}
+
+
+JOB = Job(
+    name="flight-counts",
+    inputs=[
+        InputSpec("flights", "flight_id string, origin string, event_time timestamp", "event_time")
+    ],
+    outputs=[
+        OutputSpec(
+            "counts", output_mode="append", event_time_column="start", late_by="window:window"
+        )
+    ],
+    transform=counts,
+    watermark_delay="10 minutes",
+    params={"window": "10 minutes"},
+    window_params=["window"],
+)
+
+
+def flights(seed: int = 3) -> list[dict[str, Any]]:
+    """One day of flights: (flight_id, origin, event_time, arrival_time, late)."""
+    rng = random.Random(seed)
+    out = []
+    for origin in ORIGINS:
+        every = 60 if origin == "JFK" else 180
+        t = 0.0
+        while t < 24 * 3600:
+            t += rng.expovariate(1 / every)
+            event = START + timedelta(seconds=t)
+            # late ones arrive 6-9 hours late, among the others (not after the last of them,
+            # where which batch they share is up to batch boundaries)
+            late = t < 12 * 3600 and rng.random() < 0.03
+            delay = rng.uniform(10 * 3600, 12 * 3600) if late else rng.uniform(0, 120)
+            out.append(
+                {
+                    "flight_id": f"{origin}-{len(out)}",
+                    "origin": origin,
+                    "event_time": event,
+                    "arrival_time": event + timedelta(seconds=delay),
+                    "late": late,
+                }
+            )
+    return out
+
+
+def produce(bootstrap: str, topic: str, rows: list[dict[str, Any]], partitions: int) -> None:
+    """The flights in arrival order, stamped with their arrival time; one origin per
+    partition (or all in partition 0); then flush records a day later in every partition
+    (they close the last windows and are left out of the comparison)."""
+    import json
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 0})
+    ordered = sorted(rows, key=lambda r: (r["arrival_time"], r["flight_id"]))
+    last = ordered[-1]["arrival_time"]
+    flush = [
+        {
+            "flight_id": f"flush-{i}",
+            "origin": ORIGINS[i % len(ORIGINS)],
+            "event_time": last + timedelta(days=1, seconds=i),
+            "arrival_time": last + timedelta(days=1, seconds=i),
+        }
+        for i in range(2 * LIMIT)
+    ]
+    for row in ordered + flush:
+        value = {
+            "flight_id": row["flight_id"],
+            "origin": row["origin"],
+            "event_time": row["event_time"].isoformat(),
+        }
+        partition = ORIGINS.index(row["origin"]) if partitions > 1 else 0
+        producer.produce(
+            topic,
+            value=json.dumps(value).encode(),
+            partition=partition,
+            timestamp=int(row["arrival_time"].timestamp() * 1000),
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def run_stream(
+    spark: Any, bootstrap: str, topic: str, scratch: Path, *, align: bool
+) -> tuple[Counter[tuple[int, str]], set[str], int]:
+    """Run the job in stream mode over the whole topic; returns the output's counts per
+    (window start, origin) before the flush, the late table's flight ids, and its rows."""
+    out, late = f"flight_counts_{uid()}", f"flight_counts_late_{uid()}"
+    config = config_from_dict(
+        {
+            "job": "tests:JOB",
+            "checkpoint_dir": str(scratch / f"checkpoints-{uid()}"),
+            "inputs": {
+                "flights": {
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": bootstrap,
+                        "starting_offsets": "earliest",
+                        "maxOffsetsPerTrigger": LIMIT,
+                        "alignPartitions": align,
+                    }
+                }
+            },
+            "outputs": {"counts": {"hive": {"table": out}, "late": {"table": late}}},
+        }
+    )
+    result = run_job(spark, JOB, config, RunOptions("stream", trigger="available-now"))
+    assert result.status == "finished"
+    flushed = START + timedelta(days=1, hours=12)
+    rows = spark.table(out).where(F.col("start") < F.lit(flushed)).collect()
+    produced = Counter({(int(r.start.timestamp()), r.origin): r["count"] for r in rows})
+    assert len(rows) == len(produced), "each window once"
+    ids = [r.flight_id for r in spark.table(late).select("flight_id").collect()]
+    assert len(ids) == len(set(ids)), "each late row once"
+    return produced, set(ids), len(ids)
+
+
+def truth(rows: list[dict[str, Any]]) -> Counter[tuple[int, str]]:
+    out: Counter[tuple[int, str]] = Counter()
+    for row in rows:
+        seconds = int(row["event_time"].timestamp())
+        out[(seconds - seconds % WINDOW, row["origin"])] += 1
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_a_backlog_on_four_partitions_is_read_as_one_arrival_order(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    rows = flights()
+    late_ids = {r["flight_id"] for r in rows if r["late"]}
+    on_time = truth([r for r in rows if not r["late"]])
+    assert 20 <= len(late_ids) <= 100 and sum(on_time.values()) > 2500
+
+    four = new_topic(partitions=4, prefix="flights4")
+    produce(kafka_bootstrap, four, rows, partitions=4)
+    produced, late, late_rows = run_stream(spark, kafka_bootstrap, four, scratch, align=True)
+    assert late == late_ids
+    assert produced == on_time
+
+    # the same records on one partition: the same late rows, the same output
+    one = new_topic(partitions=1, prefix="flights1")
+    produce(kafka_bootstrap, one, rows, partitions=1)
+    produced_one, late_one, _ = run_stream(spark, kafka_bootstrap, one, scratch, align=True)
+    assert late_one == late == late_ids
+    assert produced_one == produced
+
+    # read the old way, the dense partition falls behind the watermark: most of it late
+    _, skewed, skewed_rows = run_stream(spark, kafka_bootstrap, four, scratch, align=False)
+    assert late_ids < skewed and skewed_rows > 10 * late_rows
+    print(
+        f"late rows: aligned 4 partitions {late_rows}, 1 partition {len(late_one)}, "
+        f"not aligned {skewed_rows} of {len(rows)}"
+    )
