@@ -9,7 +9,8 @@ arrival order (one partition, or four partitions aligned by record time), a row 
 exactly when it arrived hours late: a batch spans about three hours of arrivals and Spark
 judges a batch's rows by the watermark the previous batch ran under (the largest event time
 two batches back, less 10 minutes), so that watermark never passes a row that arrived within
-two minutes, and always passes one that arrived ten hours late among later arrivals. So the ground truth of every run is known in advance:
+two minutes, and always passes one that arrived ten hours late among later arrivals. So
+the ground truth of every run is known in advance:
 
 - the late table holds exactly the flights that arrived late, once each;
 - the output holds, per window and origin, the count of the other flights.
