@@ -1,5 +1,14 @@
 """Planning event-time slices: which ``[lo, hi)`` a micro-batch covers and which files it reads.
 
+The planner knows nothing of the lake format. It works on "data files with per-file (per row
+group where the format gives it) event-time min/max, row counts and bytes, and the
+event-time range each file admits" (:mod:`kappaplus.slicing.files`), which a
+:class:`FileLister` per format produces: partition directories and footers for Hive
+(:mod:`kappaplus.connectors.hive.planner`), manifests of a pinned snapshot for Iceberg
+(:mod:`kappaplus.connectors.iceberg.lister`). A file not partitioned by event time admits
+every event time: its statistics place it in every slice its ``[min, max]`` overlaps, and
+the reader applies the slice's filter.
+
 The planner runs in the source's driver-side Python process. Each call of :meth:`next`
 lists the table once, checks it for files that appeared in already-delivered ranges
 (reported, never mixed in), picks the next slice within the per-trigger budgets, stores
@@ -10,20 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
 import numpy as np
 
-from kappaplus.connectors.hive.files import (
-    UNBOUNDED_HI,
-    DataFile,
-    RowGroupStats,
-    event_times,
-    file_stats,
-    list_data_files,
-)
-from kappaplus.connectors.hive.layout import PartitionTimeLayout
-from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
-from kappaplus.connectors.hive.offsets import (
+from kappaplus.slicing.files import UNBOUNDED_HI, DataFile, RowGroupStats
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
+from kappaplus.slicing.offsets import (
     FALLBACK_SPAN,
     MARKER_BATCHES,
     OFFSET_VERSION,
@@ -32,25 +34,78 @@ from kappaplus.connectors.hive.offsets import (
     Position,
     align_down,
 )
-from kappaplus.connectors.hive.options import (
-    DEFAULT_TARGET_ROWS,
-    HiveSourceOptions,
-    PartitionTimeKind,
-)
-from kappaplus.connectors.hive.pacing import BatchPacer
-from kappaplus.connectors.hive.sizing import RowDensity, choose_end, row_density
+from kappaplus.slicing.pacing import BatchPacer
+from kappaplus.slicing.sizing import RowDensity, choose_end, row_density
 from kappaplus.timeutil import format_duration, iso
 
+DEFAULT_TARGET_ROWS = 2_000_000
+"""Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
+that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
+slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
+
 log = logging.getLogger(__name__)
+
+
+class SliceOptions(Protocol):
+    """The options the planner reads (a source's validated options object has them)."""
+
+    @property
+    def table(self) -> str: ...
+    @property
+    def manifest_dir(self) -> str: ...
+    @property
+    def starting_timestamp(self) -> int | None: ...
+    @property
+    def ending_timestamp(self) -> int | None: ...
+    @property
+    def completeness_delay(self) -> int: ...
+    @property
+    def max_event_time_per_trigger(self) -> int | None: ...
+    @property
+    def max_rows_per_trigger(self) -> int | None: ...
+    @property
+    def max_bytes_per_trigger(self) -> int | None: ...
+    @property
+    def target_rows_per_trigger(self) -> int | None: ...
+    @property
+    def target_bytes_per_trigger(self) -> int | None: ...
+    @property
+    def target_batch_duration(self) -> int | None: ...
+    @property
+    def emits_end_marker(self) -> bool: ...
+
+
+class FileLister(Protocol):
+    """A lake format's view of a table for the planner."""
+
+    def files(self) -> list[DataFile]:
+        """The table's data files now (or in the pinned snapshot)."""
+        ...
+
+    def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
+        """Per row group (or per file) row counts, bytes and event-time bounds."""
+        ...
+
+    def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
+        """Statistics of a manifest's file as it was planned."""
+        ...
+
+    def times(self, f: DataFile, group: int) -> np.ndarray:
+        """Sorted event times (microseconds) of one row group (where statistics lack)."""
+        ...
+
+    def partition_frontier(self, files: list[DataFile]) -> int | None:
+        """How far time partitions say the table is complete (lateness and earliness
+        allowed for); None for a table without time partitions (its data's end counts)."""
+        ...
 
 
 class SlicePlanner:
     """Driver-side state of one streaming query over one table."""
 
-    def __init__(self, options: HiveSourceOptions) -> None:
+    def __init__(self, options: SliceOptions, lister: FileLister) -> None:
         self.options = options
-        pattern = options.partition_time_format
-        self.layout = PartitionTimeLayout(pattern) if pattern else None
+        self.lister = lister
         self.store = ManifestStore(options.manifest_dir)
         self.target: int | None = None  # fixed end for Trigger.AvailableNow
         self._owned: set[str] = set()  # files some manifest has included
@@ -67,33 +122,17 @@ class SlicePlanner:
     # -- listing and statistics -------------------------------------------------------
 
     def listing(self) -> list[DataFile]:
-        o = self.options
-        return list_data_files(
-            o.location,
-            o.partition_columns,
-            self.layout,
-            o.max_lateness,
-            o.partition_time_kind is PartitionTimeKind.ARRIVAL,
-            o.table,
-            max_earliness=o.max_earliness,
-        )
+        return self.lister.files()
 
     def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
-        o = self.options
-        return file_stats(f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location)
+        return self.lister.stats(f)
 
     def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
-        """Statistics of a manifest's file as it was planned (same size and mtime)."""
-        o = self.options
-        return file_stats(
-            entry.path, entry.size, entry.mtime_ns, o.format, o.event_time_column, o.location
-        )
+        """Statistics of a manifest's file as it was planned (same size and fingerprint)."""
+        return self.lister.stats_of_entry(entry)
 
     def times(self, f: DataFile, group: int) -> np.ndarray:
-        o = self.options
-        return event_times(
-            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, group
-        )
+        return self.lister.times(f, group)
 
     def _times_in(self, f: DataFile, group: RowGroupStats, lo: int, hi: int) -> np.ndarray:
         lo, hi = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
@@ -123,17 +162,11 @@ class SlicePlanner:
         """How far the table is complete: the end of its newest time partition (less the
         lateness an arrival-time partition allows and the completeness delay), or for
         tables without time partitions, the end of its data."""
-        o = self.options
-        if self.layout is not None and files:
-            # Event-time partitions: admissible_hi was widened by the lateness. Arrival-time
-            # partitions: events before hi - L may still arrive in the newest partition.
-            # Arrival-time partitions also admit max_earliness after their end.
-            newest = max(f.admissible_hi for f in files) - o.max_lateness
-            if o.partition_time_kind is PartitionTimeKind.ARRIVAL:
-                newest -= o.max_earliness
-            return newest - o.completeness_delay
+        newest = self.lister.partition_frontier(files) if files else None
+        if newest is not None:
+            return newest - self.options.completeness_delay
         extent = self.data_extent(files)
-        return None if extent is None else extent[1] + 1 - o.completeness_delay
+        return None if extent is None else extent[1] + 1 - self.options.completeness_delay
 
     # -- Trigger.AvailableNow -----------------------------------------------------------
 
@@ -324,7 +357,7 @@ class SlicePlanner:
 
     def _adaptive_end(self, density: RowDensity, lo: int, hi: int) -> int:
         """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
-        estimated from row-group statistics (:mod:`~kappaplus.connectors.hive.sizing`);
+        estimated from row-group statistics (:mod:`~kappaplus.slicing.sizing`);
         without statistics or time partitions and without a span cap the slice falls back
         to :data:`FALLBACK_SPAN`.
         """

@@ -26,9 +26,9 @@ from kappaplus.connectors.hive.files import (
     filesystem_for,
     read_columns,
 )
-from kappaplus.connectors.hive.manifest import ManifestEntry
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
 from kappaplus.errors import DataError
+from kappaplus.slicing.manifest import ManifestEntry
 from kappaplus.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
 from kappaplus.timeutil import iso
 

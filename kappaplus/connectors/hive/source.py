@@ -21,12 +21,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore
-from kappaplus.connectors.hive.offsets import PHASE_DATA, Position
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.connectors.hive.planner import SlicePlanner
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.draining import drain_requested
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
+from kappaplus.slicing.offsets import PHASE_DATA, Position
 
 TARGET_PARTITIONS = 8
 MIN_PARTITION_ROWS = 20_000

@@ -70,7 +70,6 @@ from pyspark.sql.types import StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
-from kappaplus.connectors.hive.offsets import Position
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
@@ -90,6 +89,7 @@ from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
 from kappaplus.draining import drain_requested
 from kappaplus.settings import state_dir
+from kappaplus.slicing.offsets import Position
 from kappaplus.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:
