@@ -4,7 +4,8 @@ function level and ``TYPE_CHECKING`` blocks alike, so no cycle hides in a functi
 - the local development stack (``kappaplus.local``) is imported only by the command-line
   entry points, never by production modules;
 - connectors are one package per system; a connector imports no other connector (except the
-  hybrid source, which composes the Hive and Kafka ones), and within a connector the reading
+  hybrid source, which composes the lake and Kafka ones, and the Iceberg source, which is the
+  Hive source's reader over another file lister), and within a connector the reading
   modules and the sink never import each other;
 - connectors import neither the runtime, the job configuration nor the session;
 - the slicing core (``kappaplus.slicing``: planner, sizing, pacing, offsets, manifests, the
@@ -142,11 +143,19 @@ def test_local_stack_only_in_entry_points() -> None:
 
 CONNECTORS = (
     "kappaplus.connectors.hive",
+    "kappaplus.connectors.iceberg",
     "kappaplus.connectors.kafka",
     "kappaplus.connectors.hybrid",
 )
 COMPOSES = {
-    "kappaplus.connectors.hybrid": ("kappaplus.connectors.hive", "kappaplus.connectors.kafka")
+    "kappaplus.connectors.hybrid": (
+        "kappaplus.connectors.hive",
+        "kappaplus.connectors.iceberg",
+        "kappaplus.connectors.kafka",
+    ),
+    # the Iceberg source is the Hive source's reader (offsets, manifests, markers, the
+    # delivery filter and dead letters) over another file lister and file reader
+    "kappaplus.connectors.iceberg": ("kappaplus.connectors.hive",),
 }
 READING = ("source", "reader", "offsets", "planner", "files", "layout", "manifest", "sizing")
 

@@ -194,6 +194,33 @@ def iceberg_stream_options(
     return resolved
 
 
+def iceberg_lake_options(
+    table: str,
+    catalog: dict[str, str] | None,
+    snapshot: int | None,
+    *,
+    event_time_column: str,
+    **options: Any,
+) -> dict[str, str]:
+    """Load ``table`` from ``catalog`` (default the embedded one), pin its snapshot in the
+    source's state (``manifestDir``, default under the state directory) and return the
+    validated options of ``kappa_iceberg`` (also the lake options of a bootstrap)."""
+    props = dict(catalog or default_catalog())
+    manifests = str(
+        options.pop("manifestDir", None) or state_dir() / "iceberg-source" / "manifests"
+    )
+    iceberg, pin = pin_snapshot(load_catalog(props), table, manifests, snapshot)
+    io = {k: v for k, v in props.items() if k not in ("type", "uri", "warehouse")}
+    return iceberg_stream_options(
+        iceberg,
+        pin,
+        event_time_column=event_time_column,
+        io_properties=io,
+        manifest_dir=manifests,
+        **options,
+    )
+
+
 def read_iceberg_stream(
     spark: SparkSession,
     table: str,
@@ -220,28 +247,24 @@ def read_iceberg_stream(
     >>> df = read_iceberg_stream(spark, "lake.rides", event_time_column="ts",
     ...                          watermark_delay="10 minutes")      # doctest: +SKIP
     """
-    props = dict(catalog or default_catalog())
-    manifests = manifest_dir or str(state_dir() / "iceberg-source" / "manifests")
-    iceberg, pin = pin_snapshot(load_catalog(props), table, manifests, snapshot)
-    io = {k: v for k, v in props.items() if k not in ("type", "uri", "warehouse")}
     options.pop("reader", None)  # one reader for Iceberg: the Python one
-    resolved = iceberg_stream_options(
-        iceberg,
-        pin,
+    resolved = iceberg_lake_options(
+        table,
+        catalog,
+        snapshot,
         event_time_column=event_time_column,
-        io_properties=io,
         start=start,
         end=end,
         max_event_time_per_trigger=max_event_time_per_trigger,
         watermark_delay=watermark_delay,
-        manifest_dir=manifests,
+        manifestDir=manifest_dir,
         **options,
     )
     log.info(
         "streaming Iceberg table %r snapshot %d by %s slices of %s, with the Python reader "
         "(pyiceberg: field-id columns, delete files applied; the JVM reader applies neither)",
         table,
-        pin.snapshot_id,
+        int(resolved["snapshotId"]),
         event_time_column,
         max_event_time_per_trigger
         or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
