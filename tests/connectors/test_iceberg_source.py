@@ -224,3 +224,51 @@ def test_unknown_table_is_one_line(spark: SparkSession, scratch: Path) -> None:
     with pytest.raises(TableError, match="db.nothing"):
         read_iceberg_stream(spark, "db.nothing", event_time_column="ts", catalog=props)
     assert DataError  # the error tree the reader uses
+
+
+@pytest.fixture(scope="module")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``moto_server`` on loopback: an S3-compatible store the tables are written to."""
+    from s3_store import S3Store
+
+    store = S3Store(tmp_path_factory.mktemp("s3"))
+    store.start()
+    yield store
+    store.stop()
+
+
+def s3_catalog(store: Any, root: Path, prefix: str) -> dict[str, str]:
+    props = catalog_props(root, warehouse=f"s3://{store.bucket}/{prefix}")
+    props.update(
+        {
+            "s3.endpoint": store.env["AWS_ENDPOINT"],
+            "s3.access-key-id": store.env["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": store.env["AWS_SECRET_ACCESS_KEY"],
+            "s3.region": store.env["AWS_DEFAULT_REGION"],
+        }
+    )
+    return props
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "none",
+        pytest.param("day", marks=pytest.mark.slow),
+        pytest.param("bucket", marks=pytest.mark.slow),
+        pytest.param("evolved", marks=pytest.mark.slow),
+    ],
+)
+def test_tables_on_an_object_store(
+    spark: SparkSession, scratch: Path, object_store: Any, shape: str
+) -> None:
+    """The same tables with their data and metadata on the embedded S3-compatible store
+    (pyiceberg's FileIO with the catalog's ``s3.*`` settings, on the planner and on the
+    readers); Spark's checkpoints and the source's manifests stay on the local disk."""
+    props = s3_catalog(object_store, scratch / "catalog", f"wh-{shape}")
+    if shape == "evolved":
+        written = evolve(write_table(props, "db.s3_evolved", "none"))
+    else:
+        written = write_table(props, f"db.s3_{shape}", shape)
+    assert written.table().location().startswith("s3://")
+    assert_windows(spark, written, scratch, f"s3_{shape}")

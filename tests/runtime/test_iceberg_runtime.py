@@ -131,6 +131,7 @@ def test_bootstrap_iceberg_then_kafka_equals_truth(  # type: ignore[no-untyped-d
                 }
             },
             "outputs": {"sessions": {"hive": {"table": out}}},
+            "mode": {"backfill": {"inputs": {"rider_events": {"hive": None}}}},
         },
         scratch,
     )
