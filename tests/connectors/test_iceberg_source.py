@@ -274,6 +274,7 @@ def test_tables_on_an_object_store(
     assert_windows(spark, written, scratch, f"s3_{shape}")
 
 
+@pytest.mark.slow  # two Spark processes of its own: ~3 minutes on a loaded 2-core machine
 def test_kill_9_mid_backfill_and_rerun(spark: SparkSession, scratch: Path) -> None:
     """A backfill process killed with SIGKILL after two committed micro-batches, a snapshot
     committed meanwhile, and the run started again on the same checkpoint: the output equals
