@@ -305,6 +305,7 @@ def test_kill_9_mid_backfill_and_rerun(spark: SparkSession, scratch: Path) -> No
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+
     def committed() -> int:
         return sum(1 for p in (work / "out" / "_spark_metadata").iterdir() if p.name.isdigit())
 
