@@ -25,6 +25,7 @@ bench: setup
 	.venv/bin/python bench/bench_hive.py
 	.venv/bin/python bench/bench_codec.py
 	.venv/bin/python bench/bench_read_path.py --docs
+	.venv/bin/python bench/bench_iceberg.py
 
 chaos: setup
 	.venv/bin/python tests/chaos/chaos.py --scenarios 11

@@ -1,5 +1,6 @@
-"""How a job's logical inputs and outputs bind to Kafka topics and Hive tables: the
-``[inputs.<name>.kafka|hive]`` and ``[outputs.<name>.kafka|hive]`` tables of a job config."""
+"""How a job's logical inputs and outputs bind to Kafka topics, Hive and Iceberg tables: the
+``[inputs.<name>.kafka|hive|iceberg]`` and ``[outputs.<name>.kafka|hive]`` tables of a job
+config."""
 
 from __future__ import annotations
 
@@ -178,6 +179,51 @@ class HiveInput(StrictModel):
         return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
 
 
+class IcebergInput(StrictModel):
+    """A logical input bound to an Iceberg table, read (backfill, bootstrap) as a stream of
+    event-time slices planned from its manifests' statistics, from one snapshot per run.
+
+    ``catalog``: pyiceberg catalog properties: ``type`` (``sql``: a SQLite file, the
+    embedded default under the state directory; ``rest``; ``hive``), ``uri``, ``warehouse``
+    and FileIO settings (``s3.endpoint``...). ``snapshot``: the snapshot a new run pins
+    (default the current one); a run keeps its snapshot across restarts.
+    """
+
+    table: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+    event_time_column: str = Field(min_length=1)
+    catalog: dict[str, str] | None = None
+    snapshot: int | None = None
+    max_lateness: DurationField | None = None
+    """Bootstrap: how much earlier than its event time a Kafka record's timestamp may be."""
+    start: str | None = None
+    end: str | None = None
+    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
+    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
+    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and value.get("type", "sql") not in ("sql", "rest", "hive"):
+            raise ValueError(f"catalog type {value.get('type')!r}: expected sql, rest or hive")
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _timestamp(cls, value: str | None) -> str | None:
+        from kappaplus.timeutil import parse_timestamp
+
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
+        return value
+
+
 class EventTimeBounds(StrictModel):
     """``[inputs.<name>.event_time_bounds]``: event times a row may plausibly carry.
 
@@ -213,13 +259,19 @@ class InputBinding(StrictModel):
 
     kafka: KafkaInput | None = None
     hive: HiveInput | None = None
+    iceberg: IcebergInput | None = None
     event_time_bounds: EventTimeBounds = Field(default_factory=EventTimeBounds)
 
     @model_validator(mode="after")
     def _some(self) -> InputBinding:
-        if self.kafka is None and self.hive is None:
+        if self.kafka is None and self.hive is None and self.iceberg is None:
             raise ValueError(
-                "bind the input to a Kafka topic ([...kafka]) or a Hive table ([...hive])"
+                "bind the input to a Kafka topic ([...kafka]), a Hive table ([...hive]) or "
+                "an Iceberg table ([...iceberg])"
+            )
+        if self.hive is not None and self.iceberg is not None:
+            raise ValueError(
+                "bind the input's history to a Hive table or an Iceberg table, not both"
             )
         return self
 

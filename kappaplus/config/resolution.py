@@ -16,6 +16,7 @@ from kappaplus.config.bindings import (
     EventTimeBounds,
     HiveInput,
     HiveOutput,
+    IcebergInput,
     KafkaInput,
     KafkaOutput,
     LateRowsTarget,
@@ -48,6 +49,7 @@ class ResolvedInput:
     kafka: KafkaInput | None
     hive: HiveInput | None
     bounds: EventTimeBounds = field(default_factory=EventTimeBounds)
+    iceberg: IcebergInput | None = None
 
 
 @dataclass(frozen=True)
@@ -114,13 +116,17 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         patch = override.inputs.get(name, InputOverride())
         kafka = binding.kafka if run_mode.reads_kafka else None
         hive = binding.hive if run_mode.reads_lake else None
+        iceberg = binding.iceberg if run_mode.reads_lake else None
         if run_mode.reads_kafka and kafka is None:
             raise ConfigError(
                 f"inputs.{name}.kafka", None, f"{mode} mode needs a Kafka topic for input {name!r}"
             )
-        if run_mode.reads_lake and hive is None:
+        if run_mode.reads_lake and hive is None and iceberg is None:
             raise ConfigError(
-                f"inputs.{name}.hive", None, f"{mode} mode needs a Hive table for input {name!r}"
+                f"inputs.{name}.hive",
+                None,
+                f"{mode} mode needs a Hive table ([...hive]) or an Iceberg table ([...iceberg]) "
+                f"for input {name!r}",
             )
         if kafka is not None and patch.kafka is not None:
             kafka = _update(kafka, dict(patch.kafka))
@@ -128,7 +134,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive is not None and patch.hive is not None:
             hive = _update(hive, dict(patch.hive))
             note(f"mode.{mode}.inputs.{name}.hive", dict(patch.hive))
-        inputs[name] = ResolvedInput(name, kafka, hive, binding.event_time_bounds)
+        inputs[name] = ResolvedInput(name, kafka, hive, binding.event_time_bounds, iceberg=iceberg)
 
     outputs: dict[str, ResolvedOutput] = {}
     for name, out in config.outputs.items():
@@ -222,10 +228,11 @@ def check_job(config: JobConfig, job: Job) -> None:
                 )
     for name, binding in config.inputs.items():
         spec = job.input(name)
-        if binding.hive is not None and binding.hive.event_time_column not in spec.field_names():
+        lake = binding.hive or binding.iceberg
+        if lake is not None and lake.event_time_column not in spec.field_names():
             raise ConfigError(
-                f"inputs.{name}.hive.event_time_column",
-                binding.hive.event_time_column,
+                f"inputs.{name}.{'hive' if binding.hive else 'iceberg'}.event_time_column",
+                lake.event_time_column,
                 f"not a field of input {name!r} ({', '.join(spec.field_names())})",
             )
     for name, out in config.outputs.items():

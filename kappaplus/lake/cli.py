@@ -125,10 +125,24 @@ def describe_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     metastore_uri: str = _METASTORE,
+    iceberg: bool = typer.Option(
+        False, "--iceberg", help="NAME is an Iceberg table (pyiceberg; no Spark started)."
+    ),
+    catalog: str = typer.Option(
+        None,
+        "--catalog",
+        help='Iceberg catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
+        "(default: the embedded SQL catalog under the state directory).",
+    ),
 ) -> None:
     """Show what a backfill of NAME will see, from file metadata only: partitions, files,
     rows, the event-time range, null event times, and how far event times sit outside
-    their partitions (what max_lateness / max_earliness must cover)."""
+    their partitions (what max_lateness / max_earliness must cover). With --iceberg: the
+    snapshot, data and delete files, rows, the event-time range from manifest bounds, and
+    how many files a typical slice overlaps."""
+    if iceberg or catalog is not None:
+        _describe_iceberg(name, event_time, catalog, as_json)
+        return
     from kappaplus.lake.describe import describe_lines, describe_table
     from kappaplus.session import stop_session
 
@@ -145,4 +159,24 @@ def describe_command(
         print(json.dumps(found.as_json(), indent=2))
         return
     for line in describe_lines(found):
+        print(line)
+
+
+def _describe_iceberg(
+    name: str, event_time: str | None, catalog: str | None, as_json: bool
+) -> None:
+    from kappaplus.lake.iceberg_describe import describe_iceberg, iceberg_lines
+
+    try:
+        props = json.loads(catalog) if catalog else None
+    except json.JSONDecodeError as exc:
+        raise _fail(ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
+    try:
+        found = describe_iceberg(name, props, event_time)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in iceberg_lines(found):
         print(line)

@@ -112,6 +112,16 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
                 last = run.end if run.end is not None else (last or hive.end)
             else:
                 last = run.cutoff if run.cutoff is not None else (last or hive.end)
+        iceberg = binding.iceberg
+        if run.mode.reads_lake and iceberg is not None:
+            # the snapshot a new run pins: the one given, else the current one at the first
+            # start, kept beside the checkpoint (connectors.iceberg.catalog.pin_snapshot)
+            entry["iceberg.table"] = iceberg.table
+            entry["iceberg.event_time_column"] = iceberg.event_time_column
+            entry["iceberg.snapshot"] = iceberg.snapshot if iceberg.snapshot else "pinned"
+            start = start if start is not None else iceberg.start
+            bound = run.end if run.mode == "backfill" else run.cutoff
+            last = bound if bound is not None else (last or iceberg.end)
         entry["event_time_column"] = spec.event_time_column
         inputs[spec.name] = entry
     outputs: dict[str, list[str]] = {}

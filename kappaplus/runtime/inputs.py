@@ -38,7 +38,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from kappaplus.codecs import DecoderSpec
-    from kappaplus.config import HiveInput, KafkaInput, ResolvedConfig, ResolvedInput
+    from kappaplus.config import (
+        HiveInput,
+        IcebergInput,
+        KafkaInput,
+        ResolvedConfig,
+        ResolvedInput,
+    )
     from kappaplus.dlq import DeadLetterTarget
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.runtime.dead_letter_tap import DeadLetterPlan
@@ -373,6 +379,10 @@ def bind_input(
             decoded = tap_dead_letters(decoded, dead_letters)
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         source = f"kafka {kafka.topic}"
+    elif mode == "bootstrap" and binding.iceberg is not None:
+        raw, source = _iceberg_bootstrap(
+            spark, spec, binding, run, job_name, source_state, drain_file
+        )
     elif mode == "bootstrap":
         from kappaplus.connectors.hybrid.source import read_hybrid_stream
 
@@ -397,6 +407,10 @@ def bind_input(
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
             f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+        )
+    elif binding.iceberg is not None:
+        raw, source = _iceberg_backfill(
+            spark, spec, binding.iceberg, run, watermark_delay, source_state, drain_file
         )
     else:
         hive = binding.hive
@@ -434,6 +448,131 @@ def bind_input(
         also=[bucket_histogram(spec.event_time_column, conformed.columns).alias("input")],
     )
     return BoundInput(spec.name, watermarked, source)
+
+
+def iceberg_options(iceberg: IcebergInput, run: RunOptions) -> dict[str, Any]:
+    """Keyword arguments of ``read_iceberg_stream`` / the lake of a bootstrap for an
+    Iceberg binding (adaptive slices unless the binding caps them)."""
+    return {
+        "catalog": iceberg.catalog,
+        "snapshot": iceberg.snapshot,
+        "event_time_column": iceberg.event_time_column,
+        "start": run.start if run.start is not None else iceberg.start,
+        "end": run.end if run.end is not None else iceberg.end,
+        "max_event_time_per_trigger": iceberg.max_event_time_per_trigger,
+        "maxRowsPerTrigger": iceberg.max_rows_per_trigger,
+        "maxBytesPerTrigger": iceberg.max_bytes_per_trigger,
+        "targetRowsPerTrigger": iceberg.target_rows_per_trigger,
+        "targetBytesPerTrigger": iceberg.target_bytes_per_trigger,
+        "targetBatchDuration": iceberg.target_batch_duration,
+    }
+
+
+def _iceberg_backfill(
+    spark: SparkSession,
+    spec: InputSpec,
+    iceberg: IcebergInput,
+    run: RunOptions,
+    watermark_delay: str,
+    source_state: str | None,
+    drain_file: str | None,
+) -> tuple[DataFrame, str]:
+    from kappaplus.connectors.iceberg import read_iceberg_stream
+
+    if iceberg.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.iceberg.event_time_column",
+            iceberg.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+    options = iceberg_options(iceberg, run)
+    # the runtime applies the watermark; the option makes a bounded run end with markers
+    options["watermarkDelay"] = watermark_delay
+    options["adviceConfigPrefix"] = f"inputs.{spec.name}.iceberg"
+    if source_state is not None:
+        options["manifest_dir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
+    raw = _observe_source(read_iceberg_stream(spark, iceberg.table, **options), spec, "lake")
+    source = f"iceberg {iceberg.table}"
+    if options["start"] or options["end"]:
+        source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    return raw, source
+
+
+def _iceberg_bootstrap(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: ResolvedInput,
+    run: RunOptions,
+    job_name: str,
+    source_state: str | None,
+    drain_file: str | None,
+) -> tuple[DataFrame, str]:
+    """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka."""
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+    from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+    iceberg, kafka = binding.iceberg, binding.kafka
+    assert iceberg is not None
+    if spec.kafka_metadata:
+        raise ConfigError(
+            f"inputs.{spec.name}",
+            "kafka_metadata",
+            "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+        )
+    if kafka is None:
+        raise ConfigError(
+            f"inputs.{spec.name}", None, "bootstrap mode needs an Iceberg table and a Kafka topic"
+        )
+    if iceberg.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.iceberg.event_time_column",
+            iceberg.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+    cutoff = run.cutoff if run.cutoff is not None else iceberg.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.iceberg): the "
+            "lake owns event times before it, Kafka the rest",
+        )
+    lake = iceberg_options(iceberg, run)
+    options: dict[str, Any] = {
+        "table": iceberg.table,
+        "event_time_column": iceberg.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": lake.pop("start"),
+        "lateness": run.lateness or iceberg.max_lateness or DEFAULT_LATENESS,
+        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
+        "watermark_delay": None,
+        "dead_letter_path": bootstrap_dead_letter_path(job_name, spec.name),
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "iceberg": {"catalog": lake.pop("catalog"), "snapshot": lake.pop("snapshot")},
+    }
+    for key in ("event_time_column", "end"):
+        lake.pop(key)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
+    if source_state is not None:
+        options["lake.manifestDir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    source = (
+        f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
+        f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+    )
+    return raw, source
 
 
 def _observe_source(df: DataFrame, spec: InputSpec, stage: str, io: str = "delivered") -> DataFrame:

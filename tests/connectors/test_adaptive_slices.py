@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.hive.pacing import MAX_STEP, MIN_ROWS, BatchPacer
 from kappaplus.connectors.hive.reader import read_partition
-from kappaplus.connectors.hive.sizing import GRID, choose_end, estimate_end, round_down_to_grid
 from kappaplus.connectors.hive.source import HiveStreamReader
+from kappaplus.slicing.pacing import MAX_STEP, MIN_ROWS, BatchPacer
+from kappaplus.slicing.sizing import GRID, choose_end, estimate_end, round_down_to_grid
 
 US = 1_000_000
 HOUR = 3600 * US
@@ -384,7 +384,7 @@ def test_slices_follow_the_observed_batch_duration(tmp_path: Path, monkeypatch):
     committed batch took (a clock here: 1 s + 1 ms per row, target 3 s, so ~2000 rows;
     commits arrive in Spark's order, after the next slice is planned);
     the slices still cover the range exactly once and a replay reads the same rows."""
-    from kappaplus.connectors.hive import planner as planner_module
+    from kappaplus.slicing import planner as planner_module
 
     hours = [800] * 60
     root = tmp_path / "events"

@@ -4,9 +4,13 @@ function level and ``TYPE_CHECKING`` blocks alike, so no cycle hides in a functi
 - the local development stack (``kappaplus.local``) is imported only by the command-line
   entry points, never by production modules;
 - connectors are one package per system; a connector imports no other connector (except the
-  hybrid source, which composes the Hive and Kafka ones), and within a connector the reading
+  hybrid source, which composes the lake and Kafka ones, and the Iceberg source, which is the
+  Hive source's reader over another file lister), and within a connector the reading
   modules and the sink never import each other;
 - connectors import neither the runtime, the job configuration nor the session;
+- the slicing core (``kappaplus.slicing``: planner, sizing, pacing, offsets, manifests, the
+  file-statistics model) knows no lake format: it imports only itself and the shared layers,
+  never a connector, the runtime, the job configuration or Spark;
 - the shared layers import none of sources, sinks, connectors, runtime, job config or local;
 - module-level imports between kappaplus modules form no cycle.
 """
@@ -139,11 +143,19 @@ def test_local_stack_only_in_entry_points() -> None:
 
 CONNECTORS = (
     "kappaplus.connectors.hive",
+    "kappaplus.connectors.iceberg",
     "kappaplus.connectors.kafka",
     "kappaplus.connectors.hybrid",
 )
 COMPOSES = {
-    "kappaplus.connectors.hybrid": ("kappaplus.connectors.hive", "kappaplus.connectors.kafka")
+    "kappaplus.connectors.hybrid": (
+        "kappaplus.connectors.hive",
+        "kappaplus.connectors.iceberg",
+        "kappaplus.connectors.kafka",
+    ),
+    # the Iceberg source is the Hive source's reader (offsets, manifests, markers, the
+    # delivery filter and dead letters) over another file lister and file reader
+    "kappaplus.connectors.iceberg": ("kappaplus.connectors.hive",),
 }
 READING = ("source", "reader", "offsets", "planner", "files", "layout", "manifest", "sizing")
 
@@ -193,6 +205,36 @@ def test_shared_layers_import_no_upper_layer() -> None:
         return None
 
     assert violations(rule) == []
+
+
+SLICING = "kappaplus.slicing"
+
+
+def test_slicing_core_knows_no_lake_format() -> None:
+    def rule(name: str, target: str) -> str | None:
+        if _in(name, (SLICING,)) and not _in(target, (SLICING, *SHARED)):
+            return "the slicing core imports something other than itself and the shared layers"
+        return None
+
+    assert violations(rule) == []
+    assert any(_in(n, (SLICING,)) for n in MODULES)
+
+
+def test_slicing_core_imports_no_spark() -> None:
+    offenders = []
+    for name, path in MODULES.items():
+        if not _in(name, (SLICING,)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            mods = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{name} -> {m}" for m in mods if _in(m, ("pyspark",))]
+    assert offenders == []
 
 
 def test_job_config_imports_no_connector() -> None:

@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
 from kappaplus.connectors.hive.layout import PartitionTimeLayout
-from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore, SliceManifest
-from kappaplus.connectors.hive.offsets import PHASE_DATA, Position, align_down
 from kappaplus.connectors.hive.options import (
     HiveSourceOptions,
     NullEventTimePolicy,
     PartitionTimeKind,
 )
 from kappaplus.connectors.hive.planner import SlicePlanner
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
+from kappaplus.slicing.offsets import PHASE_DATA, Position, align_down
 from kappaplus.timeutil import format_duration, from_micros, parse_duration, to_micros
 
 S = 1_000_000

@@ -1,4 +1,6 @@
-"""Listing a table's data files and reading the metadata that drives slice planning.
+"""The Hive file lister: a table's data files (partition directories, the admissible
+event-time range each partition gives) and their footers' statistics, in the model of
+:mod:`kappaplus.slicing.files` that drives slice planning.
 
 Everything here runs without Spark (in the source's planner process or on executors) and
 talks to storage through :mod:`pyarrow.fs`, so local disks, HDFS and object stores work
@@ -9,13 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import date, datetime
 from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
@@ -26,14 +26,32 @@ from kappaplus.connectors.hive.layout import (
     parse_partition_values,
 )
 from kappaplus.errors import DataError
+from kappaplus.slicing.files import (
+    TS_UTC,
+    UNBOUNDED_HI,
+    UNBOUNDED_LO,
+    DataFile,
+    RowGroupStats,
+    to_micros_array,
+)
 from kappaplus.table.commit_log import COMMITS_DIR, parse_published
 from kappaplus.timeutil import to_micros
 
 log = logging.getLogger(__name__)
 
-UNBOUNDED_LO = -(2**62)
-UNBOUNDED_HI = 2**62
-TS_UTC = pa.timestamp("us", tz="UTC")
+__all__ = [
+    "TS_UTC",
+    "UNBOUNDED_HI",
+    "UNBOUNDED_LO",
+    "DataFile",
+    "RowGroupStats",
+    "event_times",
+    "file_stats",
+    "filesystem_for",
+    "list_data_files",
+    "read_columns",
+    "to_micros_array",
+]
 
 
 def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
@@ -45,32 +63,6 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), uri.rstrip("/")
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path.rstrip("/")
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """One data file of the table with the time range its partition admits.
-
-    ``admissible`` is the event-time range a row of this file must fall into to be
-    delivered: the partition's range for event-time partitions, the partition's range
-    widened by the maximum lateness for arrival-time partitions, unbounded otherwise.
-    """
-
-    path: str
-    size: int
-    mtime_ns: int
-    partition_dir: str
-    partition_values: dict[str, str] = field(hash=False, compare=False)
-    admissible_lo: int = UNBOUNDED_LO
-    admissible_hi: int = UNBOUNDED_HI
-
-    @property
-    def fingerprint(self) -> tuple[int, int]:
-        return (self.size, self.mtime_ns)
-
-    def admits(self, lo: int, hi: int) -> bool:
-        """Whether the admissible range overlaps ``[lo, hi)``."""
-        return self.admissible_lo < hi and self.admissible_hi > lo
 
 
 def list_data_files(
@@ -168,27 +160,6 @@ def _committed_batches(
     return committed
 
 
-@dataclass(frozen=True)
-class RowGroupStats:
-    """Row count, size and event-time statistics of one Parquet row group or ORC stripe."""
-
-    index: int
-    num_rows: int
-    num_bytes: int
-    ts_min: int | None  # None: no statistics, the range is unknown
-    ts_max: int | None
-    null_count: int | None
-
-    def may_overlap(self, lo: int, hi: int) -> bool:
-        if self.ts_min is None or self.ts_max is None:
-            return self.num_rows > 0
-        return self.ts_min < hi and self.ts_max >= lo
-
-    @property
-    def may_have_nulls(self) -> bool:
-        return self.null_count is None or self.null_count > 0
-
-
 def _stat_micros(value: object) -> int | None:
     if isinstance(value, datetime):
         return to_micros(value)
@@ -265,15 +236,6 @@ def read_columns(
                     yield reader.read_stripe(stripe, columns=present)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"cannot read {fmt} file {path!r}: {exc}") from exc
-
-
-def to_micros_array(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Event times as int64 microseconds (UTC); nulls are removed."""
-    column = column.drop_null()
-    if not pa.types.is_timestamp(column.type):
-        raise DataError(f"event-time values have type {column.type}, expected a timestamp")
-    as_us = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False)
-    return np.asarray(as_us.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 @lru_cache(maxsize=512)

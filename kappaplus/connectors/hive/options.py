@@ -28,15 +28,18 @@ from kappaplus.options import (
     read_options,
     to_options,
 )
+from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
 
 SUPPORTED_FORMATS = ("parquet", "orc")
-DEFAULT_TARGET_ROWS = 2_000_000
-"""Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
-that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
-slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
 """Rows of one input partition (Spark task) of a slice at most."""
-__all__ = ["MARKER_COLUMN", "HiveSourceOptions", "NullEventTimePolicy", "PartitionTimeKind"]
+__all__ = [
+    "DEFAULT_TARGET_ROWS",
+    "MARKER_COLUMN",
+    "HiveSourceOptions",
+    "NullEventTimePolicy",
+    "PartitionTimeKind",
+]
 
 
 def _struct(value: Any) -> StructType:
@@ -117,7 +120,7 @@ class HiveSourceOptions:
     )
     target_batch_duration: int | None = option("targetBatchDuration", POSITIVE_MICROS, default=None)
     """Size slices so a micro-batch takes about this long (microseconds), from the batch
-    times observed (:mod:`~kappaplus.connectors.hive.pacing`); the rows target is where it
+    times observed (:mod:`~kappaplus.slicing.pacing`); the rows target is where it
     starts."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""

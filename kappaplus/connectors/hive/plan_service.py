@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from kappaplus.connectors.hive.files import UNBOUNDED_HI
-from kappaplus.connectors.hive.manifest import ManifestStore
-from kappaplus.connectors.hive.offsets import PHASE_DATA, Position
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.reader import partition_scalar
 from kappaplus.connectors.hive.source import HiveStreamReader
 from kappaplus.errors import KappaError
+from kappaplus.slicing.manifest import ManifestStore
+from kappaplus.slicing.offsets import PHASE_DATA, Position
 from kappaplus.table import HIVE_DEFAULT_PARTITION
 
 log = logging.getLogger(__name__)

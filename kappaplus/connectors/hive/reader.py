@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -26,9 +26,9 @@ from kappaplus.connectors.hive.files import (
     filesystem_for,
     read_columns,
 )
-from kappaplus.connectors.hive.manifest import ManifestEntry
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
 from kappaplus.errors import DataError
+from kappaplus.slicing.manifest import ManifestEntry
 from kappaplus.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
 from kappaplus.timeutil import iso
 
@@ -94,14 +94,29 @@ def _read_entry(
             "cannot be replayed exactly"
         )
     groups = sorted(set(entry.row_groups) | set(entry.route_row_groups))
+    # rows routed to dead letters keep every column, whatever the query reads
+    owner = bool(entry.route_row_groups)
+    columns = options.table_data_columns if owner else options.data_columns
+    batches = read_columns(fs, entry.path, options.format, groups, columns)
+    yield from deliver(options, part, entry, batches, schema)
+
+
+def deliver(
+    options: HiveSourceOptions,
+    part: SlicePartition,
+    entry: ManifestEntry,
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batches`` (read from ``entry``'s file) whose event time is in the slice
+    and in the range the file admits, conformed to ``schema``; the slice that owns the file
+    routes the rows no slice can deliver. Shared by every lake format's Python reader."""
     owner = bool(entry.route_row_groups)
     lo, hi = max(part.lo, entry.admissible_lo), min(part.hi, entry.admissible_hi)
     end = options.ending_timestamp if options.ending_timestamp is not None else UNBOUNDED_HI
     ts_name = options.event_time_column
     routed: list[pa.Table] = []
-    # rows routed to dead letters keep every column, whatever the query reads
-    columns = options.table_data_columns if owner else options.data_columns
-    for batch in read_columns(fs, entry.path, options.format, groups, columns):
+    for batch in batches:
         table = pa.Table.from_batches([batch])
         if ts_name not in table.column_names:
             raise DataError(
@@ -109,9 +124,9 @@ def _read_entry(
             )
         ts = pc.cast(table.column(ts_name), TS_UTC, safe=False)
         micros = pc.cast(ts, pa.int64())
-        deliver = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
-        deliver = pc.fill_null(deliver, False)
-        selected = table.filter(deliver)
+        keep = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
+        keep = pc.fill_null(keep, False)
+        selected = table.filter(keep)
         if selected.num_rows:
             yield from _conform(selected, entry, schema, options).to_batches()
         if owner:

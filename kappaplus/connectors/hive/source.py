@@ -21,12 +21,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from kappaplus.connectors.hive.manifest import ManifestEntry, ManifestStore
-from kappaplus.connectors.hive.offsets import PHASE_DATA, Position
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.connectors.hive.planner import SlicePlanner
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.draining import drain_requested
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
+from kappaplus.slicing.offsets import PHASE_DATA, Position
+from kappaplus.slicing.planner import SlicePlanner as CorePlanner
 
 TARGET_PARTITIONS = 8
 MIN_PARTITION_ROWS = 20_000
@@ -64,14 +65,14 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: HiveSourceOptions) -> None:
         self.options = options
-        self._planner: SlicePlanner | None = None
+        self._planner: CorePlanner | None = None
 
     def __getstate__(self) -> dict:
         # Executors need the options only; the planner's caches stay on the driver.
         return {"options": self.options, "_planner": None}
 
     @property
-    def planner(self) -> SlicePlanner:
+    def planner(self) -> CorePlanner:
         if self._planner is None:
             self._planner = SlicePlanner(self.options)
         return self._planner
@@ -132,7 +133,7 @@ def split_slice(
     hi: int,
     origin: int,
     options: HiveSourceOptions,
-    planner: SlicePlanner,
+    planner: CorePlanner,
 ) -> list[InputPartition]:
     """Input partitions of whole files or runs of row groups, read in parallel.
 

@@ -26,6 +26,7 @@ from pyspark.sql.types import DataType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.connectors.kafka.options import (
     ENDING_OFFSETS,
     STARTING_OFFSETS,
@@ -181,7 +182,9 @@ class HybridSourceOptions:
         cutoff, lateness = read["cutoff"], read["lateness"]
         lake_raw["endingTimestamp"] = str(cutoff)
         try:
-            lake = HiveSourceOptions.parse(lake_raw)
+            # an Iceberg table's pinned snapshot (kappaplus.connectors.iceberg) or a Hive table
+            iceberg = any(k.lower() == "metadatalocation" for k in lake_raw)
+            lake = (IcebergSourceOptions if iceberg else HiveSourceOptions).parse(lake_raw)
         except ConfigError as exc:  # name the option as the caller spelled it
             raise ConfigError(f"{LAKE_PREFIX}{exc.option}", exc.value, exc.problem) from exc
         if lake.starting_timestamp is not None and lake.starting_timestamp >= cutoff:

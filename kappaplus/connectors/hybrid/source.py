@@ -70,7 +70,6 @@ from pyspark.sql.types import StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
-from kappaplus.connectors.hive.offsets import Position
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
@@ -85,11 +84,14 @@ from kappaplus.connectors.hybrid.reader import (
     range_name,
     read_kafka_range,
 )
+from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+from kappaplus.connectors.iceberg.source import IcebergStreamReader, read_iceberg_partition
 from kappaplus.connectors.kafka.offsets import PARTITION_EOF, from_json
 from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
 from kappaplus.draining import drain_requested
 from kappaplus.settings import state_dir
+from kappaplus.slicing.offsets import Position
 from kappaplus.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:
@@ -126,7 +128,11 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: HybridSourceOptions) -> None:
         self.options = options
-        self.lake = HiveStreamReader(options.lake)
+        self.lake = (
+            IcebergStreamReader(options.lake)
+            if isinstance(options.lake, IcebergSourceOptions)
+            else HiveStreamReader(options.lake)
+        )
         self.kafka = KafkaStreamReader(options.kafka)
         self._phase = PHASE_LAKE
         self._planned: dict[str, list[KafkaInputPartition]] = {}
@@ -269,6 +275,8 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, SlicePartition):
+            if isinstance(self.options.lake, IcebergSourceOptions):
+                return read_iceberg_partition(self.options.lake, partition)
             return read_partition(self.options.lake, partition)
         if isinstance(partition, KafkaInputPartition):
             return read_kafka_range(self.options, partition.range)
@@ -337,9 +345,14 @@ def hybrid_stream_options(
     max_event_time_per_trigger: str | None = None,
     dead_letter_path: str | None = None,
     job_name: str | None = None,
+    iceberg: dict[str, Any] | None = None,
     **options: Any,
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
+
+    ``iceberg``: the lake is an Iceberg table: ``{"catalog": <pyiceberg catalog
+    properties or None>, "snapshot": <id or None>}`` (its snapshot is pinned in the lake's
+    ``manifestDir``, :func:`~kappaplus.connectors.iceberg.catalog.pin_snapshot`).
 
     Keyword options are routed by name: Hive source options Kafka does not have
     (``maxRowsPerTrigger``, ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``,
@@ -356,14 +369,28 @@ def hybrid_stream_options(
             lake_extra[key] = value
         else:
             kafka_extra[key] = value
-    lake = hive_stream_options(
-        resolve_table(spark, table),
-        event_time_column=event_time_column,
-        start=start,
-        end=cutoff,
-        max_event_time_per_trigger=max_event_time_per_trigger,
-        **lake_extra,
-    )
+    if iceberg is not None:
+        from kappaplus.connectors.iceberg.catalog import iceberg_lake_options
+
+        lake = iceberg_lake_options(
+            table,
+            iceberg.get("catalog"),
+            iceberg.get("snapshot"),
+            event_time_column=event_time_column,
+            start=start,
+            end=cutoff,
+            max_event_time_per_trigger=max_event_time_per_trigger,
+            **lake_extra,
+        )
+    else:
+        lake = hive_stream_options(
+            resolve_table(spark, table),
+            event_time_column=event_time_column,
+            start=start,
+            end=cutoff,
+            max_event_time_per_trigger=max_event_time_per_trigger,
+            **lake_extra,
+        )
     lake.pop("endingTimestamp", None)
     resolved = {f"lake.{k}": v for k, v in lake.items()}
     resolved.update(spark_options(kafka_extra))

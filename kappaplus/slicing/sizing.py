@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kappaplus.connectors.hive.files import UNBOUNDED_HI, UNBOUNDED_LO, DataFile, RowGroupStats
+from kappaplus.slicing.files import UNBOUNDED_HI, UNBOUNDED_LO, DataFile, RowGroupStats
 
 SECOND = 1_000_000
 MINUTE = 60 * SECOND

@@ -1,0 +1,230 @@
+"""The Iceberg file lister: a pinned snapshot's data files and their manifest statistics.
+
+pyiceberg plans the snapshot's scan (manifests, partition pruning, delete files matched to
+their data files by sequence number); each data file becomes a
+:class:`~kappaplus.slicing.files.DataFile` that admits every event time (an Iceberg table
+need not be partitioned by event time) with one
+:class:`~kappaplus.slicing.files.RowGroupStats` for the whole file: the record count, the
+file size, and the event-time column's lower/upper bounds and null count from the manifest,
+found by *field id*, so a renamed column keeps its statistics across old files. A file
+belongs to every slice its ``[min, max]`` overlaps and is read with the slice's filter.
+
+A file without bounds for the event-time column is read whole in every slice (said once
+per file); an equality delete file (pyiceberg cannot apply them) is refused in one line
+naming the table, snapshot and file, never ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from kappaplus.errors import DataError, TableError
+from kappaplus.slicing.files import DataFile, RowGroupStats, to_micros_array
+from kappaplus.slicing.manifest import ManifestEntry
+
+if TYPE_CHECKING:
+    from pyiceberg.table import FileScanTask, StaticTable
+
+    from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+
+log = logging.getLogger(__name__)
+_MISSING_LOGGED: set[tuple[str, str]] = set()
+
+
+def _io_key(io: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(io.items()))
+
+
+@lru_cache(maxsize=16)
+def static_table(metadata_location: str, io: tuple[tuple[str, str], ...]) -> StaticTable:
+    """The table as its metadata file describes it (no catalog needed); cached per process."""
+    from pyiceberg.table import StaticTable
+
+    try:
+        return StaticTable.from_metadata(metadata_location, properties=dict(io))
+    except Exception as exc:  # a missing file, an unreachable store, bad credentials
+        raise TableError(
+            f"cannot read Iceberg table metadata {metadata_location!r}: {exc}"
+        ) from exc
+
+
+@lru_cache(maxsize=16)
+def scan_tasks(
+    table: str, metadata_location: str, snapshot_id: int, io: tuple[tuple[str, str], ...]
+) -> dict[str, FileScanTask]:
+    """The data files of ``snapshot_id`` (with their delete files), by path; cached."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    static = static_table(metadata_location, io)
+    if static.metadata.snapshot_by_id(snapshot_id) is None:
+        raise TableError(
+            f"Iceberg table {table!r} has no snapshot {snapshot_id} (expired?); "
+            "start the run over (--fresh) to pin the current one"
+        )
+    try:
+        tasks = list(static.scan(snapshot_id=snapshot_id).plan_files())
+    except ValueError as exc:
+        if "equality deletes" not in str(exc):
+            raise
+        path = _equality_delete_file(static, snapshot_id)
+        raise DataError(
+            f"Iceberg table {table!r} snapshot {snapshot_id}: equality delete file {path!r} "
+            "cannot be applied by this reader (pyiceberg applies position deletes only); "
+            "rewrite the table's deletes as position deletes (compaction) first"
+        ) from None
+    by_path: dict[str, FileScanTask] = {}
+    for task in tasks:
+        f = task.file
+        if f.content != DataFileContent.DATA:
+            continue
+        if f.file_format != FileFormat.PARQUET:
+            raise DataError(
+                f"Iceberg table {table!r} snapshot {snapshot_id}: data file {f.file_path!r} is "
+                f"{f.file_format}; this reader reads Parquet data files"
+            )
+        by_path[f.file_path] = task
+    return by_path
+
+
+def _equality_delete_file(static: StaticTable, snapshot_id: int) -> str:
+    from pyiceberg.manifest import DataFileContent
+
+    snapshot = static.metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None
+    for manifest in snapshot.manifests(static.io):
+        for entry in manifest.fetch_manifest_entry(static.io):
+            if entry.data_file.content == DataFileContent.EQUALITY_DELETES:
+                return str(entry.data_file.file_path)
+    return "?"
+
+
+def _bound(kind: Any, raw: bytes | None) -> int | None:
+    """A manifest bound of a timestamp column as microseconds (None when absent)."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import TimestampNanoType, TimestamptzNanoType
+
+    if raw is None:
+        return None
+    value = from_bytes(kind, raw)
+    if not isinstance(value, int):
+        return None
+    if isinstance(kind, TimestampNanoType | TimestamptzNanoType):
+        return value // 1000
+    return value
+
+
+class IcebergFileLister:
+    """A pinned snapshot's data files and manifest statistics (a
+    :class:`~kappaplus.slicing.planner.FileLister`)."""
+
+    def __init__(self, options: IcebergSourceOptions) -> None:
+        self.options = options
+        self._io = _io_key(options.io_properties)
+
+    def tasks(self) -> dict[str, FileScanTask]:
+        o = self.options
+        return scan_tasks(o.table, o.metadata_location, o.snapshot_id, self._io)
+
+    def _field(self) -> Any:
+        schema = static_table(self.options.metadata_location, self._io).schema()
+        return schema.find_field(self.options.event_time_column)
+
+    def files(self) -> list[DataFile]:
+        files = [
+            DataFile(
+                path=path,
+                size=task.file.file_size_in_bytes,
+                mtime_ns=0,
+                partition_dir=str(task.file.partition),
+                partition_values={},
+            )
+            for path, task in self.tasks().items()
+        ]
+        files.sort(key=lambda f: f.path)
+        return files
+
+    def _stats(self, path: str) -> tuple[RowGroupStats, ...]:
+        task = self.tasks().get(path)
+        if task is None:
+            raise DataError(
+                f"Iceberg table {self.options.table!r}: file {path!r} is not in snapshot "
+                f"{self.options.snapshot_id}; the slice cannot be replayed exactly"
+            )
+        f = task.file
+        field = self._field()
+        lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id))
+        hi = _bound(field.field_type, (f.upper_bounds or {}).get(field.field_id))
+        nulls = (f.null_value_counts or {}).get(field.field_id)
+        if (lo is None or hi is None) and (self.options.table, path) not in _MISSING_LOGGED:
+            _MISSING_LOGGED.add((self.options.table, path))
+            log.info(
+                "Iceberg table %r: file %s has no event-time bounds for %r (field id %d) in "
+                "its manifest; it is read whole in every slice",
+                self.options.table,
+                path,
+                self.options.event_time_column,
+                field.field_id,
+            )
+        return (RowGroupStats(0, f.record_count, f.file_size_in_bytes, lo, hi, nulls),)
+
+    def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
+        return self._stats(f.path)
+
+    def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
+        return self._stats(entry.path)
+
+    def times(self, f: DataFile, group: int) -> np.ndarray:
+        o = self.options
+        batches = list(read_task(o, f.path, [o.event_time_column], None, None))
+        if not batches:
+            return np.empty(0, dtype=np.int64)
+        column = pa.Table.from_batches(batches).column(o.event_time_column)
+        return np.sort(to_micros_array(column))
+
+    def partition_frontier(self, files: list[DataFile]) -> int | None:
+        return None  # a snapshot is complete: its data's end is the frontier
+
+
+def read_task(
+    options: IcebergSourceOptions,
+    path: str,
+    columns: list[str],
+    lo: int | None,
+    hi: int | None,
+) -> Iterator[pa.RecordBatch]:
+    """Rows of one data file of the pinned snapshot, its delete files applied, columns
+    matched by field id (renamed and added columns read right across old files); with
+    ``lo``/``hi`` pyiceberg prunes row groups and rows outside ``[lo, hi)``."""
+    from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    io = _io_key(options.io_properties)
+    static = static_table(options.metadata_location, io)
+    task = scan_tasks(options.table, options.metadata_location, options.snapshot_id, io).get(path)
+    if task is None:
+        raise DataError(
+            f"Iceberg table {options.table!r}: file {path!r} is not in snapshot "
+            f"{options.snapshot_id}; the slice cannot be replayed exactly"
+        )
+    schema = static.schema()
+    projected = schema.select(*columns)
+    row_filter: Any = AlwaysTrue()
+    if lo is not None and hi is not None:
+        ts = options.event_time_column
+        at_least: Any = GreaterThanOrEqual  # pydantic models: their typed __init__ is
+        below: Any = LessThan  # keyword-only, the documented one positional
+        row_filter = And(at_least(ts, lo), below(ts, hi))
+    scan = ArrowScan(static.metadata, static.io, projected, row_filter)
+    try:
+        yield from scan.to_record_batches([task])
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(
+            f"Iceberg table {options.table!r} snapshot {options.snapshot_id}: cannot read "
+            f"data file {path!r}: {exc}"
+        ) from exc

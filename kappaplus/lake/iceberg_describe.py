@@ -1,0 +1,185 @@
+"""What a backfill will see in an Iceberg table, from its metadata only (no data read).
+
+The current snapshot (or a given one), its data files, rows and bytes, the event-time range
+from the manifests' bounds (found by field id), data files without bounds, delete files
+(position, equality: the latter are refused by the source), and how many files a typical
+slice overlaps: the cost of a table not partitioned by event time, where a slice reads every
+file whose ``[min, max]`` overlaps it.
+
+>>> print("\\n".join(iceberg_lines(describe_iceberg("lake.rides", None, "ts"))))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kappaplus.errors import ConfigError
+from kappaplus.timeutil import iso
+
+TYPICAL_SLICE_ROWS = 2_000_000
+"""The adaptive slicing's default rows target (the source's ``targetRowsPerTrigger``)."""
+
+
+@dataclass(frozen=True)
+class IcebergDescription:
+    table: str
+    location: str
+    snapshot_id: int | None
+    snapshots: int
+    event_time_column: str
+    event_time_field_id: int
+    data_files: int
+    rows: int
+    bytes: int
+    ts_min: int | None
+    ts_max: int | None
+    files_without_bounds: int
+    position_delete_files: int
+    equality_delete_files: int
+    slice_rows: int
+    slices: int
+    files_per_slice_median: float
+    files_per_slice_max: int
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ts_min"] = iso(self.ts_min) if self.ts_min is not None else None
+        out["ts_max"] = iso(self.ts_max) if self.ts_max is not None else None
+        return out
+
+
+def describe_iceberg(
+    table_name: str,
+    catalog: dict[str, str] | None,
+    event_time_column: str | None = None,
+    snapshot_id: int | None = None,
+    slice_rows: int = TYPICAL_SLICE_ROWS,
+) -> IcebergDescription:
+    """Describe ``table_name`` (see the module docstring)."""
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.types import TimestampType, TimestamptzType
+
+    from kappaplus.connectors.iceberg.catalog import load_catalog
+    from kappaplus.connectors.iceberg.lister import _bound
+    from kappaplus.errors import TableError
+
+    loaded = load_catalog(catalog)  # its own one-line error
+    try:
+        table = loaded.load_table(table_name)
+    except Exception as exc:
+        raise TableError(f"Iceberg table {table_name!r} not found in the catalog: {exc}") from exc
+    schema = table.schema()
+    if event_time_column is None:
+        stamps = [
+            f.name
+            for f in schema.fields
+            if isinstance(f.field_type, TimestampType | TimestamptzType)
+        ]
+        if len(stamps) != 1:
+            raise ConfigError(
+                "--event-time",
+                None,
+                f"table {table_name!r} has {len(stamps)} timestamp columns "
+                f"({', '.join(stamps) or 'none'}); name the event-time column",
+            )
+        event_time_column = stamps[0]
+    try:
+        field = schema.find_field(event_time_column)
+    except ValueError:
+        raise ConfigError(
+            "--event-time", event_time_column, f"not a column of Iceberg table {table_name!r}"
+        ) from None
+    snapshot = (
+        table.metadata.snapshot_by_id(snapshot_id)
+        if snapshot_id is not None
+        else table.current_snapshot()
+    )
+    spans: list[tuple[int, int]] = []
+    rows = nbytes = files = bare = pos = eq = 0
+    if snapshot is not None:
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io):
+                f = entry.data_file
+                if f.content == DataFileContent.POSITION_DELETES:
+                    pos += 1
+                    continue
+                if f.content == DataFileContent.EQUALITY_DELETES:
+                    eq += 1
+                    continue
+                files += 1
+                rows += f.record_count
+                nbytes += f.file_size_in_bytes
+                lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id))
+                hi = _bound(field.field_type, (f.upper_bounds or {}).get(field.field_id))
+                if lo is None or hi is None:
+                    bare += 1
+                else:
+                    spans.append((lo, hi))
+    ts_min = min((s[0] for s in spans), default=None)
+    ts_max = max((s[1] for s in spans), default=None)
+    slices, median, most = _overlaps(spans, rows, slice_rows, bare)
+    return IcebergDescription(
+        table=table_name,
+        location=str(table.location()),
+        snapshot_id=None if snapshot is None else int(snapshot.snapshot_id),
+        snapshots=len(table.snapshots()),
+        event_time_column=event_time_column,
+        event_time_field_id=field.field_id,
+        data_files=files,
+        rows=rows,
+        bytes=nbytes,
+        ts_min=ts_min,
+        ts_max=ts_max,
+        files_without_bounds=bare,
+        position_delete_files=pos,
+        equality_delete_files=eq,
+        slice_rows=slice_rows,
+        slices=slices,
+        files_per_slice_median=median,
+        files_per_slice_max=most,
+    )
+
+
+def _overlaps(
+    spans: list[tuple[int, int]], rows: int, slice_rows: int, bare: int
+) -> tuple[int, float, int]:
+    """Tile the event-time extent into slices of about ``slice_rows`` rows (rows assumed
+    spread evenly over it) and count the files each overlaps (files without bounds
+    overlap every slice)."""
+    if not spans:
+        return 0, float(bare), bare
+    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans) + 1
+    count = max(1, -(-rows // max(1, slice_rows)))
+    width = max(1, -(-(hi - lo) // count))
+    counts = []
+    for k in range(count):
+        a, b = lo + k * width, min(hi, lo + (k + 1) * width)
+        counts.append(sum(1 for s in spans if s[0] < b and s[1] >= a) + bare)
+    return count, float(statistics.median(counts)), max(counts)
+
+
+def iceberg_lines(d: IcebergDescription) -> list[str]:
+    def when(value: int | None) -> str:
+        return iso(value) if value is not None else "-"
+
+    lines = [
+        f"table          {d.table} (Iceberg, {d.location})",
+        f"snapshot       {d.snapshot_id} ({d.snapshots} snapshot(s) in the table)",
+        f"event time     {d.event_time_column} (field id {d.event_time_field_id})",
+        f"data files     {d.data_files} ({d.bytes:,} bytes), {d.rows:,} rows",
+        f"event times    {when(d.ts_min)} .. {when(d.ts_max)} (from manifest bounds)",
+        f"delete files   {d.position_delete_files} position, {d.equality_delete_files} equality",
+    ]
+    if d.files_without_bounds:
+        lines.append(
+            f"no bounds      {d.files_without_bounds} data file(s): read whole in every slice"
+        )
+    if d.equality_delete_files:
+        lines.append("               equality deletes are refused by the source (rewrite them)")
+    lines.append(
+        f"slices         {d.slices} of about {d.slice_rows:,} rows; a slice overlaps "
+        f"{d.files_per_slice_median:g} file(s) (median), {d.files_per_slice_max} at most"
+    )
+    return lines

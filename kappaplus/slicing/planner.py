@@ -1,0 +1,523 @@
+"""Planning event-time slices: which ``[lo, hi)`` a micro-batch covers and which files it reads.
+
+The planner knows nothing of the lake format. It works on "data files with per-file (per row
+group where the format gives it) event-time min/max, row counts and bytes, and the
+event-time range each file admits" (:mod:`kappaplus.slicing.files`), which a
+:class:`FileLister` per format produces: partition directories and footers for Hive
+(:mod:`kappaplus.connectors.hive.planner`), manifests of a pinned snapshot for Iceberg
+(:mod:`kappaplus.connectors.iceberg.lister`). A file not partitioned by event time admits
+every event time: its statistics place it in every slice its ``[min, max]`` overlaps, and
+the reader applies the slice's filter.
+
+The planner runs in the source's driver-side Python process. Each call of :meth:`next`
+lists the table once, checks it for files that appeared in already-delivered ranges
+(reported, never mixed in), picks the next slice within the per-trigger budgets, stores
+the slice's manifest, and returns the new offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+import numpy as np
+
+from kappaplus.slicing.files import UNBOUNDED_HI, DataFile, RowGroupStats
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
+from kappaplus.slicing.offsets import (
+    FALLBACK_SPAN,
+    MARKER_BATCHES,
+    OFFSET_VERSION,
+    PHASE_DATA,
+    PHASE_END,
+    Position,
+    align_down,
+)
+from kappaplus.slicing.pacing import BatchPacer
+from kappaplus.slicing.sizing import RowDensity, choose_end, row_density
+from kappaplus.timeutil import format_duration, iso
+
+DEFAULT_TARGET_ROWS = 2_000_000
+"""Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
+that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
+slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
+
+log = logging.getLogger(__name__)
+
+
+class SliceOptions(Protocol):
+    """The options the planner reads (a source's validated options object has them)."""
+
+    @property
+    def table(self) -> str: ...
+    @property
+    def manifest_dir(self) -> str: ...
+    @property
+    def starting_timestamp(self) -> int | None: ...
+    @property
+    def ending_timestamp(self) -> int | None: ...
+    @property
+    def completeness_delay(self) -> int: ...
+    @property
+    def max_event_time_per_trigger(self) -> int | None: ...
+    @property
+    def max_rows_per_trigger(self) -> int | None: ...
+    @property
+    def max_bytes_per_trigger(self) -> int | None: ...
+    @property
+    def target_rows_per_trigger(self) -> int | None: ...
+    @property
+    def target_bytes_per_trigger(self) -> int | None: ...
+    @property
+    def target_batch_duration(self) -> int | None: ...
+    @property
+    def emits_end_marker(self) -> bool: ...
+
+
+class FileLister(Protocol):
+    """A lake format's view of a table for the planner."""
+
+    def files(self) -> list[DataFile]:
+        """The table's data files now (or in the pinned snapshot)."""
+        ...
+
+    def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
+        """Per row group (or per file) row counts, bytes and event-time bounds."""
+        ...
+
+    def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
+        """Statistics of a manifest's file as it was planned."""
+        ...
+
+    def times(self, f: DataFile, group: int) -> np.ndarray:
+        """Sorted event times (microseconds) of one row group (where statistics lack)."""
+        ...
+
+    def partition_frontier(self, files: list[DataFile]) -> int | None:
+        """How far time partitions say the table is complete (lateness and earliness
+        allowed for); None for a table without time partitions (its data's end counts)."""
+        ...
+
+
+class SlicePlanner:
+    """Driver-side state of one streaming query over one table."""
+
+    def __init__(self, options: SliceOptions, lister: FileLister) -> None:
+        self.options = options
+        self.lister = lister
+        self.store = ManifestStore(options.manifest_dir)
+        self.target: int | None = None  # fixed end for Trigger.AvailableNow
+        self._owned: set[str] = set()  # files some manifest has included
+        self._reported: set[tuple[str, int, int]] = set()  # late files already reported
+        self._seeded = False
+        self._fallback_logged = False
+        self.pacer: BatchPacer | None = None
+        if options.target_batch_duration is not None:
+            self.pacer = BatchPacer(
+                options.target_batch_duration / 1_000_000,
+                options.target_rows_per_trigger or DEFAULT_TARGET_ROWS,
+            )
+
+    # -- listing and statistics -------------------------------------------------------
+
+    def listing(self) -> list[DataFile]:
+        return self.lister.files()
+
+    def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
+        return self.lister.stats(f)
+
+    def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
+        """Statistics of a manifest's file as it was planned (same size and fingerprint)."""
+        return self.lister.stats_of_entry(entry)
+
+    def times(self, f: DataFile, group: int) -> np.ndarray:
+        return self.lister.times(f, group)
+
+    def _times_in(self, f: DataFile, group: RowGroupStats, lo: int, hi: int) -> np.ndarray:
+        lo, hi = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+        if lo >= hi or not group.may_overlap(lo, hi):
+            return np.empty(0, dtype=np.int64)
+        values = self.times(f, group.index)
+        return values[(values >= lo) & (values < hi)]
+
+    def data_extent(self, files: list[DataFile]) -> tuple[int, int] | None:
+        """Smallest and largest admissible event time in the table, or None if it is empty."""
+        lows, highs = [], []
+        for f in files:
+            for group in self.stats(f):
+                if group.ts_min is not None and group.ts_max is not None:
+                    lows.append(max(group.ts_min, f.admissible_lo))
+                    highs.append(min(group.ts_max, f.admissible_hi - 1))
+                else:
+                    values = self._times_in(f, group, f.admissible_lo, f.admissible_hi)
+                    if len(values):
+                        lows.append(int(values[0]))
+                        highs.append(int(values[-1]))
+        if not lows:
+            return None
+        return min(lows), max(highs)
+
+    def frontier(self, files: list[DataFile]) -> int | None:
+        """How far the table is complete: the end of its newest time partition (less the
+        lateness an arrival-time partition allows and the completeness delay), or for
+        tables without time partitions, the end of its data."""
+        newest = self.lister.partition_frontier(files) if files else None
+        if newest is not None:
+            return newest - self.options.completeness_delay
+        extent = self.data_extent(files)
+        return None if extent is None else extent[1] + 1 - self.options.completeness_delay
+
+    # -- Trigger.AvailableNow -----------------------------------------------------------
+
+    def prepare_available_now(self) -> None:
+        """Fix the end of this run: the end bound, else the data present now."""
+        if self.options.ending_timestamp is not None:
+            self.target = self.options.ending_timestamp
+            return
+        extent = self.data_extent(self.listing())
+        self.target = None if extent is None else extent[1] + 1
+        if self.target is None:
+            self.target = self.options.starting_timestamp or 0
+        log.info("table %r: AvailableNow run ends at %s", self.options.table, iso(self.target))
+
+    # -- offsets --------------------------------------------------------------------------
+
+    def initial_offset(self) -> dict:
+        start = self.options.starting_timestamp
+        if start is None:
+            extent = self.data_extent(self.listing())
+            start = None if extent is None else extent[0]
+        return self._offset(start, start, start, None, PHASE_DATA, 0, 0, 0, None)
+
+    def _limit(self, files: list[DataFile]) -> tuple[int | None, bool]:
+        """The event time planning may reach now, and whether reaching it ends the input."""
+        end = self.options.ending_timestamp
+        if self.target is not None:
+            return self.target, True
+        follow = self.frontier(files)
+        if end is None:
+            return follow, False
+        if follow is None or follow >= end:
+            return end, True
+        return follow, False
+
+    def next(self, start: dict, row_budget: int | None) -> dict:
+        """The offset of the next micro-batch after ``start``, or ``start`` when there is none."""
+        pos = Position.parse(start)
+        if pos.phase == PHASE_END and pos.markers >= MARKER_BATCHES:
+            return start
+        files = self.listing()
+        self._seed(pos)
+        limit, ends_input = self._limit(files)
+        if pos.hi is None:  # the table was empty when the query started
+            extent = self.data_extent(files)
+            if extent is None:
+                return start
+            pos = Position(extent[0], extent[0], extent[0], None, PHASE_DATA)
+        assert pos.origin is not None and pos.hi is not None
+        late_files, late_rows = self._audit(files, pos)
+        late_files += pos.late_files
+        late_rows += pos.late_rows
+        if limit is None or pos.hi >= limit:
+            if ends_input and self.options.emits_end_marker:
+                offset = self._offset(
+                    pos.origin, pos.hi, pos.hi, None, PHASE_END, 0, late_files, late_rows, 1.0
+                )
+                offset["markers"] = pos.markers + 1
+                return offset
+            return start
+        offset = self._plan(files, pos, limit, row_budget, late_files, late_rows)
+        if ends_input and self.options.emits_end_marker and offset["hi"] >= limit:
+            offset["markers"] = 1  # the last data slice carries the first marker
+        return offset
+
+    def _plan(
+        self,
+        files: list[DataFile],
+        pos: Position,
+        limit: int,
+        row_budget: int | None,
+        late_files: int,
+        late_rows: int,
+    ) -> dict:
+        o = self.options
+        assert pos.origin is not None and pos.hi is not None
+        span = o.max_event_time_per_trigger
+        first = self._first_data(files, pos.hi, limit)
+        if first is None:  # nothing more until the limit: one empty batch jumps there
+            log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
+            return self._offset(
+                pos.origin,
+                limit,
+                limit,
+                None,
+                PHASE_DATA,
+                0,
+                late_files,
+                late_rows,
+                self._done(pos.origin, limit, limit),
+            )
+        if span is None:  # adaptive only: the gap before `first` holds no rows, it costs nothing
+            lo, hi = pos.hi, limit
+        else:
+            lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
+            hi = min(align_down(lo, span) + span, limit)
+        # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
+        density = row_density(files, self.stats, lo, hi)
+        hi = self._adaptive_end(density, lo, hi)
+        budget = self._row_budget(files, lo, hi, row_budget)
+        if budget is not None:
+            hi = self._fit(files, lo, hi, budget)
+        entries = self._entries(files, lo, hi, pos.origin)
+        manifest = SliceManifest(o.table, lo, hi, entries, pos.manifest)
+        digest = self.store.put(manifest)
+        self._owned.update(f.path for f in files if f.admits(lo, hi))
+        rows = sum(
+            g.num_rows
+            for e in entries
+            for g in self._groups(e.path, files)
+            if g.index in e.row_groups
+        )
+        log.info(
+            "table %r: slice [%s, %s) reads %d files (<= %d rows)",
+            o.table,
+            iso(lo),
+            iso(hi),
+            len(entries),
+            rows,
+        )
+        if self.pacer is not None:
+            estimate = density.rows_within(lo, hi)
+            self.pacer.planned(hi, estimate or rows, time.monotonic())
+        return self._offset(
+            pos.origin,
+            lo,
+            hi,
+            digest,
+            PHASE_DATA,
+            len(entries),
+            late_files,
+            late_rows,
+            self._done(pos.origin, hi, limit),
+        )
+
+    def batch_committed(self, end: dict) -> None:
+        """Spark committed the batch ending at offset ``end`` (the source's ``commit``):
+        with ``targetBatchDuration`` the next slices are sized from the time it took."""
+        if self.pacer is not None:
+            before = self.pacer.rows
+            self.pacer.committed(Position.parse(end).hi, time.monotonic())
+            if self.pacer.rows != before:
+                log.info(
+                    "table %r: slices of about %d rows (was %d) for micro-batches of %s",
+                    self.options.table,
+                    self.pacer.rows,
+                    before,
+                    format_duration(self.options.target_batch_duration or 0),
+                )
+
+    def _groups(self, path: str, files: list[DataFile]) -> tuple[RowGroupStats, ...]:
+        for f in files:
+            if f.path == path:
+                return self.stats(f)
+        return ()
+
+    def _done(self, origin: int, hi: int, limit: int) -> float | None:
+        end = self.target if self.target is not None else self.options.ending_timestamp
+        if end is None or end <= origin:
+            return None
+        return round(min(1.0, (hi - origin) / (end - origin)), 6)
+
+    def _first_data(self, files: list[DataFile], lo: int, hi: int) -> int | None:
+        """The earliest event time in ``[lo, hi)`` that some file may deliver."""
+        best: int | None = None
+        for f in files:
+            if not f.admits(lo, hi):
+                continue
+            a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+            for group in self.stats(f):
+                if not group.may_overlap(a, b):
+                    continue
+                if group.ts_min is not None:
+                    candidate = max(group.ts_min, a)
+                else:
+                    values = self._times_in(f, group, a, b)
+                    if not len(values):
+                        continue
+                    candidate = int(values[0])
+                best = candidate if best is None else min(best, candidate)
+        return best
+
+    def _rows_target(self) -> int | None:
+        """Rows per slice to aim at: the pacer's (``targetBatchDuration``), else the option."""
+        if self.pacer is not None:
+            return self.pacer.rows
+        return self.options.target_rows_per_trigger
+
+    def _adaptive_end(self, density: RowDensity, lo: int, hi: int) -> int:
+        """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
+        estimated from row-group statistics (:mod:`~kappaplus.slicing.sizing`);
+        without statistics or time partitions and without a span cap the slice falls back
+        to :data:`FALLBACK_SPAN`.
+        """
+        o = self.options
+        if density.unplaceable:
+            if o.max_event_time_per_trigger is not None:
+                return hi
+            if not self._fallback_logged:
+                self._fallback_logged = True
+                log.info(
+                    "table %r: files without event-time statistics or time partitions; "
+                    "slices of %s instead of a rows target",
+                    o.table,
+                    format_duration(FALLBACK_SPAN),
+                )
+            return min(hi, align_down(lo, FALLBACK_SPAN) + FALLBACK_SPAN)
+        targets = [t for t in (self._rows_target(),) if t is not None]
+        if o.target_bytes_per_trigger is not None and density.rows_total and density.bytes_total:
+            bytes_per_row = density.bytes_total / density.rows_total
+            targets.append(max(1, int(o.target_bytes_per_trigger / bytes_per_row)))
+        if not targets or not density.starts.size:
+            return hi
+        return choose_end(density.starts, density.ends, density.rows, lo, hi, min(targets))
+
+    def _row_budget(
+        self, files: list[DataFile], lo: int, hi: int, row_budget: int | None
+    ) -> int | None:
+        o = self.options
+        budgets = [b for b in (row_budget, o.max_rows_per_trigger) if b is not None]
+        if o.max_bytes_per_trigger is not None:
+            rows = nbytes = 0
+            for f in files:
+                if f.admits(lo, hi):
+                    for group in self.stats(f):
+                        rows += group.num_rows
+                        nbytes += group.num_bytes
+            if rows:
+                budgets.append(max(1, int(o.max_bytes_per_trigger / (nbytes / rows))))
+        return min(budgets) if budgets else None
+
+    def _fit(self, files: list[DataFile], lo: int, hi: int, budget: int) -> int:
+        """Shrink ``hi`` so the slice holds at most ``budget`` rows (at least one timestamp)."""
+        chunks = [
+            self._times_in(f, group, lo, hi)
+            for f in files
+            if f.admits(lo, hi)
+            for group in self.stats(f)
+        ]
+        values = np.sort(np.concatenate(chunks)) if chunks else np.empty(0, dtype=np.int64)
+        if len(values) <= budget:
+            return hi
+        cut = int(values[budget])
+        if cut == int(values[0]):
+            log.warning(
+                "table %r: %d rows share event time %s, more than the per-trigger budget %d",
+                self.options.table,
+                int(np.sum(values == cut)),
+                iso(cut),
+                budget,
+            )
+            return cut + 1
+        return cut
+
+    def _entries(self, files: list[DataFile], lo: int, hi: int, origin: int) -> list[ManifestEntry]:
+        o = self.options
+        end = o.ending_timestamp if o.ending_timestamp is not None else UNBOUNDED_HI
+        entries = []
+        for f in files:
+            if not f.admits(lo, hi):
+                continue
+            a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+            groups = self.stats(f)
+            deliver = [g.index for g in groups if g.may_overlap(a, b)]
+            route: list[int] = []
+            if f.path not in self._owned:  # this slice owns the file's undeliverable rows
+                route = [
+                    g.index
+                    for g in groups
+                    if g.may_have_nulls
+                    or g.ts_min is None
+                    or g.ts_max is None
+                    or (g.ts_min < f.admissible_lo and g.ts_max >= origin)
+                    or (g.ts_max >= f.admissible_hi and g.ts_min < end)
+                ]
+            if deliver or route:
+                entries.append(
+                    ManifestEntry(
+                        f.path,
+                        f.size,
+                        f.mtime_ns,
+                        f.partition_values,
+                        f.admissible_lo,
+                        f.admissible_hi,
+                        deliver,
+                        route,
+                    )
+                )
+        return entries
+
+    # -- files that appear in already-delivered ranges -----------------------------------
+
+    def _seed(self, pos: Position) -> None:
+        """After a restart, recover the files earlier slices included from the manifest chain."""
+        if self._seeded:
+            return
+        self._seeded = True
+        digest = pos.manifest
+        while digest:
+            manifest = self.store.get(digest)
+            self._owned.update(e.path for e in manifest.entries)
+            digest = manifest.previous
+
+    def _audit(self, files: list[DataFile], pos: Position) -> tuple[int, int]:
+        """Count (and log) files with rows in ``[origin, hi)`` that no slice delivered."""
+        assert pos.origin is not None and pos.hi is not None
+        found_files = found_rows = 0
+        for f in files:
+            key = (f.path, f.size, f.mtime_ns)
+            if f.path in self._owned or key in self._reported or not f.admits(pos.origin, pos.hi):
+                continue
+            rows = sum(len(self._times_in(f, g, pos.origin, pos.hi)) for g in self.stats(f))
+            if rows:
+                self._reported.add(key)
+                found_files += 1
+                found_rows += rows
+                log.warning(
+                    "table %r: file %s appeared after its event-time range was delivered; "
+                    "%d rows before %s are not part of this run (re-run that range to include them)",  # noqa: E501
+                    self.options.table,
+                    f.path,
+                    rows,
+                    iso(pos.hi),
+                )
+        return found_files, found_rows
+
+    def _offset(
+        self,
+        origin: int | None,
+        lo: int | None,
+        hi: int | None,
+        manifest: str | None,
+        phase: str,
+        files: int,
+        late_files: int,
+        late_rows: int,
+        done: float | None,
+    ) -> dict:
+        offset: dict = {
+            "v": OFFSET_VERSION,
+            "origin": origin,
+            "lo": lo,
+            "hi": hi,
+            "manifest": manifest,
+            "phase": phase,
+            "files": files,
+            "lateFiles": late_files,
+            "lateRows": late_rows,
+        }
+        if lo is not None and hi is not None:
+            offset["range"] = f"[{iso(lo)}, {iso(hi)})"
+        if done is not None:
+            offset["done"] = done
+        return offset
