@@ -222,10 +222,13 @@ def check_job(config: JobConfig, job: Job) -> None:
                 )
     for name, binding in config.inputs.items():
         spec = job.input(name)
-        if binding.hive is not None and binding.hive.event_time_column not in spec.field_names():
+        hive = binding.hive
+        if hive is None or hive.event_time is not None or hive.columns:
+            continue  # a mapped binding: its event time is checked against the table
+        if hive.event_time_column not in spec.field_names():
             raise ConfigError(
                 f"inputs.{name}.hive.event_time_column",
-                binding.hive.event_time_column,
+                hive.event_time_column,
                 f"not a field of input {name!r} ({', '.join(spec.field_names())})",
             )
     for name, out in config.outputs.items():

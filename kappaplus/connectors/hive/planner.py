@@ -80,19 +80,27 @@ class SlicePlanner:
 
     def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
         o = self.options
-        return file_stats(f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location)
+        return file_stats(
+            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, o.storage
+        )
 
     def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
         """Statistics of a manifest's file as it was planned (same size and mtime)."""
         o = self.options
         return file_stats(
-            entry.path, entry.size, entry.mtime_ns, o.format, o.event_time_column, o.location
+            entry.path,
+            entry.size,
+            entry.mtime_ns,
+            o.format,
+            o.event_time_column,
+            o.location,
+            o.storage,
         )
 
     def times(self, f: DataFile, group: int) -> np.ndarray:
         o = self.options
         return event_times(
-            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, group
+            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, group, o.storage
         )
 
     def _times_in(self, f: DataFile, group: RowGroupStats, lo: int, hi: int) -> np.ndarray:

@@ -1,0 +1,169 @@
+"""Schema unification in a backfill: a lake written by another pipeline (flattened, renamed,
+event time in epoch milliseconds, a column added half-way with a narrower type) read through
+the binding's ``columns`` and ``event_time = { column, unit }``, equal to a pandas ground
+truth; a narrowing type is refused before any query starts, naming binding, column, types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from runtime_helpers import uid
+
+from kappaplus.config import config_from_dict
+from kappaplus.errors import ConfigError
+from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.runner import run_job
+
+START = datetime(2013, 1, 1, tzinfo=UTC)
+HOURS = 8
+
+
+def per_window(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:
+    rides = inputs["rides"]
+    grouped = rides.groupBy(F.window("ride_time", "30 minutes"), "city").agg(
+        F.count("*").alias("rides"), F.sum("tip").alias("tips"), F.max("ride_id").alias("last")
+    )
+    return {
+        "counts": grouped.select(
+            F.col("window.start").alias("start"), "city", "rides", "tips", "last"
+        )
+    }
+
+
+SCHEMA = "ride_id string, city string, tip double, ride_time timestamp"
+JOB = Job(
+    name="mapped-ride-counts",
+    inputs=[InputSpec("rides", SCHEMA, "ride_time")],
+    outputs=[OutputSpec("counts", output_mode="append", event_time_column="start")],
+    transform=per_window,
+    watermark_delay="10 minutes",
+)
+
+
+def lake_rows(seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = 2400
+    ts_ms = START.timestamp() * 1000 + np.sort(rng.integers(0, HOURS * 3600 * 1000, n))
+    return pd.DataFrame(
+        {
+            "ride_no": np.arange(n, dtype=np.int64) + 10_000,
+            "city_name": rng.choice(["sf", "nyc", "la"], n),
+            "ts_ms": ts_ms.astype(np.int64),
+            "tip": rng.integers(0, 40, n).astype(np.float32) / 4,
+        }
+    )
+
+
+def write_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) -> None:
+    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float)."""
+    hour = pd.to_datetime(rows["ts_ms"], unit="ms", utc=True).dt.floor("h")
+    for i, (moment, part) in enumerate(rows.groupby(hour)):
+        folder = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
+        folder.mkdir(parents=True)
+        columns = ["ride_no", "city_name", "ts_ms"] + (["tip"] if i >= HOURS // 2 else [])
+        pq.write_table(
+            pa.Table.from_pandas(part[columns], preserve_index=False), folder / "part-0.parquet"
+        )
+    spark.sql(
+        f"CREATE TABLE {table} (ride_no bigint, city_name string, ts_ms bigint, tip double, "
+        f"dt string, hr string) USING parquet PARTITIONED BY (dt, hr) LOCATION '{root}'"
+    )
+    spark.sql(f"MSCK REPAIR TABLE {table}")
+
+
+def truth(rows: pd.DataFrame) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+    """Per 30-minute window and city: rides, tips (null before the column existed), last id."""
+    frame = rows.copy()
+    hour_index = (frame["ts_ms"] // 3_600_000) - int(START.timestamp()) // 3600
+    frame.loc[hour_index < HOURS // 2, "tip"] = np.nan
+    frame["start"] = (frame["ts_ms"] // 1000) // 1800 * 1800
+    frame["ride_id"] = frame["ride_no"].astype(str)
+    out = {}
+    for (start, city), group in frame.groupby(["start", "city_name"]):
+        tips = group["tip"].astype(float)
+        out[(int(start), str(city))] = (
+            len(group),
+            None if tips.isna().all() else round(float(tips.sum()), 6),
+            max(group["ride_id"]),
+        )
+    return out
+
+
+def config(table: str, out: str, scratch: Path, **hive: Any) -> Any:
+    binding = {
+        "table": table,
+        "partition_format": "dt=%Y-%m-%d/hr=%H",
+        "event_time": {"column": "ts_ms", "unit": "ms"},
+        "columns": {"ride_id": "cast(ride_no as string)", "city": "city_name"},
+        **hive,
+    }
+    return config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {"rides": {"hive": binding}},
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+
+
+def test_backfill_reads_a_renamed_epoch_millis_lake_with_a_column_added_half_way(
+    spark: SparkSession, scratch: Path
+) -> None:
+    rows = lake_rows()
+    table, out = f"rides_raw_{uid()}", f"mapped_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    end = START + timedelta(hours=HOURS)
+    result = run_job(
+        spark,
+        JOB,
+        config(table, out, scratch),
+        RunOptions("backfill", START.isoformat(), end.isoformat()),
+    )
+    assert result.status == "finished"
+    got = (
+        spark.table(f"{out}_backfill")
+        .select(F.unix_seconds("start"), "city", "rides", "tips", "last")
+        .collect()
+    )
+    produced = {(r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in got}
+    assert len(got) == len(produced)  # each window once
+    assert produced == truth(rows)
+
+
+def test_a_narrowing_type_is_refused_before_the_queries_start(
+    spark: SparkSession, scratch: Path
+) -> None:
+    rows = lake_rows()
+    table, out = f"rides_narrow_{uid()}", f"narrow_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    narrow = Job(
+        name="narrow-ride-counts",
+        inputs=[
+            InputSpec(
+                "rides", "ride_id int, city string, tip double, ride_time timestamp", "ride_time"
+            )
+        ],
+        outputs=JOB.outputs,
+        transform=per_window,
+        watermark_delay="10 minutes",
+    )
+    cfg = config(table, out, scratch, columns={"ride_id": "ride_no", "city": "city_name"})
+    end = (START + timedelta(hours=1)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, narrow, cfg, RunOptions("backfill", START.isoformat(), end))
+    text = str(refused.value)
+    assert "inputs.rides.hive" in text and "'ride_id'" in text, text
+    assert "bigint" in text and "declares int" in text, text
+    assert not spark.catalog.tableExists(f"{out}_backfill")
