@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from kappaplus.config import HiveInput, KafkaInput
-    from kappaplus.jobs import InputSpec
+    from kappaplus.config import HiveInput, JobConfig, KafkaInput
+    from kappaplus.jobs import InputSpec, Job
 
 
 def kafka_event_field(spec: InputSpec, kafka: KafkaInput) -> str:
@@ -69,10 +69,61 @@ def hive_source_schema(spark: SparkSession, hive: HiveInput) -> StructType:
 
 
 def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Resolution:
-    """The Hive binding's mapping checked against the table's schema."""
+    """The Hive binding's mapping checked against the table's schema, and the columns it
+    reads against every data file's own schema (an evolved lake: a file lacking a column
+    reads it as null, a narrower type widens; a wider or incompatible type is a mismatch)."""
     binding = f"inputs.{spec.name}.hive"
     mapping = job_mapping(spec, binding, hive.columns, hive.event_time_column)
-    return resolve_mapping(spark, spec, binding, mapping, hive_source_schema(spark, hive))
+    resolution = resolve_mapping(spark, spec, binding, mapping, hive_source_schema(spark, hive))
+    resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution))
+    return resolution
+
+
+def file_mismatches(
+    spark: SparkSession, spec: InputSpec, hive: HiveInput, resolution: Resolution
+) -> list[str]:
+    """One line per (file, column) whose stored type does not widen to the type it is read
+    as: the job's type for a column mapped by name, else the table's. Reads footers only."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from kappaplus.connectors.hive import resolve_table
+    from kappaplus.connectors.hive.files import filesystem_for, list_data_files
+    from kappaplus.mapping import quoted, widens
+
+    table = resolve_table(spark, hive.table)
+    if table.format != "parquet":
+        return []
+    wanted = {f.name: f.dataType for f in table.schema.fields}
+    declared = spec.struct_type()
+    for source in resolution.columns:
+        reads = source.reads
+        direct = source.expression == quoted(reads[0]) if len(reads) == 1 else False
+        if direct and reads[0] != hive.event_time_column:
+            wanted[reads[0]] = declared[source.column].dataType
+    read = [c for c in resolution.reads if c not in table.partition_columns]
+    fs, _ = filesystem_for(table.location)
+    partitions = tuple(table.partition_columns)
+    files = list_data_files(table.location, partitions, None, 0, False, table.name)
+    lines: list[str] = []
+    for data_file in files:
+        with fs.open_input_file(data_file.path) as handle:
+            stored = pq.read_schema(handle)
+        for column in read:
+            if column not in stored.names or column == hive.event_time_column:
+                continue
+            try:
+                kind = from_arrow_type(stored.field(column).type)
+            except TypeError:
+                kind = None
+            if kind is None or not widens(kind, wanted[column]):
+                shown = kind.simpleString() if kind is not None else str(stored.field(column).type)
+                lines.append(
+                    f"inputs.{spec.name}.hive: column {column!r} of file {data_file.path!r} is "
+                    f"{shown}, read as {wanted[column].simpleString()}: a narrowing or "
+                    "incompatible change; widen the declared type, or rewrite the file"
+                )
+    return lines
 
 
 def refuse_mismatches(resolution: Resolution) -> None:
@@ -95,3 +146,19 @@ def stored_options(hive: HiveInput) -> dict[str, str]:
     if stored.format is not None:
         return {"eventTimeFormat": stored.format}
     return {}
+
+
+def describe_bindings(spark: SparkSession, job: Job, config: JobConfig) -> list[Resolution]:
+    """Every binding of every input of ``job`` resolved (what ``kappa check`` shows and
+    ``kappa run`` refuses): Kafka bindings against their records' fields, Hive bindings
+    against their table and its files."""
+    out: list[Resolution] = []
+    for spec in job.inputs:
+        binding = config.inputs.get(spec.name)
+        if binding is None:
+            continue
+        if binding.kafka is not None:
+            out.append(kafka_resolution(spark, spec, binding.kafka))
+        if binding.hive is not None:
+            out.append(hive_resolution(spark, spec, binding.hive))
+    return out

@@ -167,3 +167,46 @@ def test_a_narrowing_type_is_refused_before_the_queries_start(
     assert "inputs.rides.hive" in text and "'ride_id'" in text, text
     assert "bigint" in text and "declares int" in text, text
     assert not spark.catalog.tableExists(f"{out}_backfill")
+
+
+def test_check_shows_where_each_column_comes_from_and_run_refuses_a_narrowed_file(
+    spark: SparkSession, scratch: Path
+) -> None:
+    from kappaplus.runtime.unify import describe_bindings
+
+    rows = lake_rows()
+    table, out = f"rides_evolved_{uid()}", f"evolved_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    cfg = config(table, out, scratch)
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    lines = [c.line() for c in shown.columns]
+    assert "ride_id string <- cast(ride_no as string) (string)" in lines, lines
+    assert "city string <- city_name (string)" in lines, lines
+    assert "ride_time timestamp <- `ts_ms` (timestamp)" in lines, lines
+    assert "tip double <- `tip` (double)" in lines, lines
+    assert shown.reads == ["ride_no", "city_name", "tip", "ts_ms"] and not shown.mismatches
+
+    # one later file stores ride_no as a string: named with its column and both types
+    bad = next((scratch / "lake").glob("dt=*/hr=07/part-0.parquet"))
+    stored = pq.read_table(bad)
+    pq.write_table(stored.set_column(0, "ride_no", stored.column(0).cast(pa.string())), bad)
+    spark.sql(f"REFRESH TABLE {table}")
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    assert len(shown.mismatches) == 1, shown.mismatches
+    line = shown.mismatches[0]
+    assert "inputs.rides.hive" in line and "'ride_no'" in line and str(bad) in line, line
+    assert "is string, read as bigint" in line, line
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert line in str(refused.value)
+    assert not spark.catalog.tableExists(f"{out}_backfill")
+
+
+def test_kappa_check_is_a_command() -> None:
+    from typer.testing import CliRunner
+
+    from kappaplus.cli import app
+
+    result = CliRunner().invoke(app, ["check", "--help"])
+    assert result.exit_code == 0 and "--config" in result.output, result.output
