@@ -83,11 +83,13 @@ def write_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) 
     spark.sql(f"MSCK REPAIR TABLE {table}")
 
 
-def truth(rows: pd.DataFrame) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+def truth(
+    rows: pd.DataFrame, tips_from_hour: int = HOURS // 2
+) -> dict[tuple[int, str], tuple[int, float | None, str]]:
     """Per 30-minute window and city: rides, tips (null before the column existed), last id."""
     frame = rows.copy()
     hour_index = (frame["ts_ms"] // 3_600_000) - int(START.timestamp()) // 3600
-    frame.loc[hour_index < HOURS // 2, "tip"] = np.nan
+    frame.loc[hour_index < tips_from_hour, "tip"] = np.nan
     frame["start"] = (frame["ts_ms"] // 1000) // 1800 * 1800
     frame["ride_id"] = frame["ride_no"].astype(str)
     out = {}
@@ -210,3 +212,79 @@ def test_kappa_check_is_a_command() -> None:
 
     result = CliRunner().invoke(app, ["check", "--help"])
     assert result.exit_code == 0 and "--config" in result.output, result.output
+
+
+def test_stream_of_nested_iso_json_equals_the_truth_and_the_backfill_where_they_overlap(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """The topic carries nested records with ISO timestamps and a field the lake lacks
+    (``driver``); the stream maps them to the same columns as the lake's binding."""
+    import json
+
+    from confluent_kafka import Producer
+
+    rows = lake_rows()
+    topic = new_topic(prefix="nested")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    last = 0
+    for r in rows.itertuples():
+        at = datetime.fromtimestamp(r.ts_ms / 1000, tz=UTC)
+        record = {
+            "ride": {"no": int(r.ride_no), "city": r.city_name},
+            "at": at.isoformat().replace("+00:00", "Z"),
+            "tip": float(r.tip),
+            "driver": f"d{int(r.ride_no) % 7}",
+        }
+        producer.produce(topic, json.dumps(record).encode())
+        last = int(r.ts_ms)
+    flush = {"ride": {"no": 1, "city": "zz"}, "at": "2013-01-01T09:30:00Z", "tip": 0.0}
+    producer.produce(topic, json.dumps(flush).encode())
+    producer.flush(30)
+    assert last < START.timestamp() * 1000 + HOURS * 3_600_000
+
+    table, out = f"rides_both_{uid()}", f"both_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "rides": {
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": kafka_bootstrap,
+                        "starting_offsets": "earliest",
+                        "fields": "ride struct<no:bigint, city:string>, at timestamp, "
+                        "tip double, driver string",
+                        "event_time": {"column": "at"},
+                        "columns": {"ride_id": "cast(ride.no as string)", "city": "ride.city"},
+                    },
+                    "hive": config(table, out, scratch)
+                    .inputs["rides"]
+                    .hive.model_dump(exclude_none=True),
+                    "event_time_bounds": {"max_future": "none"},
+                }
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    stream = run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now"))
+    assert stream.status == "finished"
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    backfill = run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert backfill.status == "finished"
+
+    def read(name: str) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+        got = spark.table(name).where(F.col("start") < F.lit(end).cast("timestamp"))
+        collected = got.select(F.unix_seconds("start"), "city", "rides", "tips", "last").collect()
+        result = {
+            (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in collected
+        }
+        assert len(result) == len(collected)
+        return result
+
+    streamed, backfilled = read(out), read(f"{out}_backfill")
+    assert streamed == truth(rows, tips_from_hour=0)
+    assert backfilled == truth(rows)
+    half = int(START.timestamp()) + HOURS // 2 * 3600
+    overlap = {k: v for k, v in backfilled.items() if k[0] >= half}
+    assert overlap and overlap == {k: v for k, v in streamed.items() if k[0] >= half}
