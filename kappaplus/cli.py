@@ -34,6 +34,7 @@ _GROUPS = [
 # (module, attribute): modules whose `register(app)` adds top-level commands.
 _COMMANDS = [
     "kappaplus.runtime.cli",
+    "kappaplus.runtime.check_cli",
     "kappaplus.archive_cli",
     "kappaplus.local.stack_cli",
     "kappaplus.demo",

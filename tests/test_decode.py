@@ -155,7 +155,7 @@ def test_input_must_have_the_kafka_schema(spark) -> None:  # type: ignore[no-unt
 
 
 def test_json_good_and_malformed_records(spark) -> None:  # type: ignore[no-untyped-def]
-    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts")
+    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts", event_time_unit="ms")
     invalid = b'{"rider_id": "r3", "fare": }'
     values: list[bytes | None] = [
         b'{"rider_id": "r1", "fare": 12.5, "trips": 3, "ts": "2024-01-01T10:00:00Z"}',
@@ -210,7 +210,7 @@ def test_json_reasons_without_spark() -> None:
             StructField("amount", StructType([StructField("value", DoubleType(), False)]), True),
         ]
     )
-    spec = DecoderSpec(format="json", schema=schema, event_time="ts")
+    spec = DecoderSpec(format="json", schema=schema, event_time="ts", event_time_unit="ms")
     got = decode_values(
         spec,
         [
@@ -394,7 +394,7 @@ def test_avro_reasons_name_truncation_and_schema_ids(tmp_path: Path) -> None:
 def test_observed_counts_per_micro_batch(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]
     """A file stream with the Kafka schema, one file per micro-batch: every batch's progress
     carries records/good/dead, and they add up to the ground truth."""
-    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts")
+    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts", event_time_unit="ms")
     source = scratch / "in"
     batches: list[list[bytes | None]] = [
         [b'{"rider_id": "a", "ts": 1000}', b"{oops", b'{"rider_id": "b", "ts": 2000}'],
@@ -437,3 +437,20 @@ def test_observed_counts_per_micro_batch(spark, scratch: Path) -> None:  # type:
     got = sorted(r.rider_id for r in spark.table("decoded_good_events").collect())
     assert got == ["a", "b", "d"]
     assert len(observed) == len(batches)
+
+
+def test_a_numeric_event_time_needs_a_declared_unit() -> None:
+    """Epoch seconds are never read as milliseconds (1357016400 was 1970-01-16): without a
+    unit a numeric event time is a dead letter naming the field and the way out."""
+    values = [b'{"rider_id": "r1", "ts": 1357016400}', b'{"rider_id": "r2", "ts": 1357016400.5}']
+    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts")
+    for error in decode_values(spec, values):
+        assert isinstance(error, str), error
+        assert "event time 'ts' is a number" in error and "declare" in error, error
+        assert 'event_time = { unit = "s" }' in error, error
+    seconds = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts", event_time_unit="s")
+    micros = [row["ts"] for row in decode_values(seconds, values)]  # type: ignore[index]
+    at = int(datetime(2013, 1, 1, 5, tzinfo=UTC).timestamp()) * 1_000_000
+    assert micros == [at, at + 500_000]
+    millis = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts", event_time_unit="ms")
+    assert decode_values(millis, values[:1])[0]["ts"] == 1357016400 * 1000  # type: ignore[index]

@@ -73,7 +73,12 @@ SCHEMA = StructType(
     ]
 )
 SPEC = DecoderSpec(
-    format="json", schema=SCHEMA, event_time="ts", required=("name",), json_decoder="jvm"
+    format="json",
+    schema=SCHEMA,
+    event_time="ts",
+    required=("name",),
+    json_decoder="jvm",
+    event_time_unit="ms",  # the records' numeric event times are epoch milliseconds
 )
 KAFKA_TS = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -376,3 +381,21 @@ def test_json_decoder_option_is_validated(tmp_path) -> None:  # type: ignore[no-
     with pytest.raises(ConfigError, match="json_decoder.*expected 'python' or 'jvm'"):
         DecoderSpec(format="json", schema=SCHEMA, event_time="ts", json_decoder="fast")  # type: ignore[arg-type]
     assert DecoderSpec(format="json", schema=SCHEMA, event_time="ts").json_decoder == "python"
+
+
+def test_numeric_event_times_agree_in_every_unit(spark) -> None:  # type: ignore[no-untyped-def]
+    """Without a unit the JVM vouches for no numeric event time (Python refuses it); with
+    one both paths read it in that unit."""
+    values = [record(ts=1357016400), record(ts=1357016400123), record(ts=1.5), record(ts=10**17)]
+    for unit in (None, "s", "ms", "us"):
+        spec = DecoderSpec(
+            format="json",
+            schema=SCHEMA,
+            event_time="ts",
+            required=("name",),
+            json_decoder="jvm",
+            event_time_unit=unit,
+        )
+        vouched = assert_same(spark, spec, values)
+        if unit is None:
+            assert not any(vouched)

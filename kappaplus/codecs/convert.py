@@ -73,6 +73,41 @@ def _json_timestamp_micros(value: Any, path: str) -> int:
     raise _mismatch(path, "timestamp", value)
 
 
+EVENT_TIME_UNITS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+"""Microseconds per unit of a numeric event time (``event_time_unit``)."""
+
+
+def event_time_converter(name: str, unit: str | None) -> Converter:
+    """The converter of the event-time field ``name``: an ISO string, or a number in the
+    declared ``unit`` (``s``, ``ms``, ``us``). Without a declared unit a number is refused
+    with a reason saying so: epoch seconds read as milliseconds land in January 1970 and
+    pass every plausible bound, so a unit is never guessed."""
+    factor = EVENT_TIME_UNITS[unit] if unit is not None else None
+
+    def conv_event_time(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, int | float | Decimal) and not isinstance(v, bool):
+            if factor is None:
+                raise _FieldError(
+                    f"event time {name!r} is a number ({_shown(v)}) and no unit is declared "
+                    'for it: declare it in the Kafka binding (event_time = { unit = "s" }, '
+                    '"ms" or "us")'
+                )
+            if not math.isfinite(float(v)):
+                raise _mismatch(p, "timestamp", v)
+            micros = int(v) * factor if isinstance(v, int) else int(round(Decimal(v) * factor))
+            if abs(micros) > _MAX_MICROS:
+                raise _mismatch(p, "timestamp", v, f"out of range as epoch {unit}")
+            return micros
+        return _json_timestamp_micros(v, p)
+
+    return conv_event_time
+
+
+_MAX_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+
+
 def _json_converter(kind: DataType) -> Converter:
     """A function validating one JSON value against ``kind`` and returning an Arrow-ready value.
 

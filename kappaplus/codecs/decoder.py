@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kappaplus.codecs.convert import _avro_normalizer, _FieldError, _json_converter, _shown
+from kappaplus.codecs.convert import (
+    _avro_normalizer,
+    _FieldError,
+    _json_converter,
+    _shown,
+    event_time_converter,
+)
 from kappaplus.codecs.registry import UnknownSchemaId, WriterSchemas
 from kappaplus.codecs.schema import RECORD_ARROW_TYPE
 from kappaplus.codecs.spec import DecoderSpec
@@ -38,6 +44,9 @@ class _Decoder:
             self.converters = {
                 f.name: _json_converter(f.dataType) for f in spec.event_schema.fields
             }
+            self.converters[spec.event_time] = event_time_converter(
+                spec.event_time, spec.event_time_unit
+            )
         else:
             self.normalizers = {
                 f.name: _avro_normalizer(f.dataType) for f in spec.event_schema.fields

@@ -260,6 +260,21 @@ def _timestamp(k: Column, millis: Column, text: Column) -> Column:
     return F.when(in_range, from_millis).otherwise(from_text)
 
 
+def _event_time(k: Column, raw: Callable[[str], Column], value: Column, unit: str | None) -> Column:
+    """The event time's typed value: a number only in its declared unit (without one the
+    record goes to Python, which dead-letters it with the reason), else an ISO string."""
+    from pyspark.sql import functions as F
+
+    text = F.when(k == "STRING", value)
+    if unit is None:
+        return text
+    scale = {"s": F.timestamp_seconds, "ms": F.timestamp_millis, "us": F.timestamp_micros}[unit]
+    bound = _MAX_EPOCH_MILLIS // {"s": 1000, "ms": 1, "us": 1}[unit]
+    bound = bound * 1000 if unit == "us" else bound
+    number = k.isin(*_INTEGRAL_KINDS) & (F.abs(raw("bigint")) <= bound)
+    return F.when(number, scale(raw("bigint"))).otherwise(text)
+
+
 VOUCHED = "_kappa_vouched"
 """Column of :func:`json_checks`: the JVM vouches for the record."""
 _PY = "_kappa_python"
@@ -304,6 +319,8 @@ def json_checks(records: DataFrame, spec: DecoderSpec) -> DataFrame:
             return F.col(f"_r{i}_{t}")
 
         value = typed_value(f.dataType, F.col(f"_x{i}"), F.col(f"_k{i}"), raw)
+        if f.name == spec.event_time:
+            value = _event_time(F.col(f"_k{i}"), raw, value, spec.event_time_unit)
         values.append(F.when(~F.col(f"_m{i}"), value).alias(f"_kappa_f{i}"))
     missing = [F.col(f"_m{i}").alias(f"_m{i}") for i in range(len(fields))]
     step = step.select(*keep, *missing, *values)

@@ -118,6 +118,9 @@ class DecoderSpec:
       schema), so compatible producer schema changes keep decoding
       (:mod:`kappaplus.codecs.registry`). Without it every value is read with
       ``avro_schema``.
+    - ``event_time_unit``: JSON only: the unit of a numeric event time (``s``, ``ms``,
+      ``us``); without it a record whose event time is a number is a dead letter whose
+      reason says to declare the unit (a unit is never guessed).
     - ``json_decoder``: JSON only: ``"python"`` (default: every record through the Python
       decoder) or ``"jvm"`` (Spark decodes the records it can vouch for, Python only the
       others, with the same events and reasons: :mod:`kappaplus.codecs.fastjson`; not faster
@@ -137,6 +140,7 @@ class DecoderSpec:
     json_decoder: JsonDecoder = option(
         "jsonDecoder", choice(get_args(JsonDecoder)), default="python"
     )
+    event_time_unit: str | None = option("eventTimeUnit", choice(("s", "ms", "us")), default=None)
     event_schema: StructType = field(init=False, repr=False, compare=False)
     avro_parsed: Any = field(init=False, repr=False, compare=False, default=None)
 

@@ -61,8 +61,38 @@ class HiveDeadLetters(StrictModel):
     table: TableName
 
 
+class StoredEventTime(StrictModel):
+    """``event_time = { column = "ts_ms", unit = "ms" }``: how a binding's source stores the
+    event time. ``column``: the source's field (default: the job's event-time column);
+    ``unit``: epoch ``s``, ``ms`` or ``us`` when it is a number; ``format``: a Spark
+    datetime pattern (``yyyy-MM-dd HH:mm:ss``) when it is a string (lake tables only).
+    The job's event-time column is this field as a timestamp (see :mod:`kappaplus.mapping`)."""
+
+    column: str | None = Field(None, min_length=1)
+    unit: Literal["s", "ms", "us"] | None = None
+    format: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> StoredEventTime:
+        if self.unit is not None and self.format is not None:
+            raise ValueError("set 'unit' (epoch numbers) or 'format' (strings), not both")
+        return self
+
+
+Columns = dict[str, Annotated[str, Field(min_length=1)]]
+"""``columns = { ride_id = "cast(ride_no as string)", city = "payload.city" }``: a job
+column -> a Spark SQL expression over the source's fields (a name, a nested path, any
+expression); a declared column not listed is read by its own name."""
+
+
 class KafkaInput(StrictModel):
-    """A logical input bound to a Kafka topic."""
+    """A logical input bound to a Kafka topic.
+
+    ``fields``: the records' own schema (Spark DDL, e.g. ``ride struct<no:bigint,
+    city:string>, at timestamp``) when it differs from the job's declared one; ``columns``
+    then maps the job's columns from it and ``event_time`` names its event-time field and,
+    for a number, its unit (never guessed: a numeric event time without a unit is a dead
+    letter saying so)."""
 
     topic: TopicName
     bootstrap_servers: Servers
@@ -77,9 +107,17 @@ class KafkaInput(StrictModel):
     align_partitions: bool = Field(True, alias="alignPartitions", strict=True)
     options: KafkaClientSettings = Field(default_factory=dict)
     dlq: DeadLetterTarget | None = None
+    fields: str | None = Field(None, min_length=1)
+    columns: Columns = Field(default_factory=dict)
+    event_time: StoredEventTime | None = None
 
     @model_validator(mode="after")
     def _avro_schema(self) -> KafkaInput:
+        if self.event_time is not None and self.event_time.format is not None:
+            raise ValueError(
+                "event_time.format is for lake tables; a JSON event time is an ISO string "
+                "or a number with a unit"
+            )
         if self.format == "avro" and self.schema_file is None:
             raise ValueError("format 'avro' needs 'schema_file' (an .avsc file)")
         if self.format != "avro" and self.schema_registry_url is not None:
@@ -116,6 +154,10 @@ class HiveInput(StrictModel):
 
     table: TableName
     event_time_column: str = Field(min_length=1)
+    event_time: StoredEventTime | None = None
+    """``{ column, unit | format }``: the stored event time (sets ``event_time_column``)."""
+    columns: Columns = Field(default_factory=dict)
+    """Job column -> Spark SQL expression over the table's columns (see ``Columns``)."""
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
     max_lateness: DurationField | None = None
@@ -135,6 +177,14 @@ class HiveInput(StrictModel):
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_column(cls, data: Any) -> Any:
+        stored = data.get("event_time") if isinstance(data, dict) else None
+        if isinstance(stored, dict) and stored.get("column") and "event_time_column" not in data:
+            data = {**data, "event_time_column": stored["column"]}
+        return data
 
     @field_validator("partition_format")
     @classmethod
@@ -163,6 +213,16 @@ class HiveInput(StrictModel):
 
     @model_validator(mode="after")
     def _arrival(self) -> HiveInput:
+        stored = self.event_time
+        if stored is not None and stored.column not in (None, self.event_time_column):
+            raise ValueError("event_time.column and event_time_column differ: set one")
+        if stored is not None and stored.format is not None:
+            from kappaplus.connectors.hive.stored_time import strptime_format
+
+            try:
+                strptime_format(stored.format)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
         if self.partition_time == "arrival" and self.max_lateness is None:
             raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
         if self.dlq is not None and self.unplaceable != "dead_letter":

@@ -15,8 +15,10 @@
   before the cutoff, Kafka the rest; undecodable Kafka records go to a dead-letter path
   with their reasons (:func:`bootstrap_dead_letter_path`).
 
-Then, identically in both modes, every input is conformed to the job's declared schema
-(the marker column, if any, rides along) and watermarked with
+Each binding's mapping (``columns``, ``event_time``: :mod:`kappaplus.mapping`) turns the
+source's fields into the job's columns first, checked against the source's schema before
+the query starts. Then, identically in both modes, every input is conformed to the job's
+declared schema (the marker column, if any, rides along) and watermarked with
 :func:`kappaplus.event_time.apply_watermark`, which also removes the markers. Job code
 receives exactly the declared columns and never learns the mode (principles 1-3).
 """
@@ -33,6 +35,7 @@ from kappaplus.connectors.hive import read_hive_stream
 from kappaplus.draining import DRAIN_OPTION
 from kappaplus.errors import ConfigError
 from kappaplus.event_time import MARKER_COLUMN
+from kappaplus.runtime.unify import stored_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,15 +78,20 @@ class BoundInput:
 def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
     """How the input's Kafka records decode into the job's declared events."""
     from kappaplus.codecs import DecoderSpec
+    from kappaplus.runtime.unify import kafka_event_field, kafka_fields
 
+    event = kafka_event_field(spec, kafka)
     if kafka.format == "avro":
         return DecoderSpec(
             format="avro",
             avro_schema=str(kafka.schema_file),
-            event_time=spec.event_time_column,
+            event_time=event,
             schema_registry_url=kafka.schema_registry_url,
         )
-    return DecoderSpec(format="json", schema=spec.struct_type(), event_time=spec.event_time_column)
+    unit = kafka.event_time.unit if kafka.event_time is not None else None
+    return DecoderSpec(
+        format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
+    )
 
 
 def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
@@ -352,32 +360,41 @@ def bind_input(
     go (stream mode, :mod:`kappaplus.runtime.dead_letter_tap`)."""
     from kappaplus.codecs import decode_kafka, good_events
     from kappaplus.event_time import apply_watermark
+    from kappaplus.mapping import apply_mapping, is_identity
     from kappaplus.runtime.bounds import (
         bounds_metrics_name,
         drop_out_of_bounds,
         mark_out_of_bounds,
     )
+    from kappaplus.runtime.unify import hive_resolution, kafka_resolution, refuse_mismatches
 
     if mode == "stream":
         kafka = binding.kafka
         if kafka is None:
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
+        decoder = decoder_spec(spec, kafka)
         decoded = mark_out_of_bounds(
             decode_kafka(
                 read_kafka_records(spark, kafka, drain_file),
-                decoder_spec(spec, kafka),
+                decoder,
                 metrics=decode_metrics_name(spec.name),
             ),
-            spec.event_time_column,
+            decoder.event_time,
             binding.bounds,
             bounds_metrics_name(spec.name),
         )
-        decoded = observe_kafka(decoded, spec.name, spec.event_time_column)
+        decoded = observe_kafka(decoded, spec.name, decoder.event_time)
         if dead_letters is not None:
             from kappaplus.runtime.dead_letter_tap import tap_dead_letters
 
             decoded = tap_dead_letters(decoded, dead_letters)
         raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
+        resolution = kafka_resolution(spark, spec, kafka)  # the records' fields -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
+        if not is_identity(mapping):
+            metadata = [c for c in raw.columns if c.startswith("kafka_")]
+            raw = apply_mapping(raw, mapping, metadata if spec.kafka_metadata else [])
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap" and binding.iceberg is not None:
         raw, source = _iceberg_bootstrap(
@@ -398,6 +415,13 @@ def bind_input(
                 f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
             )
         check_event_time(spec, hive)
+        if hive.columns or hive.event_time is not None or kafka.columns or kafka.fields:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "columns",
+                "bootstrap mode does not map columns yet: the lake and the topic must carry "
+                "the job's columns (run a backfill up to the cutoff, then stream)",
+            )
         options = hybrid_options(spec, hive, kafka, run, job_name)
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
@@ -416,16 +440,22 @@ def bind_input(
         hive = binding.hive
         if hive is None:
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
-        check_event_time(spec, hive)
+        resolution = hive_resolution(spark, spec, hive)  # the table's columns -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
         options = hive_options(hive, run, watermark_delay)
         options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
+        options.update(stored_options(hive))
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
         if drain_file is not None:
             options[DRAIN_OPTION] = drain_file
-        # read only the declared columns from the files (conform keeps nothing else)
-        options["columns"] = ",".join(spec.job_struct_type().fieldNames())
-        raw = _observe_source(read_hive_stream(spark, hive.table, **options), spec, "lake")
+        # read only the columns the mapping reads from the files (conform keeps nothing else)
+        options["columns"] = ",".join(resolution.reads)
+        lake = read_hive_stream(spark, hive.table, **options)
+        if not is_identity(mapping):
+            lake = apply_mapping(lake, mapping, [MARKER_COLUMN])
+        raw = _observe_source(lake, spec, "lake")
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"

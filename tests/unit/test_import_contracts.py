@@ -25,6 +25,7 @@ PACKAGE = Path(__import__("kappaplus").__file__).parent
 ENTRY_POINTS = {
     "kappaplus.cli",
     "kappaplus.runtime.cli",
+    "kappaplus.runtime.check_cli",
     "kappaplus.archive_cli",
     "kappaplus.demo",
     "kappaplus.audit.cli",

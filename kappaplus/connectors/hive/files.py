@@ -25,6 +25,7 @@ from kappaplus.connectors.hive.layout import (
     is_hidden,
     parse_partition_values,
 )
+from kappaplus.connectors.hive.stored_time import micros_array, stat_micros
 from kappaplus.errors import DataError
 from kappaplus.slicing.files import (
     TS_UTC,
@@ -170,19 +171,28 @@ def _stat_micros(value: object) -> int | None:
 
 @lru_cache(maxsize=4096)
 def file_stats(
-    path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str
+    path: str,
+    size: int,
+    mtime_ns: int,
+    fmt: str,
+    event_time: str,
+    location: str,
+    storage: str = "",
 ) -> tuple[RowGroupStats, ...]:
-    """Row-group (Parquet) or stripe (ORC) statistics; cached by path, size and mtime."""
+    """Row-group (Parquet) or stripe (ORC) statistics; cached by path, size and mtime.
+    ``storage``: how the event time is stored (:mod:`~kappaplus.connectors.hive.stored_time`)."""
     fs, _ = filesystem_for(location)
     try:
         if fmt == "parquet":
-            return _parquet_stats(fs, path, event_time)
+            return _parquet_stats(fs, path, event_time, storage)
         return _orc_stats(fs, path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"cannot read {fmt} metadata of file {path!r}: {exc}") from exc
 
 
-def _parquet_stats(fs: pafs.FileSystem, path: str, event_time: str) -> tuple[RowGroupStats, ...]:
+def _parquet_stats(
+    fs: pafs.FileSystem, path: str, event_time: str, storage: str = ""
+) -> tuple[RowGroupStats, ...]:
     with fs.open_input_file(path) as handle:
         meta = pq.ParquetFile(handle).metadata
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
@@ -195,7 +205,10 @@ def _parquet_stats(fs: pafs.FileSystem, path: str, event_time: str) -> tuple[Row
             stats = rg.column(column).statistics
             if stats is not None:
                 nulls = stats.null_count if stats.has_null_count else None
-                if stats.has_min_max and stats.physical_type != "INT96":
+                if stats.has_min_max and storage:
+                    lo, hi = stat_micros(stats.min, storage), stat_micros(stats.max, storage)
+                    lo, hi = (lo, hi) if lo is not None and hi is not None else (None, None)
+                elif stats.has_min_max and stats.physical_type != "INT96":
                     lo, hi = _stat_micros(stats.min), _stat_micros(stats.max)
         groups.append(RowGroupStats(i, rg.num_rows, rg.total_byte_size, lo, hi, nulls))
     return tuple(groups)
@@ -238,9 +251,22 @@ def read_columns(
         raise DataError(f"cannot read {fmt} file {path!r}: {exc}") from exc
 
 
+def stored_micros_array(column: pa.Array | pa.ChunkedArray, storage: str = "") -> np.ndarray:
+    """Event times as int64 microseconds (UTC), nulls removed; ``storage``: how they are
+    stored when not as timestamps (epoch units, a format: :mod:`.stored_time`)."""
+    return micros_array(column, storage) if storage else to_micros_array(column)
+
+
 @lru_cache(maxsize=512)
 def event_times(
-    path: str, size: int, mtime_ns: int, fmt: str, event_time: str, location: str, row_group: int
+    path: str,
+    size: int,
+    mtime_ns: int,
+    fmt: str,
+    event_time: str,
+    location: str,
+    row_group: int,
+    storage: str = "",
 ) -> np.ndarray:
     """Sorted event times (microseconds) of one row group; cached for budget planning."""
     fs, _ = filesystem_for(location)
@@ -248,6 +274,6 @@ def event_times(
     if not batches or event_time not in batches[0].schema.names:
         return np.empty(0, dtype=np.int64)
     table = pa.Table.from_batches(batches)
-    values = to_micros_array(table.column(event_time))
+    values = stored_micros_array(table.column(event_time), storage)
     values = np.sort(values)
     return values

@@ -70,6 +70,8 @@ def jvm_unsupported(options: HiveSourceOptions) -> str | None:
     """Why the JVM path cannot read this table, or None when it can."""
     if options.format != "parquet":
         return f"the table is stored as {options.format}; the JVM reader reads parquet"
+    if options.storage:
+        return "the event time is stored as numbers or strings, which the Python reader converts"
     if options.null_event_time_policy is not NullEventTimePolicy.FAIL:
         return "unplaceable rows go to dead letters, which only the Python reader writes"
     for f in options.output_schema.fields:

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pyspark.sql.types import StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
+from kappaplus.connectors.hive.stored_time import storage_of, stored_type_ok
 from kappaplus.draining import DRAIN_OPTION
 from kappaplus.event_time import MARKER_COLUMN
 from kappaplus.options import (
@@ -122,17 +123,35 @@ class HiveSourceOptions:
     """Size slices so a micro-batch takes about this long (microseconds), from the batch
     times observed (:mod:`~kappaplus.slicing.pacing`); the rows target is where it
     starts."""
+    event_time_unit: str | None = option("eventTimeUnit", choice(("s", "ms", "us")), default=None)
+    """The event-time column holds epoch seconds, milliseconds or microseconds."""
+    event_time_format: str | None = option("eventTimeFormat", TEXT, default=None)
+    """The event-time column holds strings in this Spark datetime pattern."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
 
     @property
+    def storage(self) -> str:
+        """How the event time is stored (:mod:`~kappaplus.connectors.hive.stored_time`)."""
+        return storage_of(self.event_time_unit, self.event_time_format)
+
+    @property
     def output_schema(self) -> StructType:
         """The columns the source delivers, in table order: ``columns`` and the event-time
-        column when ``columns`` is set (column pruning), else every column of the table."""
-        if self.columns is None:
-            return self.schema
-        keep = {*self.columns, self.event_time_column}
-        return StructType([f for f in self.schema.fields if f.name in keep])
+        column when ``columns`` is set (column pruning), else every column of the table. An
+        event time stored as numbers or strings is delivered as a timestamp."""
+        fields = self.schema.fields
+        if self.columns is not None:
+            keep = {*self.columns, self.event_time_column}
+            fields = [f for f in fields if f.name in keep]
+        if self.storage:
+            fields = [
+                StructField(f.name, TimestampType(), f.nullable, f.metadata)
+                if f.name == self.event_time_column
+                else f
+                for f in fields
+            ]
+        return StructType(fields)
 
     @property
     def emits_end_marker(self) -> bool:
@@ -168,10 +187,17 @@ class HiveSourceOptions:
                 f"table {table!r} has no such column (columns: {', '.join(columns_of)})",
             )
         event_type = schema[event_time].dataType
-        if not isinstance(event_type, TimestampType | TimestampNTZType):
+        unit, pattern = read["event_time_unit"], read["event_time_format"]
+        if unit is not None and pattern is not None:
+            raise read.error("event_time_format", "give eventTimeUnit or eventTimeFormat, not both")
+        storage = storage_of(unit, pattern)
+        if not stored_type_ok(event_type, storage):
+            wanted = {"": "a timestamp", "unit": "an integer (epoch " + str(unit) + ")"}.get(
+                storage.partition(":")[0], "a string (format " + str(pattern) + ")"
+            )
             raise read.error(
                 "event_time_column",
-                f"column of table {table!r} is {event_type.simpleString()}, not a timestamp",
+                f"column of table {table!r} is {event_type.simpleString()}, not {wanted}",
             )
         if event_time in read["partition_columns"]:
             raise read.error("event_time_column", "must be a data column, not a partition column")

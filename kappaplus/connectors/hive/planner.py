@@ -43,18 +43,26 @@ class HiveFileLister:
 
     def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
         o = self.options
-        return file_stats(f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location)
+        return file_stats(
+            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, o.storage
+        )
 
     def stats_of_entry(self, entry: ManifestEntry) -> tuple[RowGroupStats, ...]:
         o = self.options
         return file_stats(
-            entry.path, entry.size, entry.mtime_ns, o.format, o.event_time_column, o.location
+            entry.path,
+            entry.size,
+            entry.mtime_ns,
+            o.format,
+            o.event_time_column,
+            o.location,
+            o.storage,
         )
 
     def times(self, f: DataFile, group: int) -> np.ndarray:
         o = self.options
         return event_times(
-            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, group
+            f.path, f.size, f.mtime_ns, o.format, o.event_time_column, o.location, group, o.storage
         )
 
     def partition_frontier(self, files: list[DataFile]) -> int | None:

@@ -27,6 +27,7 @@ from kappaplus.connectors.hive.files import (
     read_columns,
 )
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
+from kappaplus.connectors.hive.stored_time import column_micros
 from kappaplus.errors import DataError
 from kappaplus.slicing.manifest import ManifestEntry
 from kappaplus.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
@@ -122,8 +123,10 @@ def deliver(
             raise DataError(
                 f"table {options.table!r}: file {entry.path!r} has no event-time column {ts_name!r}"
             )
-        ts = pc.cast(table.column(ts_name), TS_UTC, safe=False)
-        micros = pc.cast(ts, pa.int64())
+        micros = column_micros(table.column(ts_name), options.storage)
+        if options.storage:  # delivered as the timestamp it stands for
+            index = table.column_names.index(ts_name)
+            table = table.set_column(index, ts_name, pc.cast(micros, TS_UTC))
         keep = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
         keep = pc.fill_null(keep, False)
         selected = table.filter(keep)

@@ -1,0 +1,181 @@
+"""Schema unification: a binding's source fields -> the job's declared columns.
+
+A lake written by another pipeline flattens, renames and keeps event times as epoch
+numbers; a topic carries nested records. A binding says once how its source's fields make
+the job's columns (``columns = { ride_id = "cast(ride_no as string)", city = "payload.city" }``
+and ``event_time = { column = "ts_ms", unit = "ms" }``); the runtime applies it in one place
+for every mode, before the watermark (:func:`apply_mapping`), and checks it with Spark's
+analyzer against the source's schema in the caller's process before any query starts
+(:func:`resolve_mapping`): every expression resolves, the source columns it reads are known
+(the lake readers read only those), and its type is the job's or widens to it. A narrowing
+or incompatible type is one line naming the binding, the column, both types and the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kappaplus.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+    from kappaplus.jobs import InputSpec
+
+_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+
+
+@dataclass(frozen=True)
+class ColumnSource:
+    """Where one job column comes from: its expression, the source columns it reads and
+    the type it has before the cast to the job's type."""
+
+    column: str
+    expression: str
+    reads: tuple[str, ...]
+    source_type: str
+    job_type: str
+
+    def line(self) -> str:
+        return f"{self.column} {self.job_type} <- {self.expression} ({self.source_type})"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A binding's mapping checked against its source schema."""
+
+    binding: str
+    columns: list[ColumnSource]
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def reads(self) -> list[str]:
+        """The source's top-level columns the mapping reads (what a lake reader reads)."""
+        seen: dict[str, None] = {}
+        for source in self.columns:
+            seen.update(dict.fromkeys(source.reads))
+        return list(seen)
+
+
+def quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def job_mapping(
+    spec: InputSpec, binding: str, columns: Mapping[str, str], event_time_field: str | None
+) -> dict[str, str]:
+    """Every declared column of ``spec`` -> its expression over the source (a column not
+    in ``columns`` is read by its own name; the event time from ``event_time_field``)."""
+    declared = spec.struct_type().fieldNames()
+    for name in columns:
+        if name not in declared:
+            raise ConfigError(
+                f"{binding}.columns.{name}",
+                columns[name],
+                f"not a declared column of input {spec.name!r} (declared: {', '.join(declared)})",
+            )
+    event = spec.event_time_column
+    if event_time_field is not None and event in columns:
+        raise ConfigError(
+            f"{binding}.columns.{event}",
+            columns[event],
+            "the event time comes from event_time.column (with its unit or format): "
+            "map it there, not in columns",
+        )
+    mapping = {name: columns.get(name, quoted(name)) for name in declared}
+    if event_time_field is not None:
+        mapping[event] = quoted(event_time_field)
+    return mapping
+
+
+def widens(source: DataType, target: DataType) -> bool:
+    """Whether ``source`` converts to ``target`` without loss: equal, a wider integer,
+    float to double, an integer to a double/decimal wide enough, anything to string."""
+    from pyspark.sql import types as T
+
+    if source == target or isinstance(source, T.NullType):
+        return True
+    s, t = source.simpleString(), target.simpleString()
+    if s in _RANK and t in _RANK:
+        return _RANK[s] <= _RANK[t]
+    if isinstance(target, T.DoubleType):
+        return s in ("float", "tinyint", "smallint", "int")
+    if isinstance(target, T.StringType):
+        return not isinstance(source, T.StructType | T.ArrayType | T.MapType | T.BinaryType)
+    if isinstance(source, T.TimestampNTZType) and isinstance(target, T.TimestampType):
+        return True
+    if isinstance(target, T.DecimalType) and s in _RANK:
+        return target.precision - target.scale >= {1: 3, 2: 5, 3: 10, 4: 19}[_RANK[s]]
+    if isinstance(source, T.StructType) and isinstance(target, T.StructType):
+        names = {f.name: f.dataType for f in source.fields}
+        return all(widens(names[f.name], f.dataType) for f in target.fields if f.name in names)
+    return False
+
+
+def resolve_mapping(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: str,
+    mapping: Mapping[str, str],
+    source: StructType,
+) -> Resolution:
+    """Check ``mapping`` against the ``source`` schema with Spark's analyzer (no data is
+    read): :class:`ConfigError` naming the key for an expression that does not resolve;
+    the type mismatches (narrowing, incompatible) in ``mismatches``, one line each."""
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import functions as F
+
+    empty = spark.createDataFrame([], source)
+    target = spec.struct_type()
+    columns: list[ColumnSource] = []
+    mismatches: list[str] = []
+    for name, expression in mapping.items():
+        key = f"{binding}.columns.{name}"
+        try:
+            projected = empty.select(F.expr(expression).alias(name))
+            kind = projected.schema[name].dataType
+            reads = _references(projected)
+        except (AnalysisException, ParseException) as exc:
+            first = str(exc).strip().splitlines()[0][:200]
+            raise ConfigError(
+                key,
+                expression,
+                f"does not resolve against the source's fields "
+                f"({', '.join(source.fieldNames())}): {first}",
+            ) from None
+        wanted = target[name].dataType
+        columns.append(
+            ColumnSource(name, expression, reads, kind.simpleString(), wanted.simpleString())
+        )
+        if not widens(kind, wanted):
+            mismatches.append(
+                f"{binding}: column {name!r} <- {expression} is {kind.simpleString()} in the "
+                f"source, the job declares {wanted.simpleString()}: a narrowing or incompatible "
+                f'type; map it explicitly (columns.{name} = "cast(... as '
+                f'{wanted.simpleString()})") if that is meant'
+            )
+    return Resolution(binding, columns, mismatches)
+
+
+def _references(projected: DataFrame) -> tuple[str, ...]:
+    """The top-level source columns an analyzed projection reads."""
+    plan = projected._jdf.queryExecution().analyzed()
+    refs = plan.references().toSeq()
+    return tuple(sorted({refs.apply(i).name() for i in range(refs.size())}))
+
+
+def apply_mapping(df: DataFrame, mapping: Mapping[str, str], keep: list[str]) -> DataFrame:
+    """``df`` as the job's columns (each its expression) plus the ``keep`` columns as they
+    are (the end-of-input marker); the types are conformed afterwards."""
+    from pyspark.sql import functions as F
+
+    exprs = [F.expr(expression).alias(name) for name, expression in mapping.items()]
+    return df.select(*exprs, *[F.col(quoted(c)) for c in keep if c in df.columns])
+
+
+def is_identity(mapping: Mapping[str, str]) -> bool:
+    """Every column read by its own name: nothing to map."""
+    return all(expression == quoted(name) for name, expression in mapping.items())

@@ -1,0 +1,332 @@
+"""Schema unification in a backfill: a lake written by another pipeline (flattened, renamed,
+event time in epoch milliseconds, a column added half-way with a narrower type) read through
+the binding's ``columns`` and ``event_time = { column, unit }``, equal to a pandas ground
+truth; a narrowing type is refused before any query starts, naming binding, column, types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from runtime_helpers import uid
+
+from kappaplus.config import config_from_dict
+from kappaplus.errors import ConfigError
+from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.runner import run_job
+
+START = datetime(2013, 1, 1, tzinfo=UTC)
+HOURS = 8
+
+
+def per_window(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:
+    rides = inputs["rides"]
+    grouped = rides.groupBy(F.window("ride_time", "30 minutes"), "city").agg(
+        F.count("*").alias("rides"), F.sum("tip").alias("tips"), F.max("ride_id").alias("last")
+    )
+    return {
+        "counts": grouped.select(
+            F.col("window.start").alias("start"), "city", "rides", "tips", "last"
+        )
+    }
+
+
+SCHEMA = "ride_id string, city string, tip double, ride_time timestamp"
+JOB = Job(
+    name="mapped-ride-counts",
+    inputs=[InputSpec("rides", SCHEMA, "ride_time")],
+    outputs=[OutputSpec("counts", output_mode="append", event_time_column="start")],
+    transform=per_window,
+    watermark_delay="10 minutes",
+)
+
+
+def lake_rows(seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = 2400
+    ts_ms = START.timestamp() * 1000 + np.sort(rng.integers(0, HOURS * 3600 * 1000, n))
+    return pd.DataFrame(
+        {
+            "ride_no": np.arange(n, dtype=np.int64) + 10_000,
+            "city_name": rng.choice(["sf", "nyc", "la"], n),
+            "ts_ms": ts_ms.astype(np.int64),
+            "tip": rng.integers(0, 40, n).astype(np.float32) / 4,
+        }
+    )
+
+
+def write_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) -> None:
+    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float)."""
+    hour = pd.to_datetime(rows["ts_ms"], unit="ms", utc=True).dt.floor("h")
+    for i, (moment, part) in enumerate(rows.groupby(hour)):
+        folder = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
+        folder.mkdir(parents=True)
+        columns = ["ride_no", "city_name", "ts_ms"] + (["tip"] if i >= HOURS // 2 else [])
+        pq.write_table(
+            pa.Table.from_pandas(part[columns], preserve_index=False), folder / "part-0.parquet"
+        )
+    spark.sql(
+        f"CREATE TABLE {table} (ride_no bigint, city_name string, ts_ms bigint, tip double, "
+        f"dt string, hr string) USING parquet PARTITIONED BY (dt, hr) LOCATION '{root}'"
+    )
+    spark.sql(f"MSCK REPAIR TABLE {table}")
+
+
+def truth(
+    rows: pd.DataFrame, tips_from_hour: int = HOURS // 2
+) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+    """Per 30-minute window and city: rides, tips (null before the column existed), last id."""
+    frame = rows.copy()
+    hour_index = (frame["ts_ms"] // 3_600_000) - int(START.timestamp()) // 3600
+    frame.loc[hour_index < tips_from_hour, "tip"] = np.nan
+    frame["start"] = (frame["ts_ms"] // 1000) // 1800 * 1800
+    frame["ride_id"] = frame["ride_no"].astype(str)
+    out = {}
+    for (start, city), group in frame.groupby(["start", "city_name"]):
+        tips = group["tip"].astype(float)
+        out[(int(start), str(city))] = (
+            len(group),
+            None if tips.isna().all() else round(float(tips.sum()), 6),
+            max(group["ride_id"]),
+        )
+    return out
+
+
+def config(table: str, out: str, scratch: Path, **hive: Any) -> Any:
+    binding = {
+        "table": table,
+        "partition_format": "dt=%Y-%m-%d/hr=%H",
+        "event_time": {"column": "ts_ms", "unit": "ms"},
+        "columns": {"ride_id": "cast(ride_no as string)", "city": "city_name"},
+        **hive,
+    }
+    return config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {"rides": {"hive": binding}},
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+
+
+def test_backfill_reads_a_renamed_epoch_millis_lake_with_a_column_added_half_way(
+    spark: SparkSession, scratch: Path
+) -> None:
+    rows = lake_rows()
+    table, out = f"rides_raw_{uid()}", f"mapped_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    end = START + timedelta(hours=HOURS)
+    result = run_job(
+        spark,
+        JOB,
+        config(table, out, scratch),
+        RunOptions("backfill", START.isoformat(), end.isoformat()),
+    )
+    assert result.status == "finished"
+    got = (
+        spark.table(f"{out}_backfill")
+        .select(F.unix_seconds("start"), "city", "rides", "tips", "last")
+        .collect()
+    )
+    produced = {(r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in got}
+    assert len(got) == len(produced)  # each window once
+    assert produced == truth(rows)
+
+
+def test_a_narrowing_type_is_refused_before_the_queries_start(
+    spark: SparkSession, scratch: Path
+) -> None:
+    rows = lake_rows()
+    table, out = f"rides_narrow_{uid()}", f"narrow_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    narrow = Job(
+        name="narrow-ride-counts",
+        inputs=[
+            InputSpec(
+                "rides", "ride_id int, city string, tip double, ride_time timestamp", "ride_time"
+            )
+        ],
+        outputs=JOB.outputs,
+        transform=per_window,
+        watermark_delay="10 minutes",
+    )
+    cfg = config(table, out, scratch, columns={"ride_id": "ride_no", "city": "city_name"})
+    end = (START + timedelta(hours=1)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, narrow, cfg, RunOptions("backfill", START.isoformat(), end))
+    text = str(refused.value)
+    assert "inputs.rides.hive" in text and "'ride_id'" in text, text
+    assert "bigint" in text and "declares int" in text, text
+    assert not spark.catalog.tableExists(f"{out}_backfill")
+
+
+def test_check_shows_where_each_column_comes_from_and_run_refuses_a_narrowed_file(
+    spark: SparkSession, scratch: Path
+) -> None:
+    from kappaplus.runtime.unify import describe_bindings
+
+    rows = lake_rows()
+    table, out = f"rides_evolved_{uid()}", f"evolved_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    cfg = config(table, out, scratch)
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    lines = [c.line() for c in shown.columns]
+    assert "ride_id string <- cast(ride_no as string) (string)" in lines, lines
+    assert "city string <- city_name (string)" in lines, lines
+    assert "ride_time timestamp <- `ts_ms` (timestamp)" in lines, lines
+    assert "tip double <- `tip` (double)" in lines, lines
+    assert shown.reads == ["ride_no", "city_name", "tip", "ts_ms"] and not shown.mismatches
+
+    # one later file stores ride_no as a string: named with its column and both types
+    bad = next((scratch / "lake").glob("dt=*/hr=07/part-0.parquet"))
+    stored = pq.read_table(bad)
+    pq.write_table(stored.set_column(0, "ride_no", stored.column(0).cast(pa.string())), bad)
+    spark.sql(f"REFRESH TABLE {table}")
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    assert len(shown.mismatches) == 1, shown.mismatches
+    line = shown.mismatches[0]
+    assert "inputs.rides.hive" in line and "'ride_no'" in line and str(bad) in line, line
+    assert "is string, read as bigint" in line, line
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert line in str(refused.value)
+    assert not spark.catalog.tableExists(f"{out}_backfill")
+
+
+def test_kappa_check_is_a_command() -> None:
+    from typer.testing import CliRunner
+
+    from kappaplus.cli import app
+
+    result = CliRunner().invoke(app, ["check", "--help"])
+    assert result.exit_code == 0 and "--config" in result.output, result.output
+
+
+def test_stream_of_nested_iso_json_equals_the_truth_and_the_backfill_where_they_overlap(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """The topic carries nested records with ISO timestamps and a field the lake lacks
+    (``driver``); the stream maps them to the same columns as the lake's binding."""
+    import json
+
+    from confluent_kafka import Producer
+
+    rows = lake_rows()
+    topic = new_topic(prefix="nested")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    last = 0
+    for r in rows.itertuples():
+        at = datetime.fromtimestamp(r.ts_ms / 1000, tz=UTC)
+        record = {
+            "ride": {"no": int(r.ride_no), "city": r.city_name},
+            "at": at.isoformat().replace("+00:00", "Z"),
+            "tip": float(r.tip),
+            "driver": f"d{int(r.ride_no) % 7}",
+        }
+        producer.produce(topic, json.dumps(record).encode())
+        last = int(r.ts_ms)
+    flush = {"ride": {"no": 1, "city": "zz"}, "at": "2013-01-01T09:30:00Z", "tip": 0.0}
+    producer.produce(topic, json.dumps(flush).encode())
+    producer.flush(30)
+    assert last < START.timestamp() * 1000 + HOURS * 3_600_000
+
+    table, out = f"rides_both_{uid()}", f"both_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "rides": {
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": kafka_bootstrap,
+                        "starting_offsets": "earliest",
+                        "fields": "ride struct<no:bigint, city:string>, at timestamp, "
+                        "tip double, driver string",
+                        "event_time": {"column": "at"},
+                        "columns": {"ride_id": "cast(ride.no as string)", "city": "ride.city"},
+                    },
+                    "hive": config(table, out, scratch)
+                    .inputs["rides"]
+                    .hive.model_dump(exclude_none=True),
+                    "event_time_bounds": {"max_future": "none"},
+                }
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    stream = run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now"))
+    assert stream.status == "finished"
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    backfill = run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert backfill.status == "finished"
+
+    def read(name: str) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+        got = spark.table(name).where(F.col("start") < F.lit(end).cast("timestamp"))
+        collected = got.select(F.unix_seconds("start"), "city", "rides", "tips", "last").collect()
+        result = {
+            (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in collected
+        }
+        assert len(result) == len(collected)
+        return result
+
+    streamed, backfilled = read(out), read(f"{out}_backfill")
+    assert streamed == truth(rows, tips_from_hour=0)
+    assert backfilled == truth(rows)
+    half = int(START.timestamp()) + HOURS // 2 * 3600
+    overlap = {k: v for k, v in backfilled.items() if k[0] >= half}
+    assert overlap and overlap == {k: v for k, v in streamed.items() if k[0] >= half}
+
+
+def test_the_readme_step_on_differing_columns_works_as_written(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """The README's "My lake's columns differ from my stream's" binding, taken as written
+    (its TOML block), backfills the lake it describes to the pandas truth."""
+    import re
+    import tomllib
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### My lake's columns differ from my stream's") :]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    written = tomllib.loads(block.group(1))
+    hive = written["inputs"]["rides"]["hive"]
+    assert hive["table"] == "lake.rides_raw" and written["inputs"]["rides"]["kafka"]["columns"]
+
+    rows = lake_rows(seed=8)
+    spark.sql("CREATE DATABASE IF NOT EXISTS lake")
+    spark.sql("DROP TABLE IF EXISTS lake.rides_raw")
+    write_lake(spark, scratch / "lake", "lake.rides_raw", rows)
+    out = f"readme_counts_{uid()}"
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {"rides": {"hive": hive}},
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    result = run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert result.status == "finished"
+    got = (
+        spark.table(f"{out}_backfill")
+        .select(F.unix_seconds("start"), "city", "rides", "tips", "last")
+        .collect()
+    )
+    assert {
+        (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in got
+    } == truth(rows)
+    spark.sql("DROP TABLE lake.rides_raw")
