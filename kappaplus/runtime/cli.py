@@ -309,7 +309,18 @@ def summary_lines(record: Any) -> list[str]:
             )
             continue
         lines.append(f"  input {name}: {json.dumps(counts, sort_keys=True)}")
-    lines.append(f"  rows dropped as late (watermark): {record.rows_dropped_late:,}")
+    counted = {
+        stats.get("late_counted", "spark groups")
+        for stats in record.outputs.values()
+        if stats.get("rows_dropped_late")
+    }
+    if counted <= {"rows"}:
+        lines.append(f"  late rows (dropped by the watermark, kept): {record.rows_dropped_late:,}")
+    else:
+        lines.append(
+            f"  dropped as late by the watermark: {record.rows_dropped_late:,} (Spark's count, "
+            "after partial aggregation: groups, not rows, where late rows are not kept)"
+        )
     if record.status == "stopped":
         lines.append("  the checkpoints are intact: the same command resumes this run")
     return lines

@@ -61,7 +61,8 @@ FAMILIES: dict[str, tuple[str, str]] = {
     ),
     "kappa_rows_dropped_late_total": (
         "counter",
-        "Rows dropped by the watermark (Spark's numRowsDroppedByWatermark).",
+        "Dropped by the watermark: Spark's numRowsDroppedByWatermark, counted after partial "
+        "aggregation (groups per batch, not input rows; the late rows kept are exact).",
     ),
     "kappa_dead_letters_total": ("counter", "Kafka records that failed to decode."),
     "kappa_state_rows": ("gauge", "Rows in the query's state stores."),

@@ -115,6 +115,13 @@ class QueryStats:
     batches: int = 0
     input_rows: int = 0
     rows_dropped_late: int = 0
+    """Rows the watermark dropped: the late rows kept, where the output keeps them (exact);
+    else Spark's ``numRowsDroppedByWatermark`` (see :attr:`late_counted`)."""
+    spark_dropped_late: int = 0
+    """Spark's ``numRowsDroppedByWatermark`` summed: rows reaching the stateful operator after
+    partial aggregation, so one per group and batch, not one per input row."""
+    late_kept: dict[int, int] | None = None
+    """Late rows kept per batch id (None: the output does not keep them)."""
     state_rows: int = 0
     rows_per_second: float = 0.0
     done: float | None = None
@@ -190,7 +197,9 @@ class QueryStats:
         operators = _get(entry, "stateOperators", []) or []
         self.state_rows = sum(int(_get(op, "numRowsTotal", 0)) for op in operators)
         dropped = sum(int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators)
-        self.rows_dropped_late += dropped
+        self.spark_dropped_late += dropped
+        if self.late_kept is None:
+            self.rows_dropped_late += dropped
         event_time = _get(entry, "eventTime", {}) or {}
         self.watermark = _get(event_time, "watermark", self.watermark)
         sources = _get(entry, "sources", []) or []
@@ -228,6 +237,24 @@ class QueryStats:
                     totals[key] = totals.get(key, 0) + value
         return True
 
+    @property
+    def late_counted(self) -> str:
+        """``rows`` where the figure counts late rows, ``spark groups`` where it is Spark's."""
+        return "rows" if self.late_kept is not None else "spark groups"
+
+    def keep_late_rows(self) -> None:
+        """From now on the late figure is the late rows kept (:meth:`kept_late`)."""
+        if self.late_kept is None:
+            self.late_kept = {}
+            self.rows_dropped_late = 0
+
+    def kept_late(self, batch_id: int, rows: int) -> None:
+        """``rows`` late rows of ``batch_id`` were kept (a replayed batch replaces its count)."""
+        self.keep_late_rows()
+        assert self.late_kept is not None
+        self.late_kept[int(batch_id)] = int(rows)
+        self.rows_dropped_late = sum(self.late_kept.values())
+
     def as_json(self) -> dict[str, Any]:
         return {
             "batches": self.batches,
@@ -239,6 +266,8 @@ class QueryStats:
             "marker_seconds": round(self.marker_seconds, 3),
             "throughput": None if self.throughput is None else round(self.throughput, 1),
             "rows_dropped_late": self.rows_dropped_late,
+            "late_counted": self.late_counted,
+            "spark_dropped_late": self.spark_dropped_late,
             "state_rows": self.state_rows,
             "rows_per_second": round(self.rows_per_second, 1),
             "done": self.done,

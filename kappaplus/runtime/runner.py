@@ -119,6 +119,21 @@ class RunResult:
         return dict(self.tracker.stats[first].observed.get(decode_metrics_name(input_name), {}))
 
 
+def _late_kept(
+    tracker: ProgressTracker,
+    output: str,
+    auditor: Any,
+    dataset: str | None,
+    batch_id: int,
+    counts: dict[int, int],
+) -> None:
+    """An output kept ``counts`` late rows (per audit bucket) of ``batch_id``: the run's late
+    figure counts them as rows, and the audit as its ``late_kept`` stage."""
+    tracker.stats[output].kept_late(batch_id, sum(counts.values()))
+    if auditor is not None:
+        auditor.add_late_kept(output, dataset, batch_id, counts)
+
+
 def run_job(
     spark: SparkSession,
     job: Job,
@@ -204,11 +219,13 @@ def run_job(
             publisher.claim()
         for name, plan in plans.items():
             kept = None
-            if auditor is not None and plan.late is not None:
-                kept = functools.partial(auditor.add_late_kept, name, plan.late.dataset)
+            if plan.late is not None:
+                kept = functools.partial(
+                    _late_kept, tracker, name, auditor, plan.late.dataset if auditor else None
+                )
+                tracker.stats[name].keep_late_rows()
             mine = [p for p in publishers.values() if p.output == name]
             queries[name] = start_output(frames[name], plan, trigger, kept, mine)
-        tracker = ProgressTracker([*queries])
         record.save()
         log.info(
             "run %s: %s mode, trigger %s, queries %s",
