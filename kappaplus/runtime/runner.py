@@ -41,6 +41,7 @@ from kappaplus.draining import DrainSignal
 from kappaplus.runtime.bounds import bounds_metrics_name
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
+    check_shared_checkpoint,
     prepare_checkpoint,
 )
 from kappaplus.runtime.dead_letter_tap import (
@@ -135,6 +136,7 @@ def run_job(
     delay = resolved.watermark_delay or job.watermark_delay
     trigger = run.effective_trigger(resolved.trigger_interval)
     identity = run_identity(job, resolved, run)
+    check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)
 
     staging = mode_dir if run.mode == "backfill" else None
