@@ -18,11 +18,15 @@ embedded broker is the Kafka.
    in a ``--py-files`` zip (its Python UDF runs on the executors) over the lake, while the
    test kills one executor JVM with SIGKILL mid-run: Spark replaces it, retries, and the
    output is exact;
-5. ``kappa run --mode bootstrap`` reads the lake up to a cutoff, then Kafka.
+5. ``kappa table register`` of Parquet files written here with pyarrow, then ``kappa run
+   --mode bootstrap`` over them: the lake up to a cutoff, then Kafka (the archive's table
+   has Kafka columns the hybrid source does not take).
 
-Everything is compared with truths computed here from the generated events (pandas-free
-Python over the same dictionaries): sessions by hand, the late events decided from the
-stream's own offsets log (the Kafka offsets each batch read and the watermark before it).
+Before all that, a run whose session has no warehouse chosen is refused (exit 2). Everything
+is compared with truths computed here from the generated events (plain Python over the same
+dictionaries, outputs read with pyarrow from the shared warehouse): sessions by hand, the late
+events decided from the stream's own offsets log (the Kafka offsets each batch read and the
+watermark before it), audit counts as buckets of the events.
 """
 
 from __future__ import annotations
@@ -65,8 +69,8 @@ from kappaplus.examples.generate import (  # noqa: E402
 )
 
 RUN_TIMEOUT = 600
-# Six drivers (each a Spark session of its own) on a cluster: 9.5 min on a 2-core machine at a
-# load average of 10, well over the default suite's budget; `make test-all` runs it.
+# Six drivers (each a Spark session of its own) on a cluster: 9-13 min on a 2-core machine at a
+# load average of 10-15, well over the default suite's budget; `make test-all` runs it.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 HOURS = 6
