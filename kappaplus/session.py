@@ -341,6 +341,33 @@ def _python_from_conf(spark: SparkSession) -> None:
         spark.sparkContext.pythonExec = python
 
 
+def check_cluster_warehouse(spark: SparkSession) -> None:
+    """Refuse a cluster session whose warehouse nobody chose.
+
+    Without ``spark.sql.warehouse.dir`` (``spark-defaults.conf``, ``conf``) or
+    ``hive.metastore.warehouse.dir`` (``hive-site.xml``) Spark puts every database kappaplus
+    creates (outputs, dead letters, late rows, audit) under ``spark-warehouse`` in the
+    driver's working directory; executors on other machines would write the files to their
+    own disks. Stops the session and raises :class:`~kappaplus.errors.ConfigError`.
+    """
+    if spark.sparkContext.getConf().contains("spark.sql.warehouse.dir"):
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    if hadoop.get("hive.metastore.warehouse.dir"):
+        return
+    from kappaplus.errors import ConfigError
+
+    default = spark.conf.get("spark.sql.warehouse.dir")
+    spark.stop()
+    raise ConfigError(
+        "spark.sql.warehouse.dir",
+        None,
+        f"must be a location every executor sees when the master is not local (Spark's "
+        f"default is the driver's {default}): set it in spark-defaults.conf, or "
+        "hive.metastore.warehouse.dir in hive-site.xml",
+    )
+
+
 def create_session(
     app_name: str = "kappaplus",
     *,
@@ -415,6 +442,8 @@ def create_session(
         builder = builder.enableHiveSupport()
     spark = builder.getOrCreate()
     if not local:
+        if hive:
+            check_cluster_warehouse(spark)
         apply_session_settings(spark)
         _python_from_conf(spark)
     if defaults:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kappaplus.config import JobConfig, resolve
+from kappaplus.errors import ConfigError
 from kappaplus.runtime.failures import check_checkpoint_files
 from kappaplus.runtime.identity import (
     RunIdentity,
@@ -41,6 +42,27 @@ def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
     if config.checkpoint_dir is not None:
         return Path(config.checkpoint_dir)
     return state_dir() / "checkpoints"
+
+
+def check_shared_checkpoint(config: JobConfig, run: RunOptions, master: str) -> None:
+    """Refuse the default checkpoint root (under the driver's state directory) on a cluster.
+
+    Executors write the state store, staged dead letters and late rows, and read the slice
+    manifests under a run's checkpoint directory, so on any master but ``local[...]`` it must
+    be a path every executor sees (a shared mount); ``$KAPPA_HOME`` is the driver's own.
+    """
+    from kappaplus.session import is_local_master
+
+    if is_local_master(master) or run.checkpoint_root is not None:
+        return
+    if config.checkpoint_dir is None:
+        raise ConfigError(
+            "checkpoint_dir",
+            None,
+            f"must be on a filesystem the executors see when the master is not local ({master});"
+            f" the default {state_dir() / 'checkpoints'} is the driver's: set checkpoint_dir in"
+            " the job config or pass --checkpoint",
+        )
 
 
 def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity) -> Path:

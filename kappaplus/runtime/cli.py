@@ -187,7 +187,7 @@ def run_command(
     from kappaplus.jobs import load_job
     from kappaplus.jvm import shutdown_jvm
     from kappaplus.local.metastore import LOCAL_DISCOVERY
-    from kappaplus.runtime.checkpoints import check_before_spark
+    from kappaplus.runtime.checkpoints import check_before_spark, check_shared_checkpoint
     from kappaplus.runtime.failures import explain
     from kappaplus.runtime.failures import metastore_uri as metastore_of
     from kappaplus.runtime.options import RunOptions
@@ -224,6 +224,9 @@ def run_command(
             metrics_port=metrics_port,
             audit=audit,
         )
+        named_master = master or os.environ.get("KAPPA_SPARK_MASTER")
+        if named_master:  # spark-submit's master is known once the session is up
+            check_shared_checkpoint(job_config, options, named_master)
         check_before_spark(loaded, job_config, options)
     except KappaError as exc:
         raise _fail(exc) from exc

@@ -199,7 +199,7 @@ def _mark_published(files: list[Path], published: Path) -> None:
 
 
 def publish_bootstrap_dead_letters(
-    spark: SparkSession, job: Job, resolved: Any
+    spark: SparkSession, job: Job, resolved: Any, mode_dir: Path
 ) -> dict[str, dict[str, Any]]:
     """Write the Kafka records a bootstrap could not decode into each Kafka input's ``dlq``
     with :func:`kappaplus.dlq.dead_letter_writer`; counts per input for the run record.
@@ -221,7 +221,7 @@ def publish_bootstrap_dead_letters(
         target = None if kafka is None else dead_letter_target(spec.name, kafka)
         if target is None:
             continue
-        root = Path(bootstrap_dead_letter_path(job.name, spec.name))
+        root = Path(bootstrap_dead_letter_path(mode_dir, spec.name))
         files = sorted(root.glob("*.parquet")) if root.is_dir() else []
         if target.kafka_topic:
             files = _unpublished(files, root / PUBLISHED_DIR)

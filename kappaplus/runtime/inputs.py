@@ -228,12 +228,12 @@ def unplaceable_options(input_name: str, hive: HiveInput, staging: str | None) -
     return options
 
 
-def bootstrap_dead_letter_path(job_name: str, input_name: str) -> str:
-    """Where a bootstrap writes the Kafka records of ``input_name`` that fail to decode."""
-    from kappaplus.runtime.options import slug
-    from kappaplus.settings import state_dir
-
-    return str(state_dir() / "dead_letters" / slug(job_name) / "bootstrap" / input_name)
+def bootstrap_dead_letter_path(mode_dir: Path, input_name: str) -> str:
+    """Where a bootstrap stages the Kafka records of ``input_name`` that fail to decode:
+    beside its checkpoints, as a backfill's (:func:`dead_letter_staging`). The executors
+    write them and the driver publishes them, so the path must be one both see: on a
+    cluster the checkpoint's is, the driver's state directory is not."""
+    return dead_letter_staging(mode_dir, input_name)
 
 
 def hybrid_options(
@@ -242,8 +242,10 @@ def hybrid_options(
     kafka: KafkaInput,
     run: RunOptions,
     job_name: str,
+    dead_letter_path: str | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input.
+    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run.
 
     The lake phase is sliced like a backfill (adaptive slices unless the binding caps them).
     """
@@ -267,7 +269,7 @@ def hybrid_options(
         "lateness": lateness,
         "max_event_time_per_trigger": hive.max_event_time_per_trigger,  # None: adaptive
         "watermark_delay": None,
-        "dead_letter_path": bootstrap_dead_letter_path(job_name, spec.name),
+        "dead_letter_path": dead_letter_path,
         "job_name": job_name,
         "bootstrap": kafka.bootstrap_servers,
         "subscribe": kafka.topic,
@@ -422,7 +424,7 @@ def bind_input(
                 "bootstrap mode does not map columns yet: the lake and the topic must carry "
                 "the job's columns (run a backfill up to the cutoff, then stream)",
             )
-        options = hybrid_options(spec, hive, kafka, run, job_name)
+        options = hybrid_options(spec, hive, kafka, run, job_name, dead_letter_staging)
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
         if drain_file is not None:
@@ -644,7 +646,7 @@ def bind_inputs(
             delay,
             job.name,
             None
-            if mode_dir is None or run.mode != "backfill"
+            if mode_dir is None or run.mode == "stream"
             else dead_letter_staging(mode_dir, spec.name),
             None if mode_dir is None else source_state_dir(mode_dir, spec.name),
             drain_file,

@@ -41,6 +41,7 @@ from kappaplus.draining import DrainSignal
 from kappaplus.runtime.bounds import bounds_metrics_name
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
+    check_shared_checkpoint,
     prepare_checkpoint,
 )
 from kappaplus.runtime.dead_letter_tap import (
@@ -150,6 +151,7 @@ def run_job(
     delay = resolved.watermark_delay or job.watermark_delay
     trigger = run.effective_trigger(resolved.trigger_interval)
     identity = run_identity(job, resolved, run)
+    check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)
 
     staging = mode_dir if run.mode == "backfill" else None
@@ -265,9 +267,10 @@ def run_job(
         try:
             flush_audit(auditor, final=True)
             stop_metrics(spark, metrics)
-            extra = _bootstrap_counts(job, run)
+            extra = _bootstrap_counts(job, run, mode_dir)
             if run.mode == "bootstrap":
-                for name, written in publish_bootstrap_dead_letters(spark, job, resolved).items():
+                published = publish_bootstrap_dead_letters(spark, job, resolved, mode_dir)
+                for name, written in published.items():
                     extra.setdefault(name, {}).update(written)
             if staging is not None:
                 extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
@@ -292,7 +295,7 @@ def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path
     return paths, names
 
 
-def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
+def _bootstrap_counts(job: Job, run: RunOptions, mode_dir: Path) -> dict[str, dict[str, Any]]:
     """What the Kafka phase of a bootstrap did per input: records read, delivered,
     skipped (owned by the lake), dead letters, and where the dead letters are."""
     if run.mode != "bootstrap":
@@ -302,7 +305,7 @@ def _bootstrap_counts(job: Job, run: RunOptions) -> dict[str, dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     for spec in job.inputs:
-        path = bootstrap_dead_letter_path(job.name, spec.name)
+        path = bootstrap_dead_letter_path(mode_dir, spec.name)
         try:
             counts: dict[str, Any] = hybrid_counts(path, job.name).as_dict()
         except Exception as exc:  # noqa: BLE001 - counts must not hide the run's outcome
