@@ -400,7 +400,7 @@ def bind_input(
         source = f"kafka {kafka.topic}"
     elif mode == "bootstrap" and binding.iceberg is not None:
         raw, source = _iceberg_bootstrap(
-            spark, spec, binding, run, job_name, source_state, drain_file
+            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
         )
     elif mode == "bootstrap":
         from kappaplus.connectors.hybrid.source import read_hybrid_stream
@@ -541,8 +541,10 @@ def _iceberg_bootstrap(
     job_name: str,
     source_state: str | None,
     drain_file: str | None,
+    dead_letter_path: str | None = None,
 ) -> tuple[DataFrame, str]:
-    """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka."""
+    """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
     from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
     from kappaplus.connectors.hybrid.source import read_hybrid_stream
 
@@ -582,7 +584,7 @@ def _iceberg_bootstrap(
         "lateness": run.lateness or iceberg.max_lateness or DEFAULT_LATENESS,
         "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
         "watermark_delay": None,
-        "dead_letter_path": bootstrap_dead_letter_path(job_name, spec.name),
+        "dead_letter_path": dead_letter_path,
         "job_name": job_name,
         "bootstrap": kafka.bootstrap_servers,
         "subscribe": kafka.topic,
