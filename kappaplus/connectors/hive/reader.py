@@ -109,12 +109,13 @@ def _read_entry(
                 f"table {options.table!r}: file {entry.path!r} has no event-time column {ts_name!r}"
             )
         micros = column_micros(table.column(ts_name), options.storage)
-        if options.storage:  # delivered as the timestamp it stands for
+        delivered = table
+        if options.storage:  # delivered as the timestamp it stands for (dead letters: as stored)
             index = table.column_names.index(ts_name)
-            table = table.set_column(index, ts_name, pc.cast(micros, TS_UTC))
+            delivered = table.set_column(index, ts_name, pc.cast(micros, TS_UTC))
         deliver = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
         deliver = pc.fill_null(deliver, False)
-        selected = table.filter(deliver)
+        selected = delivered.filter(deliver)
         if selected.num_rows:
             yield from _conform(selected, entry, schema, options).to_batches()
         if owner:
