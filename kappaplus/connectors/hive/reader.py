@@ -124,12 +124,13 @@ def deliver(
                 f"table {options.table!r}: file {entry.path!r} has no event-time column {ts_name!r}"
             )
         micros = column_micros(table.column(ts_name), options.storage)
-        if options.storage:  # delivered as the timestamp it stands for
+        delivered = table
+        if options.storage:  # delivered as the timestamp it stands for (dead letters: as stored)
             index = table.column_names.index(ts_name)
-            table = table.set_column(index, ts_name, pc.cast(micros, TS_UTC))
+            delivered = table.set_column(index, ts_name, pc.cast(micros, TS_UTC))
         keep = pc.and_(pc.greater_equal(micros, lo), pc.less(micros, hi))
         keep = pc.fill_null(keep, False)
-        selected = table.filter(keep)
+        selected = delivered.filter(keep)
         if selected.num_rows:
             yield from _conform(selected, entry, schema, options).to_batches()
         if owner:
