@@ -208,3 +208,65 @@ def test_a_backlog_on_four_partitions_is_read_as_one_arrival_order(  # type: ign
         f"late rows: aligned 4 partitions {late_rows}, 1 partition {len(late_one)}, "
         f"not aligned {skewed_rows} of {len(rows)} (Spark's figure {groups})"
     )
+
+
+@pytest.mark.timeout(900)
+def test_a_bootstraps_kafka_phase_is_aligned_too(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    """The lake (event partitions) up to a cutoff six hours in, then the 4-partition topic
+    from the offsets of ``cutoff - 1 hour``: the lake owns every event before the cutoff (also
+    those arriving late), Kafka the rest, read aligned. Late are exactly the flights after the
+    cutoff that arrived hours late; the output is every other flight."""
+    from kappaplus.examples.generate import write_table
+
+    rows = flights()
+    cutoff = START + timedelta(hours=6)
+    late_ids = {r["flight_id"] for r in rows if r["late"] and r["event_time"] >= cutoff}
+    expected = truth([r for r in rows if r["flight_id"] not in late_ids])
+    assert len(late_ids) >= 10
+
+    table, out = f"flights_lake_{uid()}", f"flight_counts_{uid()}"
+    lake = [r for r in rows if r["event_time"] < cutoff + timedelta(hours=2)]
+    write_table(spark, table, lake, "flight_id string, origin string, event_time timestamp")
+    topic = new_topic(partitions=4, prefix="flights-boot")
+    produce(kafka_bootstrap, topic, rows, partitions=4)
+    config = config_from_dict(
+        {
+            "job": "tests:JOB",
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "flights": {
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": kafka_bootstrap,
+                        "maxOffsetsPerTrigger": LIMIT,
+                    },
+                    "hive": {
+                        "table": table,
+                        "event_time_column": "event_time",
+                        "partition_format": "dt=%Y-%m-%d/hr=%H",
+                    },
+                }
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    result = run_job(
+        spark,
+        JOB,
+        config,
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            lateness="1 hour",
+            trigger="available-now",
+        ),
+    )
+    assert result.status == "finished"
+    flushed = START + timedelta(days=1, hours=12)
+    got = spark.table(out).where(F.col("start") < F.lit(flushed)).collect()
+    produced = Counter({(int(r.start.timestamp()), r.origin): r["count"] for r in got})
+    assert len(got) == len(produced), "each window once"
+    assert produced == expected
