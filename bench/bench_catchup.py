@@ -13,8 +13,8 @@ Every run's late rows and output are compared with the ground truth computed by 
 read as one arrival order, exactly the flights that arrived hours late are late.
 
 Prints (and with ``--docs`` writes into ``docs/benchmarks.md``) per run: wall seconds of
-the query, rows/s, late rows, windows equal to the truth, and the driver's time reading
-record timestamps. All runs share one Spark session and one broker, in one process.
+the run, rows/s, late rows, windows equal to the truth. All runs share one Spark session and
+one broker, in one process, one after another (the first also pays the session's warm-up).
 """
 
 from __future__ import annotations
