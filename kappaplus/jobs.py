@@ -32,7 +32,9 @@ Jobs are found by a dotted path ``package.module:ATTRIBUTE`` (see :func:`load_jo
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -363,6 +365,19 @@ def _unique(kind: str, names: Iterable[str]) -> None:
         seen.add(name)
 
 
+def import_from_cwd() -> None:
+    """Let job modules import from the working directory, as ``python -m`` does.
+
+    The ``kappa`` console script puts its own directory on ``sys.path``, not the working
+    directory, so ``kappa reconcile myjobs.rides:JOB`` (like ``kappa run``) run from the
+    folder holding ``myjobs/`` would not find the module otherwise. Every command that
+    takes a job goes through :func:`load_job`, so all import the same way.
+    """
+    cwd = os.getcwd()
+    if not any(entry in ("", cwd) or os.path.abspath(entry) == cwd for entry in sys.path):
+        sys.path.insert(0, cwd)
+
+
 def load_job(path: str) -> Job:
     """Import the job at the dotted path ``package.module:ATTRIBUTE``.
 
@@ -377,6 +392,7 @@ def load_job(path: str) -> Job:
     module_name, attribute = path.split(":")
     if not module_name or not attribute:
         raise ConfigError("job", path, "expected a dotted path like 'package.module:JOB'")
+    import_from_cwd()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

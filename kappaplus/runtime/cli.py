@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,15 +45,10 @@ ROCKSDB = ROCKSDB_PROVIDER
 
 
 def import_from_cwd() -> None:
-    """Let job modules import from the working directory, as ``python -m`` does.
+    """Put the working directory on ``sys.path`` (see :func:`kappaplus.jobs.import_from_cwd`)."""
+    from kappaplus.jobs import import_from_cwd as _import_from_cwd
 
-    The ``kappa`` console script puts its own directory on ``sys.path``, not the working
-    directory, so ``kappa run myjobs.rides:JOB`` run from the folder holding ``myjobs/``
-    would not find the module otherwise.
-    """
-    cwd = os.getcwd()
-    if not any(entry in ("", cwd) or os.path.abspath(entry) == cwd for entry in sys.path):
-        sys.path.insert(0, cwd)
+    _import_from_cwd()
 
 
 def job_path(job: str) -> str:

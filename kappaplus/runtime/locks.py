@@ -29,10 +29,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from kappaplus.errors import KappaError
+from kappaplus.errors import StateError
 
 
-class LockError(KappaError):
+class LockError(StateError):
     """Another live run holds the checkpoint or an output target."""
 
 

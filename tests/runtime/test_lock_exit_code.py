@@ -1,0 +1,26 @@
+"""A second concurrent run is refused as a user error: exit 2 (issue 24 item 7c)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kappaplus.runtime import locks
+from kappaplus.runtime.cli import _fail
+
+
+def test_a_run_refused_by_a_held_lock_exits_2(tmp_path: Path) -> None:
+    lock = tmp_path / "job.lock"
+    # Held by another live process (this test's parent), as by a first concurrent run.
+    lock.write_text(json.dumps({**locks._holder(), "pid": os.getppid(), "run": "first-run"}))
+    try:
+        with pytest.raises(locks.LockError) as refused:
+            locks.acquire(lock, "second-run", "the checkpoint")
+        assert "first-run" in str(refused.value) and str(lock) in str(refused.value)
+        assert _fail(refused.value).exit_code == 2
+    finally:
+        if lock.exists():
+            lock.unlink()
