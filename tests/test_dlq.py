@@ -210,7 +210,7 @@ def test_kafka_stream_decode_to_good_sink_and_dlq_with_replay(  # type: ignore[n
     records = make_records(36)
     placed = produce_records(kafka_bootstrap, source_topic, records, partitions)
 
-    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts")
+    spec = DecoderSpec(format="json", schema=EVENT_DDL, event_time="ts", event_time_unit="ms")
     target = DeadLetterTarget(
         kafka_topic=dlq_topic, kafka_bootstrap=kafka_bootstrap, hive_table=table
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
