@@ -15,7 +15,10 @@ from kappaplus.runtime.cli import _fail
 def test_a_run_refused_by_a_held_lock_exits_2(tmp_path: Path) -> None:
     lock = tmp_path / "job.lock"
     # Held by another live process (this test's parent), as by a first concurrent run.
-    lock.write_text(json.dumps({**locks._holder(), "pid": os.getppid(), "run": "first-run"}))
+    parent = os.getppid()
+    started = locks._start_time(parent)
+    held = {**locks._holder(), "pid": parent, "start": started, "run": "first-run"}
+    lock.write_text(json.dumps(held))
     try:
         with pytest.raises(locks.LockError) as refused:
             locks.acquire(lock, "second-run", "the checkpoint")
