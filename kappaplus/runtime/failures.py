@@ -92,16 +92,32 @@ def explain(text: str, *, metastore_uri: str | None = None) -> str:
 
 
 class CheckpointError(StateError):
-    """A checkpoint file is damaged or not a Spark checkpoint file."""
+    """A checkpoint file is damaged or not a Spark checkpoint file.
 
-    def __init__(self, file: Path, problem: str, directory: Path) -> None:
+    ``uncommitted``: the file is the plan of a batch that never committed (``offsets/N``
+    with no ``commits/N``). Spark writes that plan before the batch runs, so no sink has
+    committed it; removing the file (and its ``.crc``) makes Spark plan that batch again
+    from the last commit, which recovers exactly. Starting over (``--fresh``) would not:
+    the targets already hold the committed batches and refuse a second copy."""
+
+    def __init__(
+        self, file: Path, problem: str, directory: Path, *, uncommitted: bool = False
+    ) -> None:
         self.file = file
         self.problem = problem
         super().__init__()
-        self.args = (
-            f"checkpoint file {file} is {problem}: restore it from a backup, or remove the "
-            f"checkpoint {directory} (or pass --fresh) to start that query over",
-        )
+        if uncommitted:
+            crc = file.parent / f".{file.name}.crc"
+            self.args = (
+                f"checkpoint file {file} is {problem}; its batch never committed: remove it "
+                f"and its checksum (rm {file} {crc}) and run the same command again, it "
+                "plans that batch again from the last commit",
+            )
+        else:
+            self.args = (
+                f"checkpoint file {file} is {problem}: restore it from a backup, or remove "
+                f"the checkpoint {directory} (or pass --fresh) to start that query over",
+            )
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -114,13 +130,19 @@ def _latest(directory: Path) -> Path | None:
     return max(numbered, key=lambda p: int(p.name)) if numbered else None
 
 
-def _check_log_file(file: Path, query_dir: Path, *, json_lines_from: int) -> None:
+def _check_log_file(
+    file: Path, query_dir: Path, *, json_lines_from: int, uncommitted: bool = False
+) -> None:
     try:
         lines = file.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(file, f"unreadable ({exc})", query_dir) from None
+        raise CheckpointError(
+            file, f"unreadable ({exc})", query_dir, uncommitted=uncommitted
+        ) from None
     if not lines or not lines[0].startswith("v"):
-        raise CheckpointError(file, "empty or truncated (no version line)", query_dir)
+        raise CheckpointError(
+            file, "empty or truncated (no version line)", query_dir, uncommitted=uncommitted
+        )
     for number, line in enumerate(lines[json_lines_from:], start=json_lines_from + 1):
         if line.strip() in ("", "-"):
             continue
@@ -128,7 +150,10 @@ def _check_log_file(file: Path, query_dir: Path, *, json_lines_from: int) -> Non
             json.loads(line)
         except ValueError:
             raise CheckpointError(
-                file, f"truncated or corrupt (line {number} is not JSON)", query_dir
+                file,
+                f"truncated or corrupt (line {number} is not JSON)",
+                query_dir,
+                uncommitted=uncommitted,
             ) from None
 
 
@@ -147,8 +172,9 @@ def check_checkpoint_files(run_dir: Path) -> None:
             except (OSError, ValueError, IndexError, UnicodeDecodeError):
                 raise CheckpointError(metadata, "truncated or corrupt", query_dir) from None
         offsets = _latest(query_dir / "offsets")
-        if offsets is not None:
-            _check_log_file(offsets, query_dir, json_lines_from=1)
         commits = _latest(query_dir / "commits")
+        if offsets is not None:
+            committed = commits is not None and int(commits.name) >= int(offsets.name)
+            _check_log_file(offsets, query_dir, json_lines_from=1, uncommitted=not committed)
         if commits is not None:
             _check_log_file(commits, query_dir, json_lines_from=1)

@@ -3,15 +3,20 @@ early as possible; credentials never echoed; nothing left behind in the staging 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
-from runtime_helpers import uid
+from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
 from kappaplus.errors import ConfigError
+from kappaplus.examples import sessionization
+from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.failures import CheckpointError, check_checkpoint_files, explain
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.runner import run_job
 from kappaplus.session import with_task_retries
 
 
@@ -32,11 +37,67 @@ def test_a_truncated_offsets_file_is_named_before_spark(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as caught:
         check_checkpoint_files(tmp_path)
     message = str(caught.value)
-    assert str(query / "offsets" / "1") in message and "--fresh" in message
+    # batch 1 never committed (no commits/1): the way out is to remove its plan, not --fresh
+    # (which the targets refuse: they hold batch 0 already)
+    assert str(query / "offsets" / "1") in message and "rm " in message
+    assert str(query / "offsets" / ".1.crc") in message and "--fresh" not in message
     assert len(message.splitlines()) == 1
     (query / "offsets" / "1").write_text("")
     with pytest.raises(CheckpointError, match="empty or truncated"):
         check_checkpoint_files(tmp_path)
+    # a damaged plan of a COMMITTED batch cannot be planned again: restore or start over
+    (query / "offsets" / "1").unlink()
+    (query / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"done":0.')
+    with pytest.raises(CheckpointError) as committed:
+        check_checkpoint_files(tmp_path)
+    assert "--fresh" in str(committed.value) and "rm " not in str(committed.value)
+
+
+def test_following_the_advice_for_an_uncommitted_plan_recovers_exactly(  # type: ignore[no-untyped-def]
+    spark, scratch: Path
+) -> None:
+    """Issue 24 item 7: after kill -9 a truncated, uncommitted ``offsets/N`` was reported
+    with the advice ``--fresh``, which the targets then refused; removing the file (and its
+    ``.crc``) recovers exactly, and the message now says so."""
+    start, end = "2024-03-01T00:00:00", "2024-03-01T06:00:00"
+    columns = ["rider_id", "session_start", "session_end", "event_count", "event_types"]
+    events = rider_events(riders=8, start=start, hours=6, seed=11)
+    table, out = f"ev_{uid()}", f"ses_{uid()}"
+    write_table(spark, table, events, RIDER_EVENT_DDL)
+    config = example_config(
+        "sessionization",
+        {
+            "inputs": {"rider_events": {"hive": {"table": table}}},
+            "outputs": {"sessions": {"hive": {"table": out}}},
+            "mode": {
+                "backfill": {
+                    "watermark_delay": "1 hour",
+                    "inputs": {"rider_events": {"hive": {"maxEventTimePerTrigger": "3 hours"}}},
+                }
+            },
+        },
+        scratch,
+    )
+    options = RunOptions("backfill", start, end, poll_seconds=0.2)
+    first = run_job(spark, sessionization.JOB, config, options)
+    assert first.status == "finished"
+    query = Path(first.record.checkpoints["sessions"])
+    batches = sorted(int(p.name) for p in (query / "offsets").iterdir() if p.name.isdigit())
+    # a kill -9 while Spark wrote the plan of the next batch
+    plan = query / "offsets" / str(batches[-1] + 1)
+    shutil.copy(query / "offsets" / str(batches[-1]), plan)
+    plan.write_text(plan.read_text()[:-7])
+    with pytest.raises(CheckpointError) as caught:
+        run_job(spark, sessionization.JOB, config, options)
+    advice = str(caught.value)
+    assert f"rm {plan} " in advice and "--fresh" not in advice
+    plan.unlink()  # the advice, followed
+    (plan.parent / f".{plan.name}.crc").unlink(missing_ok=True)
+    again = run_job(spark, sessionization.JOB, config, options)
+    assert again.status == "finished"
+    rows = table_rows(spark, f"{out}_backfill", columns)
+    assert len(rows) == len(set(rows)), "no row written twice"
+    assert set(rows) == {r[:5] for r in sessions_by_hand(events, 30 * 60)}
 
 
 def test_spark_failures_are_one_line_with_the_way_out() -> None:
