@@ -386,6 +386,16 @@ def compact_status_lines(rows: list[dict[str, Any]], width: int = 80) -> list[st
     return [line for line in lines if line]
 
 
+def _latest_users(records: list[Any]) -> dict[str, str]:
+    """Checkpoint path -> the run id of the latest run (by start) that used it."""
+    users: dict[str, tuple[float, str]] = {}
+    for record in records:
+        for path in record.checkpoints.values():
+            if path not in users or record.started_at >= users[path][0]:
+                users[path] = (record.started_at, record.run_id)
+    return {path: run_id for path, (_, run_id) in users.items()}
+
+
 def status_command(
     job: str = typer.Option(None, "--job", "-j", help="Only runs of this job (name)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (every field) for scripts."),
@@ -402,11 +412,21 @@ def status_command(
     """
     from kappaplus.runtime.records import list_runs, read_checkpoint
 
-    records = [r for r in list_runs() if job is None or r.job == job][-limit:]
+    every = list_runs()
+    records = [r for r in every if job is None or r.job == job][-limit:]
+    latest_user = _latest_users(every)
     rows: list[dict[str, Any]] = []
     for record in records:
         checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
-        done = [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+        later = sorted(
+            {latest_user[path] for path in record.checkpoints.values()} - {record.run_id}
+        )
+        # the checkpoints stand where the LAST run over them left them: an earlier run's
+        # fraction done is its own, as its record last said (an interrupted run resumed
+        # later is not 100% done)
+        done = (
+            [] if later else [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+        )
         rows.append(
             {
                 "run_id": record.run_id,
@@ -438,6 +458,7 @@ def status_command(
                     for name, state in checkpoints.items()
                 },
                 "error": record.error,
+                "checkpoints_resumed_by": later,
             }
         )
     if as_json:

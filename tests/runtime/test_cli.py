@@ -87,6 +87,59 @@ def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path)
     assert table.exit_code == 0 and "interrupted" in table.output
 
 
+def test_an_interrupted_run_resumed_later_shows_its_own_progress(
+    kappa_home: Path, tmp_path: Path
+) -> None:
+    """Issue 24 item 7: a run killed at 1,500 of 11,985 rows showed DONE 100% once a later
+    run over the same checkpoint finished: its figure came from the checkpoint's later
+    progress, not from that run."""
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "offsets" / "3").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
+        '{"v":1,"lo":0,"hi":7200000000,"range":"[1970-01-01T00:00:00Z, 1970-01-01T02:00:00Z)",'
+        '"done":1.0,"phase":"data"}\n'
+    )
+    (checkpoint / "commits" / "3").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    now = time.time()
+    common = dict(
+        job="cli-resumed",
+        job_path=None,
+        mode="backfill",
+        trigger="available-now",
+        checkpoints={"out": str(checkpoint)},
+    )
+    killed = RunRecord(
+        run_id=f"cli-resumed-a-{os.getpid()}",
+        status=RUNNING,
+        started_at=now - 60,
+        updated_at=now - 50,
+        pid=2**22 + 12345,  # no such process: killed
+        done=0.125,
+        **common,  # type: ignore[arg-type]
+    )
+    resumed = RunRecord(
+        run_id=f"cli-resumed-b-{os.getpid()}",
+        status="finished",
+        started_at=now - 40,
+        updated_at=now - 1,
+        pid=os.getpid(),
+        done=1.0,
+        **common,  # type: ignore[arg-type]
+    )
+    killed.save()
+    resumed.save()
+    result = runner.invoke(app, ["status", "--job", "cli-resumed", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["run_id"]: row for row in json.loads(result.output)}
+    assert rows[killed.run_id]["status"] == "interrupted"
+    assert rows[killed.run_id]["done"] == 0.125
+    assert rows[killed.run_id]["checkpoints_resumed_by"] == [resumed.run_id]
+    assert rows[resumed.run_id]["done"] == 1.0
+    assert rows[resumed.run_id]["checkpoints_resumed_by"] == []
+
+
 @pytest.mark.parametrize(
     ("mode", "status", "stopped_by", "done", "code"),
     [
