@@ -9,7 +9,8 @@ them without reading a stack trace. They are grouped by what the caller can do:
   a ``kappa`` command exits 2 for both (:attr:`KappaError.exit_code`);
 - the data or a system is at fault: :class:`TableError`, :class:`DataError`,
   :class:`ReplayError`, :class:`KafkaError`, :class:`BrokerError`, :class:`MetastoreError`;
-  exit 1.
+  exit 1; except a table name the caller got wrong (:class:`TableNotFound`,
+  :class:`TableNameTaken`): exit 2.
 
 >>> ConfigError("x", 1, "bad").exit_code, StateError("locked").exit_code, TableError().exit_code
 (2, 2, 1)
@@ -50,6 +51,24 @@ class StateError(KappaError):
 
 class TableError(KappaError):
     """A table is missing, of an unsupported format, or does not fit what the job declared."""
+
+
+class TableNotFound(TableError):
+    """A table named in a config or on the command line is not in the catalog: the caller
+    must fix the name or register the table (exit 2, like a bad option).
+
+    >>> TableNotFound("table 'x' not found").exit_code
+    2
+    """
+
+    exit_code = 2
+
+
+class TableNameTaken(TableError):
+    """A table name asked for is already taken (another location, a managed table): the
+    caller must choose another name or say to replace it (exit 2)."""
+
+    exit_code = 2
 
 
 class DataError(KappaError):

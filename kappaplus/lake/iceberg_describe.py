@@ -58,18 +58,24 @@ def describe_iceberg(
     slice_rows: int = TYPICAL_SLICE_ROWS,
 ) -> IcebergDescription:
     """Describe ``table_name`` (see the module docstring)."""
+    from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.manifest import DataFileContent
     from pyiceberg.types import TimestampType, TimestamptzType
 
     from kappaplus.connectors.iceberg.catalog import load_catalog
     from kappaplus.connectors.iceberg.lister import _bound
-    from kappaplus.errors import TableError
+    from kappaplus.errors import TableError, TableNotFound
 
     loaded = load_catalog(catalog)  # its own one-line error
     try:
         table = loaded.load_table(table_name)
+    except NoSuchTableError as exc:
+        raise TableNotFound(
+            f"Iceberg table {table_name!r} not found in the catalog: {exc}; check the "
+            "name and the catalog ([inputs.<name>.iceberg] catalog)"
+        ) from exc
     except Exception as exc:
-        raise TableError(f"Iceberg table {table_name!r} not found in the catalog: {exc}") from exc
+        raise TableError(f"Iceberg table {table_name!r} cannot be loaded: {exc}") from exc
     schema = table.schema()
     if event_time_column is None:
         stamps = [

@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 
 from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
-from kappaplus.errors import ConfigError, DataError, TableError
+from kappaplus.errors import ConfigError, DataError, TableNameTaken
 from kappaplus.table import TABLE_NAME
 
 if TYPE_CHECKING:
@@ -105,13 +105,19 @@ def list_partitions(location: str, partition_format: str | None = None) -> Listi
             wanted, reference = names, f"directory {partition_dir or '.'!r}"
         segments = partition_dir.split("/") if partition_dir else []
         if names != wanted or len(segments) != len(names):
-            raise DataError(
+            problem = (
                 f"directory {partition_dir or '.'!r} under {location} does not fit the "
                 f"partition layout {'/'.join(f'{c}=...' for c in wanted) or '(none)'} of "
                 f"{reference}"
             )
+            if partition_format:  # the user's format is what is wrong, not the files
+                raise ConfigError("--partition-format", partition_format, problem)
+            raise DataError(problem)
         if layout is not None:
-            layout.range_of(partition_dir)  # raises naming the directory and the format
+            try:
+                layout.range_of(partition_dir)  # raises naming the directory and the format
+            except DataError as exc:
+                raise ConfigError("--partition-format", partition_format, str(exc)) from exc
     return Listing(ordered, tuple(sorted(files)), wanted or ())
 
 
@@ -186,13 +192,13 @@ def register_table(
                 .filter("upper(data_type) = 'MANAGED'")
                 .count()
             ):
-                raise TableError(
+                raise TableNameTaken(
                     f"table {table!r} is a managed table (dropping it deletes its files); "
                     "drop it yourself or register under another name"
                 )
             spark.sql(f"DROP TABLE {table}")
         elif not _same_place(existing, location):
-            raise TableError(
+            raise TableNameTaken(
                 f"table {table!r} exists with location {existing}; pass --replace to point "
                 "it at the new location (its files stay where they are)"
             )

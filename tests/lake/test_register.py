@@ -12,9 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from typer.testing import CliRunner
 
+from kappaplus.cli import app
 from kappaplus.connectors.hive.catalog import resolve_table
-from kappaplus.errors import DataError, TableError
+from kappaplus.errors import ConfigError, DataError, TableError, TableNameTaken, TableNotFound
 from kappaplus.lake.describe import describe_lines, describe_table
 from kappaplus.lake.register import register_table
 from kappaplus.settings import state_dir
@@ -90,13 +92,42 @@ def test_register_names_a_directory_that_does_not_fit(spark: SparkSession, tmp_p
     write_hour(bad_time, 0)
     (bad_time / "dt=2024-13-01" / "hr=00").mkdir(parents=True)
     pq.write_table(pa.table({"x": [1]}), bad_time / "dt=2024-13-01" / "hr=00" / "p.parquet")
-    with pytest.raises(DataError, match="dt=2024-13-01"):
+    with pytest.raises(ConfigError, match="'--partition-format'.*dt=2024-13-01") as caught:
         register_table(
             spark,
             f"bad_{uuid.uuid4().hex[:6]}",
             str(bad_time),
             partition_format="dt=%Y-%m-%d/hr=%H",
         )
+    assert caught.value.exit_code == 2
+
+
+def test_register_user_errors_exit_2_in_one_or_two_lines(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 24 item 7: a wrong --partition-format, or a name taken at another location,
+    exited 1 (user errors are exit 2 elsewhere)."""
+    root = tmp_path / "rides"
+    write_hour(root, 0)
+    wrong = CliRunner().invoke(
+        app,
+        ["table", "register", "x_wrong", "--location", str(root), "--partition-format", "day=%d"],
+    )
+    assert wrong.exit_code == 2, wrong.output
+    assert "--partition-format" in wrong.output and "dt=2024-03-01" in wrong.output
+    assert len(wrong.output.strip().splitlines()) <= 3  # one message, wrapped at 80 columns
+
+    name = f"taken_{uuid.uuid4().hex[:6]}"
+    register_table(spark, name, str(root))
+    other = tmp_path / "other"
+    write_hour(other, 1)
+    with pytest.raises(TableNameTaken) as taken:
+        register_table(spark, name, str(other))
+    assert str(root) in str(taken.value) and "--replace" in str(taken.value)
+    assert taken.value.exit_code == 2
+    with pytest.raises(TableNotFound) as missing:
+        resolve_table(spark, f"no_such_{uuid.uuid4().hex[:6]}")
+    assert missing.value.exit_code == 2 and "kappa table register" in str(missing.value)
 
 
 def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from kappaplus.connectors.hive.jvm_reader import choose_reader
 from kappaplus.connectors.hive.layout import infer_layout
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, HiveSourceOptions
-from kappaplus.errors import TableError
+from kappaplus.errors import TableError, TableNotFound
 from kappaplus.event_time import apply_watermark
 from kappaplus.settings import state_dir
 from kappaplus.timeutil import parse_duration
@@ -57,9 +57,13 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
 
         database = spark.catalog.currentDatabase()
         hint = elsewhere(spark, table)  # e.g. registered in the other catalog
-        raise TableError(
+        raise TableNotFound(
             f"table {table!r} not found in the catalog (current database {database!r})"
-            + (f"; {hint}" if hint else "")
+            + (
+                f"; {hint}"
+                if hint
+                else ": check the name, or register its files with 'kappa table register'"
+            )
         ) from None
     details: dict[str, str] = {}
     partition_columns: list[str] = []

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
-from kappaplus.errors import ConfigError, TableError
+from kappaplus.errors import ConfigError, TableError, TableNotFound
 from kappaplus.event_time import apply_watermark
 from kappaplus.settings import state_dir
 from kappaplus.timeutil import parse_duration
@@ -89,10 +89,17 @@ def pin_snapshot(
     """The table and its snapshot for this run: the one pinned in ``pin_dir`` by an earlier
     start of the run, else ``snapshot_id``, else the current one (then pinned). Snapshots
     committed after the pinned one are counted (and logged), not read."""
+    from pyiceberg.exceptions import NoSuchTableError
+
     try:
         table = catalog.load_table(table_name)
+    except NoSuchTableError as exc:
+        raise TableNotFound(
+            f"Iceberg table {table_name!r} not found in the catalog: {exc}; check the "
+            "name and the catalog ([inputs.<name>.iceberg] catalog)"
+        ) from exc
     except Exception as exc:
-        raise TableError(f"Iceberg table {table_name!r} not found in the catalog: {exc}") from exc
+        raise TableError(f"Iceberg table {table_name!r} cannot be loaded: {exc}") from exc
     path = _pin_path(pin_dir, table_name)
     if path.exists():
         pinned = json.loads(path.read_text())
