@@ -289,7 +289,8 @@ class EventTimeBounds(StrictModel):
 
     A row outside them (an event dated 9999-12-31 or 1970-01-01) would move the watermark
     to where every later row is late, forever; it goes to the dead letters instead (in
-    ``stream`` mode, reason ``event time ... outside ...``), counted as ``out_of_bounds``,
+    ``stream`` mode and a bootstrap's Kafka phase, reason ``event time ... is ...``; lake
+    rows are left out, the lake keeps them), counted as ``out_of_bounds``,
     and the watermark never sees it.
 
     - ``min``: the earliest valid event time, inclusive (default ``1970-01-02``: epoch-zero

@@ -10,6 +10,8 @@ ahead of processing time, with defaults); the runtime applies them BELOW
   decoded record into a dead letter (reason ``event time ... is ...``) in the output
   queries, which skip it; the one that publishes the input's dead letters writes it
   (:mod:`kappaplus.runtime.dead_letter_tap`).
+- A bootstrap's Kafka phase: the hybrid source makes such a record a dead letter itself
+  (:func:`kappaplus.connectors.hybrid.reader.out_of_bounds_reasons`).
 - Every input (all modes): :func:`drop_out_of_bounds` removes what is left out of bounds
   (in a backfill or bootstrap: rows of the lake; end-of-input markers are kept) and counts
   it as ``out_of_bounds`` under the observed metric :func:`bounds_metrics_name`.

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
+        EventTimeBounds,
         HiveInput,
         IcebergInput,
         KafkaInput,
@@ -236,6 +237,18 @@ def bootstrap_dead_letter_path(mode_dir: Path, input_name: str) -> str:
     return dead_letter_staging(mode_dir, input_name)
 
 
+def hybrid_bounds(bounds: EventTimeBounds) -> dict[str, Any]:
+    """The event-time bounds as keywords of ``read_hybrid_stream``: its Kafka phase makes a
+    record outside them a dead letter with the reason, as a stream does (the lake's rows
+    outside them are left out and counted, :func:`~kappaplus.runtime.bounds.drop_out_of_bounds`:
+    the lake keeps them)."""
+    return {
+        "event_time_min": bounds.min,
+        "event_time_max": bounds.max,
+        "max_future": None if bounds.max_future is None else str(bounds.max_future),
+    }
+
+
 def hybrid_options(
     spec: InputSpec,
     hive: HiveInput,
@@ -425,6 +438,7 @@ def bind_input(
                 "the job's columns (run a backfill up to the cutoff, then stream)",
             )
         options = hybrid_options(spec, hive, kafka, run, job_name, dead_letter_staging)
+        options.update(hybrid_bounds(binding.bounds))
         if source_state is not None:
             options["manifestDir"] = f"{source_state}/manifests"
         if drain_file is not None:

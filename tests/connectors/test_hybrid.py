@@ -344,3 +344,31 @@ def test_dedup_rule_and_schema_unification_per_record() -> None:
     assert sorted(dead.column("offset").to_pylist()) == [3, 4]
     reasons = " | ".join(dead.column("reason").to_pylist())
     assert "'key'" in reasons and "invalid JSON" in reasons
+
+    # the input's event-time bounds: a record past them is a dead letter with its reason
+    # (as in a stream), never a row left out; maxFuture counts from the batch's planning
+    # time (kept in its offset: a replay decides the same)
+    bounded = HybridSourceOptions.parse(
+        {**options.to_options(), "eventTimeMax": iso(CUTOFF + DAY), "maxFuture": "1 hour"}
+    )
+    planned = (CUTOFF + 30) * 1_000_000  # record 2 (at the cutoff) is 30 s before it
+    rows, dead, counts = split_decoded(
+        bounded, decoded, output_arrow_schema(bounded.lake), planned_micros=planned
+    )
+    assert rows.column("id").to_pylist() == [2]
+    assert counts.as_dict() == {"records": 5, "delivered": 1, "skipped": 1, "dead": 3}
+    assert dead is not None
+
+    def reasons_by_offset(dead: pa.Table) -> dict[int, str]:
+        offsets, reasons = dead.column("offset").to_pylist(), dead.column("reason").to_pylist()
+        return dict(zip(offsets, reasons, strict=True))
+
+    why = reasons_by_offset(dead)
+    assert sorted(why) == [2, 3, 4]
+    assert "is not before the bound max" in why[2] and iso(CUTOFF + DAY + 5)[:19] in why[2]
+    unbounded_max = HybridSourceOptions.parse({**bounded.to_options(), "eventTimeMax": ""})
+    _, dead, _ = split_decoded(
+        unbounded_max, decoded, output_arrow_schema(bounded.lake), planned_micros=planned
+    )
+    assert dead is not None
+    assert "max_future" in reasons_by_offset(dead)[2]

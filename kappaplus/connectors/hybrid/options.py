@@ -138,6 +138,13 @@ class HybridSourceOptions:
     dead_letter_path: str = option("deadLetterPath")
     job_name: str = option("jobName", required=False)
     """Default ``hybrid:<lake table>``."""
+    event_time_min: int | None = option("eventTimeMin", TIMESTAMP, default=None)
+    event_time_max: int | None = option("eventTimeMax", TIMESTAMP, default=None)
+    max_future: int | None = option("maxFuture", MICROS, default=None)
+    """The input's event-time bounds (``[inputs.<n>.event_time_bounds]``): a Kafka record
+    the phase would deliver whose event time is before ``eventTimeMin``, not before
+    ``eventTimeMax`` or more than ``maxFuture`` ahead of the batch's planning time is a
+    dead letter with that reason, as in a stream, not a row left out."""
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""

@@ -41,6 +41,7 @@ from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
 from kappaplus.connectors.hive.reader import output_arrow_schema
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, safe_file_part
 from kappaplus.connectors.kafka.reader import OffsetRange, read_range
+from kappaplus.timeutil import iso
 
 COUNTS_DIR = "_counts"
 
@@ -53,7 +54,7 @@ class HybridCounts:
     records: int = 0
     delivered: int = 0
     skipped: int = 0  # event time before the cutoff: delivered by the lake
-    dead: int = 0  # failed to decode or to convert into the lake's schema
+    dead: int = 0  # failed to decode, out of the event-time bounds, or not convertible
 
     def add(self, other: HybridCounts) -> None:
         self.records += other.records
@@ -88,15 +89,19 @@ def range_name(options: HybridSourceOptions, rng: OffsetRange) -> str:
     )
 
 
-def read_kafka_range(options: HybridSourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+def read_kafka_range(
+    options: HybridSourceOptions, rng: OffsetRange, planned_micros: int | None = None
+) -> Iterator[pa.RecordBatch]:
     """Yield the delivered events of ``rng`` as batches of the lake's Arrow schema; write
-    the range's dead letters and counts once the range is fully read."""
+    the range's dead letters and counts once the range is fully read. ``planned_micros``:
+    when the batch was planned (kept in its offset, so a replay decides as the first
+    attempt did), the "now" of ``maxFuture``."""
     target = output_arrow_schema(options.lake)
     counts = HybridCounts()
     dead: list[pa.Table] = []
     records = read_range(options.kafka, rng)
     for decoded in decode_batches(options.decoder, decoded_arrow_schema(options), records):
-        rows, bad, batch_counts = split_decoded(options, decoded, target)
+        rows, bad, batch_counts = split_decoded(options, decoded, target, planned_micros)
         counts.add(batch_counts)
         if bad is not None:
             dead.append(bad)
@@ -108,9 +113,13 @@ def read_kafka_range(options: HybridSourceOptions, rng: OffsetRange) -> Iterator
 
 
 def split_decoded(
-    options: HybridSourceOptions, decoded: pa.RecordBatch, target: pa.Schema
+    options: HybridSourceOptions,
+    decoded: pa.RecordBatch,
+    target: pa.Schema,
+    planned_micros: int | None = None,
 ) -> tuple[pa.Table, pa.Table | None, HybridCounts]:
-    """Apply the de-duplication rule and schema unification to one decoded batch.
+    """Apply the de-duplication rule, the event-time bounds and schema unification to one
+    decoded batch.
 
     Returns the delivered rows (lake schema), the dead letters (DLQ schema, or None) and
     the counts of the batch.
@@ -128,6 +137,11 @@ def split_decoded(
     owned = pc.fill_null(pc.greater_equal(micros, options.cutoff), False)
     kept = good.filter(owned)
     counts.skipped = good.num_rows - kept.num_rows
+    outside = out_of_bounds_reasons(options, kept, planned_micros)
+    if outside is not None:
+        bad = pc.is_valid(outside)
+        dead_parts.append(_dead_rows(kept.filter(bad), outside.filter(bad), options))
+        kept = kept.filter(pc.invert(bad))
     rows, reasons = _conform(kept, target, options)
     if reasons is not None:
         bad = pc.is_valid(reasons)
@@ -137,6 +151,44 @@ def split_decoded(
     counts.dead = sum(part.num_rows for part in dead_parts)
     dead = pa.concat_tables(dead_parts) if dead_parts else None
     return rows, dead, counts
+
+
+def out_of_bounds_reasons(
+    options: HybridSourceOptions, kept: pa.Table, planned_micros: int | None
+) -> pa.Array | None:
+    """Per row, why its event time is out of the input's bounds (null when within), in
+    the words of a stream's dead letters; None when no bound applies."""
+    column = options.event_time_column
+    limits: list[tuple[str, int]] = []
+    if options.event_time_min is not None:
+        limits.append(("min", options.event_time_min))
+    if options.event_time_max is not None:
+        limits.append(("max", options.event_time_max))
+    ahead = options.max_future
+    if ahead is not None and planned_micros is not None:
+        limits.append(("future", planned_micros + ahead))
+    if not limits or kept.num_rows == 0:
+        return None
+    micros = pc.cast(pc.cast(kept.column(column), TS_UTC), pa.int64()).to_pylist()
+    reasons: list[str | None] = []
+    for value in micros:
+        reason = None
+        if value is not None:
+            for kind, limit in limits:
+                if kind == "min" and value < limit:
+                    reason = f"is before the bound min = {iso(limit)}"
+                elif kind == "max" and value >= limit:
+                    reason = f"is not before the bound max = {iso(limit)}"
+                elif kind == "future" and value > limit:
+                    reason = (
+                        f"is more than max_future = {(ahead or 0) // 1_000_000}s ahead "
+                        f"of the batch's planning time {iso(limit - (ahead or 0))}"
+                    )
+                if reason:
+                    reason = f"event time {column} = {iso(value)} {reason}"
+                    break
+        reasons.append(reason)
+    return pa.array(reasons, type=pa.string()) if any(reasons) else None
 
 
 def _conform(

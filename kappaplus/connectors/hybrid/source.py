@@ -164,6 +164,8 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.get("phase") == PHASE_KAFKA:
             self._phase = PHASE_KAFKA
             end = self.kafka.latestOffset(start["kafka"], self._kafka_limit(limit))
+            if end == start["kafka"]:
+                return start  # nothing new: no batch (its planning time stays as it was)
             return self._kafka_offset(start["start"], end)
         lake_start = start["lake"]
         budget = self._lake_budget(limit)
@@ -186,6 +188,9 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "cutoff": self.options.cutoff,
             "start": kafka_start,
             "kafka": kafka_end,
+            # "now" of the maxFuture bound, in the checkpointed offset so that a replay of
+            # the batch decides about each record as its first attempt did
+            "planned_ms": int(time.time() * 1000),
         }
 
     def _lake_budget(self, limit: ReadLimit) -> int | None:
@@ -251,6 +256,10 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self.lake.partitions(start["lake"], end["lake"])
         first = end["start"] if start.get("phase") != PHASE_KAFKA else start["kafka"]
         parts = list(self.kafka.partitions(first, end["kafka"]))
+        planned = end.get("planned_ms")  # absent in offsets of earlier versions
+        for part in parts:
+            if isinstance(part, KafkaInputPartition):
+                part.planned_micros = None if planned is None else int(planned) * 1000
         self._planned[_key(end)] = [p for p in parts if isinstance(p, KafkaInputPartition)]
         return parts
 
@@ -279,7 +288,7 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return read_iceberg_partition(self.options.lake, partition)
             return read_partition(self.options.lake, partition)
         if isinstance(partition, KafkaInputPartition):
-            return read_kafka_range(self.options, partition.range)
+            return read_kafka_range(self.options, partition.range, partition.planned_micros)
         return iter(())  # Spark reads a placeholder partition when there are none
 
 
@@ -346,6 +355,9 @@ def hybrid_stream_options(
     dead_letter_path: str | None = None,
     job_name: str | None = None,
     iceberg: dict[str, Any] | None = None,
+    event_time_min: Any = None,
+    event_time_max: Any = None,
+    max_future: str | None = None,
     **options: Any,
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
@@ -353,6 +365,8 @@ def hybrid_stream_options(
     ``iceberg``: the lake is an Iceberg table: ``{"catalog": <pyiceberg catalog
     properties or None>, "snapshot": <id or None>}`` (its snapshot is pinned in the lake's
     ``manifestDir``, :func:`~kappaplus.connectors.iceberg.catalog.pin_snapshot`).
+    ``event_time_min`` / ``event_time_max`` / ``max_future``: the input's event-time bounds;
+    a Kafka record outside them is a dead letter with its reason.
 
     Keyword options are routed by name: Hive source options Kafka does not have
     (``maxRowsPerTrigger``, ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``,
@@ -407,6 +421,13 @@ def hybrid_stream_options(
     )
     if job_name:
         resolved["jobName"] = job_name
+    for key, value in (
+        ("eventTimeMin", event_time_min),
+        ("eventTimeMax", event_time_max),
+        ("maxFuture", max_future),
+    ):
+        if value is not None:
+            resolved[key] = str(value)
     HybridSourceOptions.parse(resolved)  # fail here, with the option's name
     return resolved
 

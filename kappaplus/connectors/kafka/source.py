@@ -57,6 +57,8 @@ class KafkaInputPartition(InputPartition):
     def __init__(self, range: OffsetRange) -> None:  # noqa: A002 - Spark's vocabulary
         super().__init__(range)
         self.range = range
+        self.planned_micros: int | None = None
+        """When the batch was planned (the hybrid source's ``maxFuture`` "now")."""
 
 
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
