@@ -30,6 +30,7 @@ _GROUPS = [
     ("kappaplus.local.broker_cli", "app", "broker"),
     ("kappaplus.local.topic_cli", "app", "topic"),
     ("kappaplus.lake.cli", "app", "table"),
+    ("kappaplus.dead_letters.cli", "app", "dlq"),
 ]
 # (module, attribute): modules whose `register(app)` adds top-level commands.
 _COMMANDS = [
