@@ -143,7 +143,10 @@ class ReplayLedger:
 
     def append(self, *entries: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        cut = self.path.is_file() and not self.path.read_bytes().endswith(b"\n")
         with self.path.open("a") as handle:
+            if cut and self.path.stat().st_size:
+                handle.write("\n")  # a line a crash cut short stays alone (and ignored)
             for entry in entries:
                 handle.write(json.dumps(entry, sort_keys=True) + "\n")
             handle.flush()
