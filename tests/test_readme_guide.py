@@ -33,7 +33,13 @@ def test_the_guide_has_files_and_commands() -> None:
     files = [body.split("\n", 1)[0] for kind, body in blocks if kind in ("python", "toml")]
     assert "# myjobs/rides.py" in files and "# myjobs/rides.toml" in files
     commands = "\n".join(body for kind, body in blocks if kind == "bash")
-    for step in ("kappa up", "kappa table register", "kappa topic create", "kappa run"):
+    for step in (
+        "kappa up",
+        "kappa table register",
+        "kappa topic create",
+        "kappa run",
+        "kappa check",
+    ):
         assert step in commands
 
 
@@ -85,3 +91,11 @@ def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
     assert len(rows) == len(produced)  # each window once
     assert produced == truth
     assert sum(produced.values()) == 3000
+
+    # step 7: the same rides in another pipeline's shape (renamed, epoch ms), mapped by the
+    # config, give the same windows
+    assert "ts_ms" in done.stdout and "city_name" in done.stdout, output  # kappa check
+    raw = tmp_path / ".kappa" / "warehouse" / "agg.db" / "ride_counts_raw_backfill"
+    rows = ds.dataset(raw, format="parquet", partitioning="hive").to_table().to_pylist()
+    mapped = Counter({(int(r["start"].timestamp()), r["city"]): r["count"] for r in rows})
+    assert len(rows) == len(mapped) and mapped == truth

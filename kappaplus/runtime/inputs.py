@@ -343,7 +343,10 @@ def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
 
 
 def check_event_time(spec: InputSpec, hive: HiveInput) -> None:
-    """The Hive binding's event-time column must be the job's (checked before Spark)."""
+    """In a bootstrap the Hive binding's event-time column must be the job's (checked
+    before Spark); a mapped one is refused with the bootstrap's mapping refusal."""
+    if hive.columns or hive.event_time is not None:
+        return
     if hive.event_time_column != spec.event_time_column:
         raise ConfigError(
             f"inputs.{spec.name}.hive.event_time_column",
