@@ -453,17 +453,32 @@ class LateRowsTarget(StrictModel):
             yield key, value
 
 
+class IcebergOutput(StrictModel):
+    """An output written to an Iceberg table through pyiceberg, exactly once per micro-batch
+    (:mod:`kappaplus.connectors.iceberg.sink`); a backfill writes ``backfill_table``
+    (default ``<table>_backfill``). ``catalog``: pyiceberg catalog properties as for an
+    Iceberg input (default the embedded SQL catalog). Created unpartitioned when missing."""
+
+    table: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+    backfill_table: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+    )
+    catalog: dict[str, str] | None = None
+
+
 class OutputBinding(StrictModel):
     kafka: KafkaOutput | None = None
     hive: HiveOutput | None = None
+    iceberg: IcebergOutput | None = None
     reconcile: ReconcileKeys | None = None
     late: LateRowsTarget | None = None
 
     @model_validator(mode="after")
     def _some(self) -> OutputBinding:
-        if self.kafka is None and self.hive is None:
+        if self.kafka is None and self.hive is None and self.iceberg is None:
             raise ValueError(
-                "write the output to a Kafka topic ([...kafka]) or a Hive table ([...hive])"
+                "write the output to a Kafka topic ([...kafka]), a Hive table ([...hive]) or "
+                "an Iceberg table ([...iceberg])"
             )
         late = self.late
         needs_brokers = late is not None and late.topic is not None and not late.bootstrap_servers

@@ -17,6 +17,7 @@ from kappaplus.config.bindings import (
     HiveInput,
     HiveOutput,
     IcebergInput,
+    IcebergOutput,
     KafkaInput,
     KafkaOutput,
     LateRowsTarget,
@@ -61,6 +62,7 @@ class ResolvedOutput:
     hive: HiveOutput | None
     late: LateRowsTarget | None = None
     """Stream mode only (:class:`~kappaplus.config.bindings.LateRowsTarget`)."""
+    iceberg: IcebergOutput | None = None
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,14 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive_out is not None and patch_out.hive is not None:
             hive_out = _update(hive_out, dict(patch_out.hive))
             note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
+        iceberg_out = out.iceberg
+        if mode == "backfill" and iceberg_out is not None:
+            iceberg_out = _update(
+                iceberg_out,
+                {"table": iceberg_out.backfill_table or f"{iceberg_out.table}_backfill"},
+            )
         late = out.late_target() if mode == "stream" else None
-        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late)
+        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out)
 
     watermark = override.watermark_delay or config.watermark_delay
     if watermark is None and job is not None:

@@ -130,6 +130,8 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
         targets = []
         if out.hive is not None:
             targets.append(f"hive {out.hive.table}")
+        if out.iceberg is not None:
+            targets.append(f"iceberg {out.iceberg.table}")
         if out.kafka is not None:
             targets.append(f"kafka {out.kafka.topic}")
         outputs[output.name] = targets

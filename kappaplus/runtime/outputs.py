@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from kappaplus.config import HiveOutput, KafkaOutput, ResolvedOutput
+    from kappaplus.config import HiveOutput, IcebergOutput, KafkaOutput, ResolvedOutput
     from kappaplus.jobs import OutputSpec
     from kappaplus.runtime.dead_letter_tap import DeadLetterPublisher
     from kappaplus.runtime.late_rows import LateRowsPlan
@@ -77,11 +77,14 @@ class OutputPlan:
     """Recorded with every batch committed to the Hive table (run identity, checkpoint)."""
     late: LateRowsPlan | None = None
     """Where the rows this output's watermark drops are kept (stream mode)."""
+    iceberg: IcebergOutput | None = None
 
     def targets(self) -> list[str]:
         found = []
         if self.hive is not None:
             found.append(f"hive {self.hive.table}")
+        if self.iceberg is not None:
+            found.append(f"iceberg {self.iceberg.table}")
         if self.kafka is not None:
             found.append(f"kafka {self.kafka.topic}")
         return found
@@ -111,7 +114,15 @@ def plan_output(
     if identity is not None:
         provenance = {**identity, "output": spec.name, "checkpoint": str(checkpoint)}
     return OutputPlan(
-        spec.name, spec, binding.kafka, binding.hive, checkpoint, query_name, provenance, late
+        spec.name,
+        spec,
+        binding.kafka,
+        binding.hive,
+        checkpoint,
+        query_name,
+        provenance,
+        late,
+        iceberg=binding.iceberg,
     )
 
 
@@ -137,6 +148,15 @@ class OutputWriter:
                     event_time_column=plan.spec.event_time_column,
                     provenance=plan.provenance,
                 )
+            )
+        self.iceberg_sink = None
+        if plan.iceberg is not None:
+            from kappaplus.connectors.iceberg.sink import IcebergTableSink
+
+            # the query name carries the checkpoint's id: a fresh checkpoint (batch ids
+            # from 0 again) is never mistaken for one whose batches were committed
+            self.iceberg_sink = IcebergTableSink(
+                plan.iceberg.table, plan.iceberg.catalog, query=plan.query_name
             )
         self.late = None
         if plan.late is not None:
@@ -177,6 +197,8 @@ class OutputWriter:
             written = True
             if self.hive_sink is not None:
                 written = self.hive_sink.write_batch(batch, batch_id)
+            if self.iceberg_sink is not None:
+                written = self.iceberg_sink.write_batch(batch, batch_id) and written
             if self.plan.kafka is not None:
                 write_kafka(batch, self.plan.kafka)
             elif not written and not ran:
