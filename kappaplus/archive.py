@@ -62,6 +62,7 @@ INPUT = "records"
 OUTPUT = "archive"
 ARRIVAL_COLUMN = "kafka_timestamp"
 PartitionBy = Literal["event", "arrival"]
+TableFormat = Literal["hive", "iceberg"]
 _TABLE = matching(TABLE_NAME, "a Hive table name like 'db.table'")
 
 
@@ -72,6 +73,7 @@ def _settings(value: Any) -> Mapping[str, str]:
 
 
 KAFKA_SETTINGS = json_value(_settings, dict, "Kafka client settings")
+CATALOG_PROPERTIES = json_value(_settings, dict, "Iceberg catalog properties")
 
 
 @options_class
@@ -102,6 +104,14 @@ class ArchiveOptions:
     trigger_interval: str = option("triggerInterval", TEXT, default=DEFAULT_TRIGGER_INTERVAL)
     checkpoint_dir: Path | None = option("checkpointDir", PATH, default=None)
     kafka_options: Mapping[str, str] | None = option("kafkaOptions", KAFKA_SETTINGS, default=None)
+    table_format: TableFormat = option("tableFormat", choice(get_args(TableFormat)), default="hive")
+    """``hive`` (Parquet partitions, the default) or ``iceberg`` (one snapshot per
+    micro-batch through pyiceberg, exactly once: :mod:`kappaplus.connectors.iceberg.sink`;
+    unpartitioned: a backfill slices it by its files' statistics)."""
+    iceberg_catalog: Mapping[str, str] | None = option(
+        "icebergCatalog", CATALOG_PROPERTIES, default=None
+    )
+    """pyiceberg catalog properties of an ``iceberg`` archive (default the embedded one)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -171,11 +181,19 @@ def archive_job(options: ArchiveOptions) -> tuple[Job, JobConfig]:
     }
     if options.hourly:
         hive["hour_partition"] = "hr"
+    output: dict[str, Any] = {"hive": hive}
+    if options.table_format == "iceberg":
+        if "." not in options.table:
+            raise ConfigError(
+                "table", options.table, "an Iceberg archive needs a namespace: 'ns.table'"
+            )
+        catalog = dict(options.iceberg_catalog) if options.iceberg_catalog else None
+        output = {"iceberg": {"table": options.table, "catalog": catalog}}
     raw: dict[str, Any] = {
         "name": options.job_name,
         "trigger_interval": options.trigger_interval,
         "inputs": {INPUT: {"kafka": kafka}},
-        "outputs": {OUTPUT: {"hive": hive}},
+        "outputs": {OUTPUT: output},
     }
     if options.checkpoint_dir is not None:
         raw["checkpoint_dir"] = str(options.checkpoint_dir)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from kappaplus.errors import KappaError
+from kappaplus.errors import ConfigError, KappaError
 from kappaplus.modes import Mode
 
 _console = Console()
@@ -27,6 +27,21 @@ def default_bootstrap() -> str:
     except KappaError:
         return "127.0.0.1:9092"
     return status.bootstrap if status.running and status.bootstrap else "127.0.0.1:9092"
+
+
+def _catalog_json(text: str | None) -> dict[str, str] | None:
+    """``--iceberg-catalog`` as a dict (ConfigError naming the option when not JSON)."""
+    if text is None:
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError("--iceberg-catalog", text, f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError("--iceberg-catalog", text, "expected a JSON object")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def archive_command(
@@ -70,9 +85,20 @@ def archive_command(
         None, "--metastore-uri", help="Hive metastore thrift URI (default: local/embedded)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
+    table_format: str = typer.Option(
+        "hive",
+        "--table-format",
+        help="hive (Parquet partitions) or iceberg (one snapshot per micro-batch, pyiceberg).",
+    ),
+    iceberg_catalog: str = typer.Option(
+        None,
+        "--iceberg-catalog",
+        help="Iceberg catalog properties as JSON (default: the embedded SQL catalog).",
+    ),
 ) -> None:
-    """Archive TOPIC into a Hive table, exactly once, keeping each record's Kafka topic,
-    partition, offset and timestamp; bad records go to the dead letter table with reasons.
+    """Archive TOPIC into a Hive table (or an Iceberg table: --table-format iceberg),
+    exactly once, keeping each record's Kafka topic, partition, offset and timestamp; bad
+    records go to the dead letter table with reasons.
 
     The archive is what `kappa run JOB --mode backfill` reads. Runs until stopped (Ctrl-C),
     idle (--until-idle) or, with --trigger available-now, until the topic is drained.
@@ -101,6 +127,8 @@ def archive_command(
             max_offsets_per_trigger=max_offsets,
             dead_letter_table=dead_letter_table,
             checkpoint_dir=checkpoint,
+            table_format=table_format,  # type: ignore[arg-type]
+            iceberg_catalog=_catalog_json(iceberg_catalog),
         )
         job, config = archive_job(options)
         run = RunOptions(
@@ -128,6 +156,15 @@ def archive_command(
         stop_session(spark)
     print_summary(result.record)
     kind = "arrival" if partition_by == "arrival" else "event"
+    if table_format == "iceberg":
+        _console.print(
+            f"backfills read it with: [inputs.<name>.iceberg] table = {table!r}, "
+            f"event_time_column = {event_time!r}"
+        )
+        code = exit_code(result.record)
+        if code:
+            raise typer.Exit(code)
+        return
     _console.print(
         f"backfills read it with: [inputs.<name>.hive] table = {table!r}, "
         f"partition_format = {archive_partition_format(options)!r}, partition_time = {kind!r}"
