@@ -39,6 +39,7 @@ _COMMANDS = [
     "kappaplus.local.stack_cli",
     "kappaplus.demo",
     "kappaplus.audit.cli",
+    "kappaplus.promote.cli",
 ]
 
 

@@ -193,7 +193,7 @@ def _iso(micros: int | None) -> str | None:
     return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
 
 
-def _stream_checkpoint(
+def stream_checkpoint(
     job: Job, config: JobConfig, output: str, checkpoint_root: Path | None
 ) -> Path:
     """The checkpoint of ``output``'s query in the job's production (stream) run: the
@@ -259,7 +259,7 @@ def target_of(
         )
     if watermark_micros is None and keys.window_end is not None:
         watermark_micros = checkpoint_watermark(
-            _stream_checkpoint(job, config, output, checkpoint_root)
+            stream_checkpoint(job, config, output, checkpoint_root)
         )
     spec = job.outputs[names.index(output)]
     late = config.outputs[output].late_target()

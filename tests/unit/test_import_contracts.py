@@ -30,6 +30,7 @@ ENTRY_POINTS = {
     "kappaplus.demo",
     "kappaplus.audit.cli",
     "kappaplus.lake.cli",
+    "kappaplus.promote.cli",
 }
 """Command-line entry points: they compose the local stack with production code."""
 

@@ -90,14 +90,19 @@ def _flight(i: int, origin: str, event: datetime, arrival: datetime, late: bool)
     }
 
 
-def produce(bootstrap: str, topic: str, rows: list[dict[str, Any]]) -> None:
-    """The flights in arrival order on partition 0, then flush records a day later (they
-    close every window of the day and are outside the reconciled range)."""
+FLUSH_AT = DAY_END + timedelta(hours=1)
+
+
+def produce(
+    bootstrap: str, topic: str, rows: list[dict[str, Any]], flush_at: datetime = FLUSH_AT
+) -> None:
+    """The flights in arrival order on partition 0, then ``2 * LIMIT`` flush records of
+    JFK from ``flush_at`` on, one a second (they close every window of the day, are outside
+    the reconciled range and stay in one open window themselves)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 0})
     ordered = sorted(rows, key=lambda r: (r["arrival_time"], r["flight_id"]))
-    flush_at = DAY_END + timedelta(hours=1)
     flush = [
         _flight(i, "JFK", flush_at + timedelta(seconds=i), flush_at, False)
         for i in range(2 * LIMIT)
@@ -162,3 +167,49 @@ maxEventTimePerTrigger = "2 hours"
     file = directory / f"late_flights_{uuid.uuid4().hex[:6]}.toml"
     file.write_text(text)
     return file
+
+
+def table_counts(spark: SparkSession, table: str) -> dict[tuple[int, str], int]:
+    """``(window start seconds, origin) -> count`` of an output table (one row per window)."""
+    spark.catalog.refreshTable(table)
+    rows = spark.table(table).select(F.unix_seconds("start").alias("s"), "origin", "count")
+    out: dict[tuple[int, str], int] = {}
+    for r in rows.collect():
+        assert (r.s, r.origin) not in out, f"window {(r.s, r.origin)} twice in {table}"
+        out[(r.s, r.origin)] = r["count"]
+    return out
+
+
+def truth(rows: list[dict[str, Any]]) -> dict[tuple[int, str], int]:
+    """Flights per (window start, origin), counted in plain Python."""
+    out: dict[tuple[int, str], int] = {}
+    for r in rows:
+        key = (int(r["event_time"].timestamp()) // WINDOW * WINDOW, r["origin"])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def stream_then_backfill(
+    spark: SparkSession, bootstrap: str, topic: str, directory: Path
+) -> tuple[Path, str, str, list[dict[str, Any]], Any, Any]:
+    """The flights produced and archived, the job run as a stream (late rows kept) and as
+    a backfill of the day; returns the config file, the output and late tables, the
+    flights and both runs' results."""
+    from kappaplus.config import load_config
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+
+    rows = flights()
+    tag = uuid.uuid4().hex[:8]
+    lake, out, late = f"flights_{tag}", f"flight_counts_{tag}", f"late_{tag}"
+    write_lake(spark, lake, rows)
+    produce(bootstrap, topic, rows)
+    file = config_toml(directory, topic=topic, bootstrap=bootstrap, lake=lake, out=out, late=late)
+    config = load_config(file)
+    stream = run_job(spark, JOB, config, RunOptions("stream", trigger="available-now"))
+    assert stream.status == "finished"
+    backfill = run_job(
+        spark, JOB, config, RunOptions("backfill", START.isoformat(), DAY_END.isoformat())
+    )
+    assert backfill.status == "finished"
+    return file, out, late, rows, stream, backfill
