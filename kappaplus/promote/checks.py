@@ -77,20 +77,25 @@ def check_ready(spark: SparkSession, job: Any, config: Any, plan: PromotePlan) -
 
     start, end = when("start"), when("end")
     readiness = Readiness()
-    target = target_of(job, config, plan.output, start=start, end=end)
-    result = reconcile(spark, target)
-    readiness.reconciliation = result
     shown = f"[{plan.range.get('start') or '-'}, {plan.range.get('end') or '-'})"
-    if not result.explained:
+    if config.outputs[plan.output].reconcile is None:
         readiness.problems.append(
-            f"kappa reconcile over {shown} does not explain the differences: {result.verdict}"
+            f"kappa reconcile cannot check {plan.backfill} against {plan.production}: declare "
+            f"[outputs.{plan.output}.reconcile] key = [...] (and window_end, measure)"
         )
-    if result.open_in_production:
-        readiness.problems.append(
-            f"{result.open_in_production} windows of {plan.backfill} are still open in the "
-            "production stream (after its watermark): it would emit them again into the "
-            "promoted table"
-        )
+    else:
+        result = reconcile(spark, target_of(job, config, plan.output, start=start, end=end))
+        readiness.reconciliation = result
+        if not result.explained:
+            readiness.problems.append(
+                f"kappa reconcile over {shown} does not explain the differences: {result.verdict}"
+            )
+        if result.open_in_production:
+            readiness.problems.append(
+                f"{result.open_in_production} windows of {plan.backfill} are still open in "
+                "the production stream (after its watermark): it would emit them again into "
+                "the promoted table"
+            )
     column = plan.event_time_column
     if column is not None and (start is not None or end is not None):
         outside = F.lit(False)

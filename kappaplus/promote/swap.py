@@ -43,10 +43,21 @@ ID_PROPERTY = "kappa.promote.id"
 PROMOTING, DONE, UNDOING, UNDONE = "promoting", "done", "undoing", "undone"
 
 
+KILL_AFTER_ENV = "KAPPA_PROMOTE_KILL_AFTER"
+"""Fault injection for the chaos suite: the name of a step after which the process kills
+itself with SIGKILL (as ``kill -9`` would), journal and catalog as that step left them."""
+STEPS = ("marked", "production_moved", "backfill_moved")
+UNDO_STEPS = ("undo_backfill_moved", "undo_production_moved")
+
+
 def after_step(step: str) -> None:
-    """Called after each step (``marked``, ``production_moved``, ``backfill_moved``,
-    ``undo_backfill_moved``, ``undo_production_moved``): tests make it fail to stand for a
-    crash there."""
+    """Called after each step (:data:`STEPS`, :data:`UNDO_STEPS`): ``$KAPPA_PROMOTE_KILL_AFTER``
+    kills the process there (the chaos suite); in-process tests replace it to raise."""
+    if os.environ.get(KILL_AFTER_ENV) == step:
+        import signal
+
+        log.warning("%s=%s: killing this process (SIGKILL)", KILL_AFTER_ENV, step)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def journal_path(production: str) -> Path:
