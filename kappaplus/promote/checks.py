@@ -112,3 +112,17 @@ def check_ready(spark: SparkSession, job: Any, config: Any, plan: PromotePlan) -
                 "backfill the whole range"
             )
     return readiness
+
+
+def writers_since_promotion(spark: SparkSession, record: dict[str, Any]) -> list[str]:
+    """The runs other than the promoted backfill that committed batches to the table under
+    the production name (the production stream, started again, appends there): undoing
+    would move their rows out of readers' sight, under ``<table>_backfill``."""
+    from kappaplus.connectors.hive.commits import committed_runs
+
+    found = []
+    for run in committed_runs(spark, record["production_table"]):
+        prov = run.provenance or {}
+        if prov.get("key") != record.get("backfill_identity"):
+            found.append(f"{prov.get('mode') or 'a run'} {run.query} ({run.batches} batches)")
+    return found

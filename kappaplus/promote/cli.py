@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
             "--force",
             help="Promote although reconcile does not explain every difference, backfill "
             "windows are still open in production, or production has rows outside the "
-            "backfill's range.",
+            "backfill's range; undo although another run wrote to the promoted table since.",
         ),
         undo: bool = typer.Option(
             False,
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         $KAPPA_HOME/promotions/<table>.json and as table properties
         (kappa.promote.*). Run again after a crash to finish; --undo takes it back. Exit
         status 2 when refused."""
-        from kappaplus.promote.checks import check_ready, check_tables
+        from kappaplus.promote.checks import check_ready, check_tables, writers_since_promotion
         from kappaplus.promote.plan import PromoteError, check_backfill_finished, promote_plan
         from kappaplus.promote.swap import (
             DONE,
@@ -131,6 +131,13 @@ def register(app: typer.Typer) -> None:
         try:
             if undo:
                 assert journal is not None
+                writers = writers_since_promotion(spark, journal) if not force else []
+                if journal.get("status") == DONE and writers:
+                    raise PromoteError(
+                        f"{plan.production} has batches of {', '.join(writers)} written since "
+                        f"promotion {journal['id']}: undoing would move them out of readers' "
+                        f"sight (to {plan.backfill}); stop that run first, or pass --force"
+                    )
                 record = run_undo(spark, journal)
             elif resuming:
                 assert journal is not None

@@ -189,3 +189,10 @@ def test_promote_undo_and_recovery_from_a_crash_at_every_step(  # type: ignore[n
     assert again.status == "finished"
     flushed = (int(FLUSH_AT.timestamp()), "JFK")
     assert table_counts(spark, out) == {**promoted, flushed: 2 * LIMIT}
+
+    # -- undo would hide what the stream wrote since: refused, named; --force undoes
+    text = _one_or_two_lines(_kappa(spark, monkeypatch, *promote, "--undo"))
+    assert "stream" in text and "--force" in text and f"{out}_backfill" in text
+    result = _kappa(spark, monkeypatch, *promote, "--undo", "--force")
+    assert result.exit_code == 0, result.output
+    assert table_counts(spark, out) == production
