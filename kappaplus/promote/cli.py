@@ -121,7 +121,8 @@ def register(app: typer.Typer) -> None:
                 )
             resuming = not undo and journal is not None and journal.get("status") == PROMOTING
             if not undo and not resuming:
-                plan = check_backfill_finished(plan)
+                given = f" -c {config}" if config is not None else ""
+                plan = check_backfill_finished(plan, f"kappa run {job}{given}")
                 _stream_free(loaded, cfg, plan.output, checkpoint)
         except KappaError as exc:
             raise _fail(exc) from exc

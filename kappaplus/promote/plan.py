@@ -111,9 +111,9 @@ def _sources_ended(sources: tuple[Any, ...]) -> bool:
     )
 
 
-def check_backfill_finished(plan: PromotePlan) -> PromotePlan:
+def check_backfill_finished(plan: PromotePlan, command: str = "kappa run <job>") -> PromotePlan:
     """``plan`` with the backfill's range and run id, or :class:`PromoteError` naming the
-    checkpoint and the command that finishes it."""
+    checkpoint and the command that finishes it (``command``: how the user runs the job)."""
     from dataclasses import replace
 
     from kappaplus.runtime.checkpoints import LOCK_FILE
@@ -122,7 +122,7 @@ def check_backfill_finished(plan: PromotePlan) -> PromotePlan:
     from kappaplus.runtime.records import list_runs, read_checkpoint
 
     directory = plan.backfill_checkpoint
-    how = f"kappa run <job> --mode backfill --start <start> --end <end> (into {plan.backfill})"
+    how = f"{command} --mode backfill --start <start> --end <end> (into {plan.backfill})"
     marker = directory / IDENTITY_FILE
     if not marker.is_file():
         raise PromoteError(
@@ -153,9 +153,10 @@ def check_backfill_finished(plan: PromotePlan) -> PromotePlan:
     if state.pending or not _sources_ended(state.sources):
         done = state.done()
         where = "" if done is None else f", {done:.0%} of the range done"
+        again = f"{command} --mode backfill --start {span.get('start')} --end {span.get('end')}"
         raise PromoteError(
             f"the backfill of {plan.backfill} over {shown} did not finish (run "
             f"{run_id or '?'}: batch {state.last_commit_batch} committed{where}): run the same "
-            "backfill command again to complete it, then promote"
+            f"backfill again to complete it ({again}), then promote"
         )
     return replace(plan, range=span, run_id=run_id)
