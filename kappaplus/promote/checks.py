@@ -104,12 +104,22 @@ def check_ready(spark: SparkSession, job: Any, config: Any, plan: PromotePlan) -
         if end is not None:
             outside = outside | (F.col(column) >= F.lit(end))
         spark.catalog.refreshTable(plan.production)
-        rows = spark.table(plan.production).where(outside).count()
-        if rows:
+        span = (
+            spark.table(plan.production)
+            .where(outside)
+            .agg(
+                F.count(F.lit(1)),
+                F.date_format(F.min(column), "yyyy-MM-dd HH:mm:ss"),
+                F.date_format(F.max(column), "yyyy-MM-dd HH:mm:ss"),
+            )
+            .first()
+        )
+        if span is not None and int(span[0]):
             readiness.problems.append(
-                f"{plan.production} holds {rows} rows outside the backfill's range {shown}: "
-                f"readers would no longer see them (they would stay in {plan.previous}); "
-                "backfill the whole range"
+                f"{plan.production} holds {span[0]} rows outside the backfill's range {shown} "
+                f"({column} from {span[1]} to {span[2]}): readers would no longer see them "
+                f"(they would stay in {plan.previous}); backfill the whole range production "
+                "covers (up to its watermark)"
             )
     return readiness
 

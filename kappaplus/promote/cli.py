@@ -153,13 +153,8 @@ def register(app: typer.Typer) -> None:
                 readiness = check_ready(spark, loaded, cfg, plan)
                 if readiness.problems and not force:
                     raise PromoteError(
-                        f"not promoting {plan.backfill}: {readiness.problems[0]}"
-                        + (
-                            f" (and {len(readiness.problems) - 1} more)"
-                            if len(readiness.problems) > 1
-                            else ""
-                        )
-                        + "; pass --force to promote anyway"
+                        f"not promoting {plan.backfill}: {'; '.join(readiness.problems)}; "
+                        "pass --force to promote anyway"
                     )
                 record = new_record(plan, journal, force)
                 record["checks"] = readiness.summary()

@@ -196,3 +196,12 @@ def test_promote_undo_and_recovery_from_a_crash_at_every_step(  # type: ignore[n
     result = _kappa(spark, monkeypatch, *promote, "--undo", "--force")
     assert result.exit_code == 0, result.output
     assert table_counts(spark, out) == production
+
+    # -- production rows outside the backfill's range would leave readers' sight: refused,
+    # with their span (here the window the stream emitted into the promoted table, now in
+    # the backfill table, put into production by hand)
+    outside = spark.table(f"{out}_backfill").where(F.col("start") >= F.lit(FLUSH_AT))
+    assert outside.count() == 1
+    outside.write.insertInto(out)
+    text = _one_or_two_lines(_kappa(spark, monkeypatch, *promote))
+    assert "1 rows outside the backfill's range" in text and "2024-06-02 01:00:00" in text
