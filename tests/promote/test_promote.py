@@ -35,6 +35,11 @@ class Crash(Exception):
     """Stands for kill -9 right after a promotion step (nothing runs after it)."""
 
 
+def _raise(error: Exception, step: str, at: str = "production_moved") -> None:
+    if step == at:
+        raise error
+
+
 def _kappa(spark: Any, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     """A ``kappa`` command in this process, on the test session (the command's own session
     would be this one; stopping it would end the other tests' Spark)."""
@@ -166,6 +171,15 @@ def test_promote_undo_and_recovery_from_a_crash_at_every_step(  # type: ignore[n
 
     history = json.loads(_kappa(spark, monkeypatch, *promote, "--status").output)["history"]
     assert [h["status"] for h in history] == ["undone"] * 3
+
+    # -- a promotion that crashed between its renames is taken back by --undo as well
+    monkeypatch.setattr(swap, "after_step", lambda name: _raise(Crash(name), name))
+    result = _kappa(spark, monkeypatch, *promote)
+    assert isinstance(result.exception, Crash) and tables()[0] is None
+    monkeypatch.setattr(swap, "after_step", lambda name: None)
+    result = _kappa(spark, monkeypatch, *promote, "--undo")
+    assert result.exit_code == 0, result.output
+    assert tables() == (production, backfilled, None)
 
     # -- a difference the late rows do not explain: refused, named; --force promotes
     extra = (
