@@ -28,7 +28,7 @@ bench: setup
 	.venv/bin/python bench/bench_iceberg.py
 
 chaos: setup
-	.venv/bin/python tests/chaos/chaos.py --scenarios 11
+	.venv/bin/python tests/chaos/chaos.py --scenarios 12
 
 down: setup
 	.venv/bin/kappa down

@@ -40,6 +40,7 @@ _COMMANDS = [
     "kappaplus.local.stack_cli",
     "kappaplus.demo",
     "kappaplus.audit.cli",
+    "kappaplus.promote.cli",
 ]
 
 

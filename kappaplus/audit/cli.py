@@ -109,8 +109,9 @@ def register(app: typer.Typer) -> None:
         """Compare JOB's production output with its backfill output window by window (key
         columns from the output's `reconcile` table in the job config): identical,
         different, only in one, still open in production, and whether the late rows
-        production dropped explain the differences. Exit status 1 when they do not, 2 on
-        bad options."""
+        production kept ([outputs.<o>.late], counted where they were kept) explain the
+        differences, rows against rows (Spark's dropped-group count is shown, never
+        compared). Exit status 1 when they do not, 2 on bad options."""
         from kappaplus.audit.reconcile import chart_html, reconcile, target_of, terminal_tables
         from kappaplus.config import load_config
         from kappaplus.jobs import load_job

@@ -13,15 +13,21 @@ event-time column) are matched by key:
 
 The late rows explain the differences: the backfill reads the lake in event-time order
 and drops nothing, so ``sum(measure)`` over the closed backfill windows minus over the
-production windows (the rows the backfill *recovered*) must equal the rows the
-production stream dropped as late, as its audit counts recorded them. Each differing
-key is listed with its measure in both outputs.
+production windows (the rows the backfill *recovered*) must equal the input rows the
+production stream dropped as late. Rows are compared with rows only:
 
-When the stream keeps its late rows (``[outputs.<name>.late]``), the rows kept in the range
-(by the input's event time) are shown beside: counted in the Hive table, or read back from
-the Kafka topic (everything from its earliest offset, one per record key, so a replayed
-batch's second copy is not counted twice; records the topic's retention already deleted
-are not counted).
+- when the stream keeps its late rows (``[outputs.<name>.late]``), the rows kept in the
+  range (by the input's event time) are counted where they were kept -- in the Hive table,
+  or read back from the Kafka topic (everything from its earliest offset, one per record
+  key, so a replayed batch's second copy is not counted twice; records the topic's
+  retention already deleted are not counted) -- and the recovered rows must equal them;
+  the audit's ``late_kept`` rows (per 10-minute bucket, in the range) are shown beside;
+- Spark's own figure (``numRowsDroppedByWatermark``, the audit's ``late`` stage) counts
+  groups after partial aggregation, not rows (several late rows of one key and window in
+  one micro-batch count once): it is shown, labelled so, and never explains a difference.
+  A stream that does not keep its late rows can only be reconciled when nothing differs.
+
+Each differing key is listed with its measure in both outputs.
 """
 
 from __future__ import annotations
@@ -86,19 +92,64 @@ class Reconciliation:
     backfill_measure: int = 0
     recovered: int = 0
     late_rows: int | None = None
+    """Late input rows production reported keeping, by its audit (``late_kept``, in the
+    range); None when it kept none (no ``[outputs.<o>.late]``)."""
+    late_groups: int | None = None
+    """Spark's count of dropped *groups* (the audit's ``late`` stage): never rows."""
     late_rows_kept: int | None = None
     """Rows in the late-rows table or topic (in the range, when one is given)."""
     differences: list[dict[str, Any]] = field(default_factory=list)
     per_hour: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
+    def late_rows_known(self) -> int | None:
+        """The late rows production kept, in rows: counted where they were kept, else as
+        its audit recorded them; None when it kept none."""
+        return self.late_rows_kept if self.late_rows_kept is not None else self.late_rows
+
+    @property
     def explained(self) -> bool:
-        """Every difference accounted for by the late rows (needs a measure and counts)."""
+        """Every difference accounted for by the late rows production kept, rows against
+        rows (needs a measure); nothing differs when they were not kept."""
         if self.only_production:
             return False
-        if self.target.measure is None or self.late_rows is None:
-            return self.different == 0 and self.only_backfill == 0
-        return self.recovered == self.late_rows
+        if self.different == 0 and self.only_backfill == 0:
+            return True
+        if self.target.measure is None or self.late_rows_known is None:
+            return False
+        return self.recovered == self.late_rows_known
+
+    @property
+    def verdict(self) -> str:
+        """One line: why the differences are (or are not) explained, and the way out."""
+        t = self.target
+        if self.only_production:
+            return (
+                f"{self.only_production} windows are in {t.production} only: a backfill drops "
+                f"nothing, so these are not late rows (check the range and {t.backfill})"
+            )
+        if self.different == 0 and self.only_backfill == 0:
+            return "nothing differs"
+        if t.measure is None:
+            return (
+                f"declare outputs.{t.output}.reconcile.measure (a count column) so the "
+                "differences can be compared with the late rows"
+            )
+        kept = self.late_rows_known
+        if kept is None:
+            groups = "" if self.late_groups is None else f" (Spark dropped {self.late_groups} "
+            groups += "" if self.late_groups is None else "groups, a count of groups, not rows)"
+            return (
+                f"production kept no late rows{groups}: keep them ([outputs.{t.output}.late]) "
+                "to explain differences row for row"
+            )
+        where = t.late_table or t.late_topic or "its audit"
+        if self.recovered == kept:
+            return f"the backfill recovered {self.recovered} rows: the late rows kept in {where}"
+        return (
+            f"the backfill recovered {self.recovered} rows but production kept {kept} late rows "
+            f"in {where}: {abs(self.recovered - kept)} rows are not late rows"
+        )
 
     def as_json(self) -> dict[str, Any]:
         t = self.target
@@ -125,10 +176,12 @@ class Reconciliation:
             "backfill_measure": self.backfill_measure,
             "recovered": self.recovered,
             "late_rows_reported": self.late_rows,
+            "late_groups_dropped_spark": self.late_groups,
             "late_table": t.late_table,
             "late_topic": t.late_topic,
             "late_rows_kept": self.late_rows_kept,
             "explained": self.explained,
+            "verdict": self.verdict,
             "differences": self.differences,
             "per_hour": self.per_hour,
         }
@@ -140,7 +193,7 @@ def _iso(micros: int | None) -> str | None:
     return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
 
 
-def _stream_checkpoint(
+def stream_checkpoint(
     job: Job, config: JobConfig, output: str, checkpoint_root: Path | None
 ) -> Path:
     """The checkpoint of ``output``'s query in the job's production (stream) run: the
@@ -206,7 +259,7 @@ def target_of(
         )
     if watermark_micros is None and keys.window_end is not None:
         watermark_micros = checkpoint_watermark(
-            _stream_checkpoint(job, config, output, checkpoint_root)
+            stream_checkpoint(job, config, output, checkpoint_root)
         )
     spec = job.outputs[names.index(output)]
     late = config.outputs[output].late_target()
@@ -263,23 +316,56 @@ def _rows(
     return out
 
 
-def late_rows_reported(spark: SparkSession, job: str, output: str) -> int | None:
-    """Rows the production stream of ``job`` dropped as late in ``output``'s query, from
-    the audit table (the latest query); None when the audit has no stream counts."""
+@dataclass(frozen=True)
+class LateFigures:
+    """What production's audit says it dropped as late in one output's query."""
+
+    kept_rows: int | None
+    """Input rows kept (stage ``late_kept``, buckets in the range); None: none kept."""
+    spark_groups: int | None
+    """Spark's ``numRowsDroppedByWatermark`` (stage ``late``): groups, not rows."""
+
+
+def late_rows_reported(
+    spark: SparkSession,
+    job: str,
+    output: str,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> LateFigures:
+    """The late figures of the production stream of ``job`` in ``output``'s query, from the
+    audit table (its latest query). The kept rows are counted per 10-minute bucket of the
+    input's event time, buckets starting in ``[start, end)``; Spark's count has no bucket
+    (its whole query)."""
     from pyspark.sql import functions as F
 
     from kappaplus.audit.table import read_counts
 
+    in_range = F.lit(True)
+    if start is not None:
+        in_range = in_range & (F.col("bucket") >= F.lit(start))
+    if end is not None:
+        in_range = in_range & (F.col("bucket") < F.lit(end))
     rows = (
         read_counts(spark, jobs=[job])
-        .where((F.col("mode") == "stream") & (F.col("name") == output))
-        .select("query", "stage", "rows", "recorded_at")
+        .where(
+            (F.col("mode") == "stream")
+            & (F.col("name") == output)
+            & F.col("stage").isin("late", "late_kept", "output")
+        )
+        .select("query", "stage", "rows", "recorded_at", F.coalesce(in_range, F.lit(False)))
+        .toDF("query", "stage", "rows", "recorded_at", "in_range")
         .collect()
     )
     if not rows:
-        return None
-    latest = max(rows, key=lambda r: r.recorded_at).query
-    return sum(int(r.rows) for r in rows if r.query == latest and r.stage == "late")
+        return LateFigures(None, None)
+    latest = max(rows, key=lambda r: r.recorded_at).query.removesuffix("-late")
+    groups = [int(r.rows) for r in rows if r.query == latest and r.stage == "late"]
+    kept = [r for r in rows if r.query == f"{latest}-late" and r.stage == "late_kept"]
+    return LateFigures(
+        kept_rows=sum(int(r.rows) for r in kept if r.in_range) if kept else None,
+        spark_groups=sum(groups) if groups else None,
+    )
 
 
 def reconcile(
@@ -346,16 +432,21 @@ def reconcile(
         result.recovered = (
             sum(int(r[measure] or 0) for r in done.values()) - result.production_measure
         )
-    result.late_rows = (
-        late_rows if late_rows is not None else late_rows_reported(spark, target.job, target.output)
-    )
+    figures = late_rows_reported(spark, target.job, target.output, target.start, target.end)
+    result.late_rows = late_rows if late_rows is not None else figures.kept_rows
+    result.late_groups = figures.spark_groups
     result.late_rows_kept = late_rows_kept_in(spark, target)
+    if result.late_rows_kept is not None:
+        for at, n in late_rows_kept_per_hour(spark, target).items():
+            counts = result.per_hour.setdefault(at, {})
+            counts["late_kept"] = counts.get("late_kept", 0) + n
     result.differences.sort(key=lambda d: [str(v) for v in d["key"]])
     return result
 
 
-def late_rows_kept_in(spark: SparkSession, target: ReconcileTarget) -> int | None:
-    """Rows of the late-rows table or topic whose event time is in the range (None: none)."""
+def _late_rows_frame(spark: SparkSession, target: ReconcileTarget) -> tuple[Any, str | None]:
+    """The late rows production kept, in the range: ``(frame, event-time column)``, or
+    ``(None, None)`` when it kept none."""
     from pyspark.sql import functions as F
 
     column = target.late_event_time_column
@@ -367,21 +458,40 @@ def late_rows_kept_in(spark: SparkSession, target: ReconcileTarget) -> int | Non
         records = read_kafka(spark, bootstrap=target.late_bootstrap, **options)
         late = records.dropDuplicates(["key"])
         if column is None:
-            return late.count()
+            return late, None
         json_value = F.col("value").cast("string")
         late = late.select(F.get_json_object(json_value, f"$.{column}").cast("timestamp"))
         late, column = late.toDF("at"), "at"
     elif target.late_table is None or not spark.catalog.tableExists(target.late_table):
-        return None
+        return None, None
     else:
         spark.catalog.refreshTable(target.late_table)
         late = spark.table(target.late_table)
-    if column is not None and column in late.columns:
-        if target.start is not None:
-            late = late.where(F.col(column) >= F.lit(target.start))
-        if target.end is not None:
-            late = late.where(F.col(column) < F.lit(target.end))
-    return late.count()
+    if column is None or column not in late.columns:
+        return late, None
+    if target.start is not None:
+        late = late.where(F.col(column) >= F.lit(target.start))
+    if target.end is not None:
+        late = late.where(F.col(column) < F.lit(target.end))
+    return late, column
+
+
+def late_rows_kept_in(spark: SparkSession, target: ReconcileTarget) -> int | None:
+    """Rows of the late-rows table or topic whose event time is in the range (None: none)."""
+    late, _ = _late_rows_frame(spark, target)
+    return None if late is None else int(late.count())
+
+
+def late_rows_kept_per_hour(spark: SparkSession, target: ReconcileTarget) -> dict[str, int]:
+    """The late rows kept in the range per hour of their event time (``YYYY-MM-DDTHH:00``,
+    UTC), as the reconciliation's chart shows them beside the windows."""
+    from pyspark.sql import functions as F
+
+    late, column = _late_rows_frame(spark, target)
+    if late is None or column is None:
+        return {}
+    hours = late.groupBy(F.date_format(F.col(column), "yyyy-MM-dd'T'HH:00").alias("h")).count()
+    return {str(r.h): int(r["count"]) for r in hours.collect() if r.h is not None}
 
 
 def _plain(value: Any) -> Any:
@@ -431,14 +541,19 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
     )
     if t.measure:
         recap.add_row(f"late rows the backfill recovered ({t.measure})", str(result.recovered))
-    recap.add_row(
-        "late rows production reported dropping (audit)",
-        "-" if result.late_rows is None else str(result.late_rows),
-    )
     if result.late_rows_kept is not None:
         where = t.late_table or f"topic {t.late_topic}, one per key"
         recap.add_row(f"late rows kept ({where})", str(result.late_rows_kept))
+    recap.add_row(
+        "late rows production reported keeping (audit, rows)",
+        "-" if result.late_rows is None else str(result.late_rows),
+    )
+    recap.add_row(
+        "late groups Spark reported dropping (groups, not rows)",
+        "-" if result.late_groups is None else str(result.late_groups),
+    )
     recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
+    recap.add_row("why", result.verdict)
     return [diff, side, recap]
 
 
@@ -455,7 +570,7 @@ def chart_html(result: Reconciliation) -> str:
     from kappaplus.audit.report import html_page, svg_lines
 
     hours = sorted(h for h in result.per_hour if h != "-")
-    kinds = ["identical", "different", "only_backfill", "only_production", "open"]
+    kinds = ["identical", "different", "only_backfill", "only_production", "open", "late_kept"]
     series = [(k, [result.per_hour[h].get(k, 0) for h in hours]) for k in kinds]
     flagged = {
         i

@@ -36,9 +36,14 @@ ARCHIVE_PREFIX = "archive-"
 Series = tuple[str, str, str, str, str]  # job, mode, stage, name, io
 
 
+#: What a stage counts when it is not input rows: Spark's late figure counts groups.
+UNITS = {"late": " (Spark: groups, not rows)"}
+
+
 def series_label(key: Series) -> str:
     job, mode, stage, name, io = key
-    return f"{job}/{mode} {stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
+    label = f"{job}/{mode} {stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
+    return label + UNITS.get(stage, "")
 
 
 @dataclass(frozen=True)
@@ -302,6 +307,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
     for key in report.series:
         job, mode, stage, name, io = key
         what = f"{stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
+        what += UNITS.get(stage, "")
         totals.add_row(job, mode, what, str(report.total(key)))
     totals.caption = (
         f"[red]{len(flagged)} of {len(report.buckets)} buckets unexplained[/]"

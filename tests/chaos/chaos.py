@@ -21,6 +21,12 @@ drops depend only on its batches, which a restarted query replays from its offse
 (the lake up to a cutoff half-way through the events, then the topic), compared with an
 uninterrupted bootstrap.
 
+``promote-sigkill`` runs a stream and a backfill of one config, then ``kappa promote --force``
+killed with SIGKILL right after one of its catalog steps (``$KAPPA_PROMOTE_KILL_AFTER``:
+the backfill table marked, production renamed to ``_previous``, the backfill renamed to
+production), then ``kappa promote`` again: the production name must then hold exactly the
+uninterrupted backfill's rows and ``<table>_previous`` exactly the uninterrupted stream's.
+
 Server restarts: ``metastore-restart`` runs the backfill on a metastore server (started for
 the whole suite when such a scenario is planned, so every run then uses it) and stops and
 starts it again on the same port and database at the chosen moment: the run must go on (its
@@ -72,7 +78,11 @@ SCENARIOS = (
     "metastore-restart",
     "metastore-outage",
     "stream-broker-restart",
+    "promote-sigkill",
 )
+PROMOTE_STEPS = ("marked", "production_moved", "backfill_moved")
+"""The steps of ``kappa promote`` a ``promote-sigkill`` scenario kills it after
+(:data:`kappaplus.promote.swap.STEPS`)."""
 RESTARTS = {
     "metastore-restart": "metastore",
     "metastore-outage": "metastore",
@@ -92,7 +102,7 @@ STREAM_BATCH = 60  # Kafka records per stream micro-batch
 
 def mode_of(scenario: str) -> str:
     """The ``kappa run --mode`` a scenario interrupts."""
-    for mode in ("stream", "bootstrap"):
+    for mode in ("stream", "bootstrap", "promote"):
         if scenario.startswith(f"{mode}-"):
             return mode
     return "backfill"
@@ -367,6 +377,8 @@ def scenario(
     moment = "before 1st commit" if commits == 0 else f"after {commits} commit(s)"
     if name in RESTARTS:
         return restart_scenario(home, name, out, commits, end, config, moment, stack)
+    if name == "promote-sigkill":
+        return promote_scenario(home, name, out, PROMOTE_STEPS[commits % 3], end, config)
     sig = {
         "sigterm-group": signal.SIGTERM,
         "sigint-group": signal.SIGINT,
@@ -405,6 +417,50 @@ def scenario(
         return outcome, out
     if second != 0:
         outcome.problems.append(f"the rerun exited {second}: {err2[-300:]}")
+    return outcome, out
+
+
+def kappa_promote(home: Path, config: Path, kill_after: str | None = None) -> tuple[int, str]:
+    """``kappa promote sessionization --force`` (no reconcile keys in this config); with
+    ``kill_after`` it kills itself with SIGKILL right after that step."""
+    env = _env(home)
+    if kill_after is not None:
+        env["KAPPA_PROMOTE_KILL_AFTER"] = kill_after
+    done = subprocess.run(
+        [*KAPPA, "promote", "sessionization", "-c", str(config), "--force"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if kill_after is not None:
+        _wait_for_jvm_exit(home)
+    return done.returncode, f"{done.stdout}\n{done.stderr}"
+
+
+def promote_scenario(
+    home: Path, name: str, out: str, step: str, end: str, config: Path
+) -> tuple[Outcome, str | None]:
+    """A stream and a backfill of one config, ``kappa promote`` killed after ``step``, and
+    the command again: rows checked in :func:`main` (``out``: the backfill's rows;
+    ``out_previous``: the stream's)."""
+    outcome = Outcome(name, f"killed after {step}", None, None)
+    for mode in ("stream", "backfill"):
+        code, err = kappa_run(home, config, end=end, mode=mode)
+        if code != 0:
+            outcome.problems.append(f"the {mode} run exited {code}: {err[-300:]}")
+            return outcome, None
+    outcome.first_exit, err1 = kappa_promote(home, config, kill_after=step)
+    if outcome.first_exit != -signal.SIGKILL:
+        outcome.problems.append(
+            f"promote was not killed (exit {outcome.first_exit}): {err1[-300:]}"
+        )
+    outcome.second_exit, err2 = kappa_promote(home, config)
+    if outcome.second_exit != 0 or "resuming promotion" not in err2:
+        outcome.problems.append(f"the rerun exited {outcome.second_exit}: {err2[-300:]}")
+    if "Traceback" in err2:
+        outcome.problems.append("a traceback on the rerun: " + err2[-300:])
     return outcome, out
 
 
@@ -618,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
                 (name, f"chaos_out_{index}", rng.choice([0, 1, 2, 3][: max(1, args.hours - 1)]))
             )
         modes = {mode_of(name) for name, _, _ in planned}
+        if "promote" in modes:  # compared with an uninterrupted backfill and stream
+            modes |= {"backfill", "stream"}
         streams = bool(modes & {"stream", "bootstrap"})
         backfills = "backfill" in modes
         cutoff = cutoff_of(args.hours)
@@ -655,13 +713,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)
 
         def output_table(out: str, mode: str) -> str:
-            # a backfill writes <table>_backfill; stream and bootstrap the table itself
+            # a backfill writes <table>_backfill; stream and bootstrap the table itself; a
+            # promotion puts the backfill's rows under the table's name
             return f"{out}_backfill" if mode == "backfill" else out
 
         wanted = {output_table(b, m): b for m, b in baselines.items()}
         for outcome, out in outcomes:
             if out is not None:
                 wanted[output_table(out, mode_of(outcome.name))] = out
+                if mode_of(outcome.name) == "promote":
+                    wanted[f"{out}_previous"] = f"{out}_previous"
+                    wanted[f"{out}_backfill"] = f"{out}_backfill"
         rows = {wanted[t]: r for t, r in read_outputs(home, list(wanted)).items()}
         for mode, base in baselines.items():
             if not rows[base]:
@@ -671,7 +733,15 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         totals = {"rows": 0, "lost": 0, "duplicated": 0, "refused": 0}
         for outcome, out in outcomes:
-            baseline = rows[baselines[mode_of(outcome.name)]]
+            mode = mode_of(outcome.name)
+            baseline = rows[baselines["backfill" if mode == "promote" else mode]]
+            if mode == "promote" and out is not None:
+                # the old production table is kept whole; no backfill table is left behind
+                previous = rows[f"{out}_previous"]
+                kept = check(Outcome("", "", None, None), previous, rows[baselines["stream"]])
+                outcome.problems += [f"{out}_previous: {p}" for p in kept.problems]
+                if rows[f"{out}_backfill"]:
+                    outcome.problems.append(f"{out}_backfill still holds rows after the promotion")
             if outcome.refused is None and out is not None:
                 check(outcome, rows[out], baseline)
             elif out is not None and outcome.refused is not None:

@@ -31,6 +31,7 @@ ENTRY_POINTS = {
     "kappaplus.audit.cli",
     "kappaplus.lake.cli",
     "kappaplus.dead_letters.cli",
+    "kappaplus.promote.cli",
 }
 """Command-line entry points: they compose the local stack with production code."""
 
