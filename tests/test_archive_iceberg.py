@@ -23,13 +23,15 @@ from kappaplus.examples.generate import RIDER_EVENT_DDL, arrival_order, produce,
 START = "2024-03-01T00:00:00"
 
 
-def _archiver(topic: str, bootstrap: str, props: dict[str, str], home: Path, trigger: str):  # type: ignore[no-untyped-def]
+def _archiver(  # type: ignore[no-untyped-def]
+    topic: str, bootstrap: str, props: dict[str, str], home: Path, trigger: str, per_batch: int
+):
     command = [sys.executable, "-m", "kappaplus", "archive", topic]
     command += ["--table", "lake.archived", "--table-format", "iceberg"]
     command += ["--iceberg-catalog", json.dumps(props), "--event-time", "event_time"]
     command += ["--schema", RIDER_EVENT_DDL, "--bootstrap", bootstrap, "--no-progress"]
-    command += ["--checkpoint", str(home / "checkpoints"), "--max-offsets-per-trigger", "150"]
-    command += ["--trigger", trigger]
+    command += ["--checkpoint", str(home / "checkpoints"), "--trigger", trigger]
+    command += ["--max-offsets-per-trigger", str(per_batch)]
     env = {**os.environ, "KAPPA_HOME": str(home)}
     return subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -52,7 +54,7 @@ def _archived_offsets(props: dict[str, str]) -> list[int]:
 def test_archive_into_iceberg_keeps_every_record_once(
     kafka_bootstrap: str, new_topic, tmp_path: Path, kills: int
 ) -> None:  # type: ignore[no-untyped-def]
-    events = arrival_order(rider_events(riders=20, start=START, hours=6, seed=9))
+    events = arrival_order(rider_events(riders=60, start=START, hours=12, seed=9))
     topic = new_topic(prefix="arch-ice")
     produce(kafka_bootstrap, topic, events)
     props = catalog_props(tmp_path / "catalog")
@@ -60,12 +62,17 @@ def test_archive_into_iceberg_keeps_every_record_once(
     rng = random.Random(kills)
     seen_progress = []
     for _ in range(kills):
-        archiver = _archiver(topic, kafka_bootstrap, props, home, "2 seconds")
-        time.sleep(rng.uniform(6, 30))
+        archiver = _archiver(topic, kafka_bootstrap, props, home, "1 second", 40)
+        # kill while it works: once it committed a batch of its own (Spark's start-up takes
+        # 10-40 s on a loaded machine), at a random moment of the next batches
+        before, waited = len(_archived_offsets(props)), time.monotonic()
+        while len(_archived_offsets(props)) == before and time.monotonic() - waited < 120:
+            time.sleep(0.5)
+        time.sleep(rng.uniform(0, 4))
         archiver.send_signal(signal.SIGKILL)
         archiver.wait(30)
         seen_progress.append(len(_archived_offsets(props)))
-    final = _archiver(topic, kafka_bootstrap, props, home, "available-now")
+    final = _archiver(topic, kafka_bootstrap, props, home, "available-now", 40 if kills else 600)
     output, _ = final.communicate(timeout=900)
     assert final.returncode == 0, output[-3000:]
     offsets = _archived_offsets(props)
