@@ -185,3 +185,36 @@ def add_file_without_statistics(written: WrittenDelta, frame: pd.DataFrame) -> s
     target = Path(written.path) / "_delta_log" / f"{version + 1:020d}.json"
     target.write_text("".join(json.dumps(a) + "\n" for a in commit))
     return name
+
+
+def enable_column_mapping(written: WrittenDelta) -> None:
+    """Commit a version that turns on column mapping (mode ``name``, reader version 2), as
+    Spark's ``ALTER TABLE ... SET TBLPROPERTIES`` would (delta-rs does not write it): each
+    field gets a column id and a physical name."""
+    import json
+
+    log = Path(written.path) / "_delta_log"
+    actions = [
+        json.loads(line)
+        for name in sorted(log.glob("*.json"))
+        for line in name.read_text().splitlines()
+    ]
+    meta = [a["metaData"] for a in actions if "metaData" in a][-1]
+    schema = json.loads(meta["schemaString"])
+    for i, f in enumerate(schema["fields"]):
+        f["metadata"] = {
+            "delta.columnMapping.id": i + 1,
+            "delta.columnMapping.physicalName": f["name"],
+        }
+    meta["schemaString"] = json.dumps(schema)
+    meta["configuration"] = {
+        "delta.columnMapping.mode": "name",
+        "delta.columnMapping.maxColumnId": str(len(schema["fields"])),
+    }
+    commit = [
+        {"commitInfo": {"timestamp": 1, "operation": "SET TBLPROPERTIES"}},
+        {"protocol": {"minReaderVersion": 2, "minWriterVersion": 5}},
+        {"metaData": meta},
+    ]
+    target = log / f"{written.version() + 1:020d}.json"
+    target.write_text("".join(json.dumps(a) + "\n" for a in commit))

@@ -250,6 +250,26 @@ def test_deletion_vectors_are_applied(
     assert got == sorted(truth["id"].tolist())
 
 
+def test_column_mapping_is_refused_naming_table_version_and_file(scratch: Path) -> None:
+    """Column mapping (files keep physical column names): refused in one line naming the
+    table, the version and a data file, before Spark reads anything."""
+    from delta_tables import enable_column_mapping
+
+    from kappaplus.connectors.delta.table import delta_lake_options
+    from kappaplus.errors import DataError
+
+    written = write_delta(scratch / "lake", "none", per_day=10, files=1)
+    enable_column_mapping(written)
+    with pytest.raises(DataError) as caught:
+        delta_lake_options(
+            written.path, None, None, event_time_column="ts", manifestDir=str(scratch / "m")
+        )
+    text = str(caught.value)
+    data_file = Path(written.table().file_uris()[0]).name
+    assert written.path in text and f"version {written.version()}" in text
+    assert data_file in text and "column mapping mode 'name'" in text
+
+
 def test_unknown_table_is_one_line(spark: SparkSession, scratch: Path) -> None:
     with pytest.raises(TableError, match="no Delta table at"):
         read_delta_stream(spark, str(scratch / "nothing"), event_time_column="ts")
