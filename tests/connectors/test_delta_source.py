@@ -273,3 +273,47 @@ def test_column_mapping_is_refused_naming_table_version_and_file(scratch: Path) 
 def test_unknown_table_is_one_line(spark: SparkSession, scratch: Path) -> None:
     with pytest.raises(TableError, match="no Delta table at"):
         read_delta_stream(spark, str(scratch / "nothing"), event_time_column="ts")
+
+
+def test_hybrid_options_take_a_delta_lake(spark: SparkSession, scratch: Path) -> None:
+    """A bootstrap's hybrid source takes the Delta table's pinned version as its lake; its
+    default dead-letter path is under the state directory, never inside the table."""
+    from pyspark.sql.types import (
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from kappaplus.codecs import DecoderSpec
+    from kappaplus.connectors.delta.options import DeltaSourceOptions
+    from kappaplus.connectors.hybrid.options import HybridSourceOptions
+    from kappaplus.connectors.hybrid.source import hybrid_stream_options
+
+    written = write_delta(scratch / "lake", "day", per_day=10, files=1)
+    fields = [("id", LongType()), ("key", LongType()), ("ts", TimestampType())]
+    decoder = DecoderSpec(
+        format="json",
+        schema=StructType(
+            [StructField(n, t) for n, t in [*fields, ("v", DoubleType()), ("day", StringType())]]
+        ),
+        event_time="ts",
+    )
+    resolved = hybrid_stream_options(
+        spark,
+        table=written.path,
+        event_time_column="ts",
+        cutoff="2024-03-03",
+        decoder=decoder,
+        delta={"storage_options": None, "version": None},
+        bootstrap="127.0.0.1:1",
+        subscribe="t",
+        manifestDir=str(scratch / "manifests"),
+    )
+    options = HybridSourceOptions.parse(resolved)
+    assert isinstance(options.lake, DeltaSourceOptions)
+    assert options.lake.delta_version == written.version()
+    assert options.lake.partition_columns == ("day",)
+    assert not resolved["deadLetterPath"].startswith(written.path)

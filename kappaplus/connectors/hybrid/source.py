@@ -79,6 +79,7 @@ from kappaplus.connectors.hybrid.options import (
     LAKE_ONLY_KEYS,
     HybridSourceOptions,
     decoder_to_json,
+    safe_file_part,
 )
 from kappaplus.connectors.hybrid.reader import (
     HybridCounts,
@@ -439,7 +440,11 @@ def hybrid_stream_options(
             "decoder": decoder_to_json(decoder),
             "deadLetterPath": str(
                 dead_letter_path
-                or state_dir() / "hybrid-source" / "dead-letters" / table.replace(".", "_")
+                # a Delta lake is named by its path: never a path inside the table
+                or state_dir()
+                / "hybrid-source"
+                / "dead-letters"
+                / safe_file_part(table.replace(".", "_"))
             ),
         }
     )
