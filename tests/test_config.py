@@ -472,3 +472,29 @@ def test_late_rows_go_to_exactly_one_table_or_topic() -> None:
     )
     target = resolve(config, "stream").outputs["counts"].late
     assert target is not None and target.bootstrap_servers == "b:9092"
+
+
+def test_delta_binding_resolves_and_is_one_lake_of_an_input() -> None:
+    """[inputs.<n>.delta] resolves for the lake modes; beside a Hive binding it is refused;
+    its event-time column must be a field of the job's input."""
+    no_hive = BASE.split("[inputs.rides.hive]")[0]
+    delta = (
+        no_hive
+        + '[inputs.rides.delta]\npath = "s3://lake/rides"\nevent_time_column = "event_time"\n'
+        + 'version = 3\nstorage_options = { AWS_REGION = "eu-west-1" }\n'
+        + '[outputs.counts.hive]\ntable = "a.b"\n'
+    )
+    cfg = parse_config(delta)
+    for mode in ("backfill", "bootstrap"):
+        found = resolve(cfg, mode).inputs["rides"].delta
+        assert found is not None and found.path == "s3://lake/rides" and found.version == 3
+    assert resolve(cfg, "stream").inputs["rides"].delta is None
+    check_job(cfg, _job())
+    both = BASE + '[inputs.rides.delta]\npath = "/lake/rides"\nevent_time_column = "event_time"\n'
+    assert "Hive, Iceberg or Delta" in str(_error(both))
+    wrong = delta.replace(
+        'event_time_column = "event_time"\nversion', 'event_time_column = "t"\nversion'
+    )
+    with pytest.raises(ConfigError) as err:
+        check_job(parse_config(wrong), _job())
+    assert err.value.option == "inputs.rides.delta.event_time_column"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from kappaplus.config.bindings import (
     DeadLetterTarget,
+    DeltaInput,
     EventTimeBounds,
     HiveDeadLetters,
     HiveInput,
@@ -103,6 +104,7 @@ __all__ = [
     "KafkaInput",
     "redact",
     "HiveInput",
+    "DeltaInput",
     "IcebergInput",
     "EventTimeBounds",
     "InputBinding",

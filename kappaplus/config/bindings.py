@@ -1,6 +1,6 @@
-"""How a job's logical inputs and outputs bind to Kafka topics, Hive and Iceberg tables: the
-``[inputs.<name>.kafka|hive|iceberg]`` and ``[outputs.<name>.kafka|hive]`` tables of a job
-config."""
+"""How a job's logical inputs and outputs bind to Kafka topics, Hive, Iceberg and Delta
+tables: the ``[inputs.<name>.kafka|hive|iceberg|delta]`` and ``[outputs.<name>.kafka|hive]``
+tables of a job config."""
 
 from __future__ import annotations
 
@@ -284,6 +284,45 @@ class IcebergInput(StrictModel):
         return value
 
 
+class DeltaInput(StrictModel):
+    """A logical input bound to a Delta table, read (backfill, bootstrap) as a stream of
+    event-time slices planned from the statistics its log keeps per file, from one version
+    per run (delta-rs; no JVM jars).
+
+    ``path``: the table's location (a local path, ``s3://...``) or a name registered with
+    ``kappa table register --delta``; ``storage_options``: delta-rs storage options
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...). ``version``: the version a new run
+    pins (default the current one); a run keeps its version across restarts.
+    """
+
+    path: str = Field(min_length=1)
+    event_time_column: str = Field(min_length=1)
+    storage_options: dict[str, str] | None = None
+    version: int | None = Field(None, ge=0)
+    max_lateness: DurationField | None = None
+    """Bootstrap: how much earlier than its event time a Kafka record's timestamp may be."""
+    start: str | None = None
+    end: str | None = None
+    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
+    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
+    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+
+    @field_validator("start", "end")
+    @classmethod
+    def _timestamp(cls, value: str | None) -> str | None:
+        from kappaplus.timeutil import parse_timestamp
+
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
+        return value
+
+
 class EventTimeBounds(StrictModel):
     """``[inputs.<name>.event_time_bounds]``: event times a row may plausibly carry.
 
@@ -321,18 +360,20 @@ class InputBinding(StrictModel):
     kafka: KafkaInput | None = None
     hive: HiveInput | None = None
     iceberg: IcebergInput | None = None
+    delta: DeltaInput | None = None
     event_time_bounds: EventTimeBounds = Field(default_factory=EventTimeBounds)
 
     @model_validator(mode="after")
     def _some(self) -> InputBinding:
-        if self.kafka is None and self.hive is None and self.iceberg is None:
+        lakes = [self.hive, self.iceberg, self.delta]
+        if self.kafka is None and all(lake is None for lake in lakes):
             raise ValueError(
-                "bind the input to a Kafka topic ([...kafka]), a Hive table ([...hive]) or "
-                "an Iceberg table ([...iceberg])"
+                "bind the input to a Kafka topic ([...kafka]), a Hive table ([...hive]), "
+                "an Iceberg table ([...iceberg]) or a Delta table ([...delta])"
             )
-        if self.hive is not None and self.iceberg is not None:
+        if sum(lake is not None for lake in lakes) > 1:
             raise ValueError(
-                "bind the input's history to a Hive table or an Iceberg table, not both"
+                "bind the input's history to one table: Hive, Iceberg or Delta, not several"
             )
         return self
 

@@ -13,6 +13,7 @@ from pydantic import (
 )
 
 from kappaplus.config.bindings import (
+    DeltaInput,
     EventTimeBounds,
     HiveInput,
     HiveOutput,
@@ -51,6 +52,7 @@ class ResolvedInput:
     hive: HiveInput | None
     bounds: EventTimeBounds = field(default_factory=EventTimeBounds)
     iceberg: IcebergInput | None = None
+    delta: DeltaInput | None = None
 
 
 @dataclass(frozen=True)
@@ -119,16 +121,17 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         kafka = binding.kafka if run_mode.reads_kafka else None
         hive = binding.hive if run_mode.reads_lake else None
         iceberg = binding.iceberg if run_mode.reads_lake else None
+        delta = binding.delta if run_mode.reads_lake else None
         if run_mode.reads_kafka and kafka is None:
             raise ConfigError(
                 f"inputs.{name}.kafka", None, f"{mode} mode needs a Kafka topic for input {name!r}"
             )
-        if run_mode.reads_lake and hive is None and iceberg is None:
+        if run_mode.reads_lake and hive is None and iceberg is None and delta is None:
             raise ConfigError(
                 f"inputs.{name}.hive",
                 None,
-                f"{mode} mode needs a Hive table ([...hive]) or an Iceberg table ([...iceberg]) "
-                f"for input {name!r}",
+                f"{mode} mode needs a Hive table ([...hive]), an Iceberg table ([...iceberg]) "
+                f"or a Delta table ([...delta]) for input {name!r}",
             )
         if kafka is not None and patch.kafka is not None:
             kafka = _update(kafka, dict(patch.kafka))
@@ -136,7 +139,9 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         if hive is not None and patch.hive is not None:
             hive = _update(hive, dict(patch.hive))
             note(f"mode.{mode}.inputs.{name}.hive", dict(patch.hive))
-        inputs[name] = ResolvedInput(name, kafka, hive, binding.event_time_bounds, iceberg=iceberg)
+        inputs[name] = ResolvedInput(
+            name, kafka, hive, binding.event_time_bounds, iceberg=iceberg, delta=delta
+        )
 
     outputs: dict[str, ResolvedOutput] = {}
     for name, out in config.outputs.items():
@@ -236,13 +241,13 @@ def check_job(config: JobConfig, job: Job) -> None:
                 )
     for name, binding in config.inputs.items():
         spec = job.input(name)
-        lake = binding.hive or binding.iceberg
+        lake = binding.hive or binding.iceberg or binding.delta
         hive = binding.hive
         if lake is None or (hive is not None and (hive.event_time is not None or hive.columns)):
             continue  # no lake, or a mapped Hive binding: its event time is checked on the table
         if lake.event_time_column not in spec.field_names():
             raise ConfigError(
-                f"inputs.{name}.{'hive' if binding.hive else 'iceberg'}.event_time_column",
+                f"inputs.{name}.{_lake_kind(binding)}.event_time_column",
                 lake.event_time_column,
                 f"not a field of input {name!r} ({', '.join(spec.field_names())})",
             )
@@ -255,3 +260,8 @@ def check_job(config: JobConfig, job: Job) -> None:
                 f"output {name!r} of job {job.name!r} declares no event_time_column to take "
                 "the hour of",
             )
+
+
+def _lake_kind(binding: Any) -> str:
+    """The key of an input's lake binding: hive, iceberg or delta."""
+    return "hive" if binding.hive else "iceberg" if binding.iceberg else "delta"

@@ -56,7 +56,9 @@ def _check_partition_format(partition_format: str | None) -> None:
 @app.command("register")
 def register_command(
     name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
-    location: str = typer.Option(..., "--location", "-l", help="Directory of the files."),
+    location: str = typer.Option(
+        ..., "--location", "-l", help="Directory of the files (with --delta: the table's)."
+    ),
     fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or orc."),
     partition_format: str = typer.Option(
         None,
@@ -67,13 +69,22 @@ def register_command(
         False, "--replace", help="Point an existing table at this location (files are kept)."
     ),
     metastore_uri: str = _METASTORE,
+    delta: bool = typer.Option(
+        False,
+        "--delta",
+        help="--location is a Delta table: record NAME for it in the state directory "
+        "(no Spark started); [inputs.<n>.delta] path and describe --delta accept NAME.",
+    ),
 ) -> None:
     """Register the directory --location as the external table NAME: columns from the
     files, partition columns (STRING) from the directory names, every partition added.
 
     Run it again to add partitions that appeared since. Dropping the table later never
-    deletes the files.
+    deletes the files. With --delta: NAME stands for the Delta table at --location.
     """
+    if delta:
+        _register_delta(name, location, replace)
+        return
     from rich.progress import Progress
 
     from kappaplus.lake.register import list_partitions, register_table
@@ -134,12 +145,28 @@ def describe_command(
         help='Iceberg catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
         "(default: the embedded SQL catalog under the state directory).",
     ),
+    delta: bool = typer.Option(
+        False,
+        "--delta",
+        help="NAME is a Delta table's location or a name registered with register --delta "
+        "(delta-rs; no Spark started).",
+    ),
+    storage_options: str = typer.Option(
+        None,
+        "--storage-options",
+        help="With --delta: delta-rs storage options as JSON, e.g. '{\"AWS_ENDPOINT_URL\": ...}'.",
+    ),
 ) -> None:
     """Show what a backfill of NAME will see, from file metadata only: partitions, files,
     rows, the event-time range, null event times, and how far event times sit outside
     their partitions (what max_lateness / max_earliness must cover). With --iceberg: the
     snapshot, data and delete files, rows, the event-time range from manifest bounds, and
-    how many files a typical slice overlaps."""
+    how many files a typical slice overlaps. With --delta: the version, partition columns,
+    files, rows, the event-time range from the log's statistics, deletion vectors, and how
+    many files a typical slice overlaps."""
+    if delta:
+        _describe_delta(name, event_time, storage_options, as_json)
+        return
     if iceberg or catalog is not None:
         _describe_iceberg(name, event_time, catalog, as_json)
         return
@@ -179,4 +206,40 @@ def _describe_iceberg(
         print(json.dumps(found.as_json(), indent=2))
         return
     for line in iceberg_lines(found):
+        print(line)
+
+
+def _register_delta(name: str, location: str, replace: bool) -> None:
+    import os
+
+    from kappaplus.connectors.delta.names import register_delta_name
+    from kappaplus.connectors.delta.table import open_delta
+
+    where = location if "://" in location else os.path.abspath(location)
+    try:
+        table = open_delta(where, None)  # a Delta table there, or a one-line error
+        register_delta_name(name, where, replace=replace)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    _console.print(f"registered Delta table {name} -> {where} (version {table.version()})")
+    _console.print(f"see what a backfill reads: kappa table describe --delta {name}")
+
+
+def _describe_delta(
+    name: str, event_time: str | None, storage_options: str | None, as_json: bool
+) -> None:
+    from kappaplus.lake.delta_describe import delta_lines, describe_delta
+
+    try:
+        props = json.loads(storage_options) if storage_options else None
+    except json.JSONDecodeError as exc:
+        raise _fail(ConfigError("--storage-options", storage_options, f"not JSON: {exc}")) from exc
+    try:
+        found = describe_delta(name, props, event_time)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in delta_lines(found):
         print(line)

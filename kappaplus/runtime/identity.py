@@ -122,6 +122,16 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             start = start if start is not None else iceberg.start
             bound = run.end if run.mode == "backfill" else run.cutoff
             last = bound if bound is not None else (last or iceberg.end)
+        delta = binding.delta
+        if run.mode.reads_lake and delta is not None:
+            # the version a new run pins: the one given, else the current one at the first
+            # start, kept beside the checkpoint (connectors.delta.table.pin_version)
+            entry["delta.path"] = delta.path
+            entry["delta.event_time_column"] = delta.event_time_column
+            entry["delta.version"] = delta.version if delta.version is not None else "pinned"
+            start = start if start is not None else delta.start
+            bound = run.end if run.mode == "backfill" else run.cutoff
+            last = bound if bound is not None else (last or delta.end)
         entry["event_time_column"] = spec.event_time_column
         inputs[spec.name] = entry
     outputs: dict[str, list[str]] = {}

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
+        DeltaInput,
         EventTimeBounds,
         HiveInput,
         IcebergInput,
@@ -414,6 +415,10 @@ def bind_input(
             metadata = [c for c in raw.columns if c.startswith("kafka_")]
             raw = apply_mapping(raw, mapping, metadata if spec.kafka_metadata else [])
         source = f"kafka {kafka.topic}"
+    elif mode == "bootstrap" and binding.delta is not None:
+        raw, source = _delta_bootstrap(
+            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
+        )
     elif mode == "bootstrap" and binding.iceberg is not None:
         raw, source = _iceberg_bootstrap(
             spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
@@ -450,6 +455,10 @@ def bind_input(
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
             f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+        )
+    elif binding.delta is not None:
+        raw, source = _delta_backfill(
+            spark, spec, binding.delta, run, watermark_delay, source_state, drain_file
         )
     elif binding.iceberg is not None:
         raw, source = _iceberg_backfill(
@@ -621,6 +630,136 @@ def _iceberg_bootstrap(
     raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
     source = (
         f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
+        f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+    )
+    return raw, source
+
+
+def delta_options(delta: DeltaInput, run: RunOptions) -> dict[str, Any]:
+    """Keyword arguments of ``read_delta_stream`` / the lake of a bootstrap for a Delta
+    binding (adaptive slices unless the binding caps them)."""
+    return {
+        "storage_options": delta.storage_options,
+        "version": delta.version,
+        "event_time_column": delta.event_time_column,
+        "start": run.start if run.start is not None else delta.start,
+        "end": run.end if run.end is not None else delta.end,
+        "max_event_time_per_trigger": delta.max_event_time_per_trigger,
+        "maxRowsPerTrigger": delta.max_rows_per_trigger,
+        "maxBytesPerTrigger": delta.max_bytes_per_trigger,
+        "targetRowsPerTrigger": delta.target_rows_per_trigger,
+        "targetBytesPerTrigger": delta.target_bytes_per_trigger,
+        "targetBatchDuration": delta.target_batch_duration,
+    }
+
+
+def _check_delta_event_time(spec: InputSpec, delta: DeltaInput) -> None:
+    if delta.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.delta.event_time_column",
+            delta.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+
+
+def _delta_backfill(
+    spark: SparkSession,
+    spec: InputSpec,
+    delta: DeltaInput,
+    run: RunOptions,
+    watermark_delay: str,
+    source_state: str | None,
+    drain_file: str | None,
+) -> tuple[DataFrame, str]:
+    """Backfill from a Delta table's pinned version (kept in the run's source state)."""
+    from kappaplus.connectors.delta import read_delta_stream
+
+    _check_delta_event_time(spec, delta)
+    options = delta_options(delta, run)
+    # the runtime applies the watermark; the option makes a bounded run end with markers
+    options["watermarkDelay"] = watermark_delay
+    options["adviceConfigPrefix"] = f"inputs.{spec.name}.delta"
+    if source_state is not None:
+        options["manifest_dir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
+    raw = _observe_source(read_delta_stream(spark, delta.path, **options), spec, "lake")
+    source = f"delta {delta.path}"
+    if options["start"] or options["end"]:
+        source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    return raw, source
+
+
+def _delta_bootstrap(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: ResolvedInput,
+    run: RunOptions,
+    job_name: str,
+    source_state: str | None,
+    drain_file: str | None,
+    dead_letter_path: str | None = None,
+) -> tuple[DataFrame, str]:
+    """Bootstrap from a Delta table's pinned version up to the cutoff, then Kafka;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+    from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+    delta, kafka = binding.delta, binding.kafka
+    assert delta is not None
+    if spec.kafka_metadata:
+        raise ConfigError(
+            f"inputs.{spec.name}",
+            "kafka_metadata",
+            "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+        )
+    if kafka is None:
+        raise ConfigError(
+            f"inputs.{spec.name}", None, "bootstrap mode needs a Delta table and a Kafka topic"
+        )
+    _check_delta_event_time(spec, delta)
+    cutoff = run.cutoff if run.cutoff is not None else delta.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.delta): the "
+            "lake owns event times before it, Kafka the rest",
+        )
+    lake = delta_options(delta, run)
+    options: dict[str, Any] = {
+        "table": delta.path,
+        "event_time_column": delta.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": lake.pop("start"),
+        "lateness": run.lateness or delta.max_lateness or DEFAULT_LATENESS,
+        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
+        "watermark_delay": None,
+        "dead_letter_path": dead_letter_path,
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "delta": {
+            "storage_options": lake.pop("storage_options"),
+            "version": lake.pop("version"),
+        },
+    }
+    for key in ("event_time_column", "end"):
+        lake.pop(key)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
+    if source_state is not None:
+        options["lake.manifestDir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    source = (
+        f"delta {delta.path} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
     )
     return raw, source

@@ -147,6 +147,7 @@ def test_local_stack_only_in_entry_points() -> None:
 CONNECTORS = (
     "kappaplus.connectors.hive",
     "kappaplus.connectors.iceberg",
+    "kappaplus.connectors.delta",
     "kappaplus.connectors.kafka",
     "kappaplus.connectors.hybrid",
 )
@@ -154,11 +155,14 @@ COMPOSES = {
     "kappaplus.connectors.hybrid": (
         "kappaplus.connectors.hive",
         "kappaplus.connectors.iceberg",
+        "kappaplus.connectors.delta",
         "kappaplus.connectors.kafka",
     ),
     # the Iceberg source is the Hive source's reader (offsets, manifests, markers, the
     # delivery filter and dead letters) over another file lister and file reader
     "kappaplus.connectors.iceberg": ("kappaplus.connectors.hive",),
+    # the Delta source likewise, over the Delta log's files and statistics
+    "kappaplus.connectors.delta": ("kappaplus.connectors.hive",),
 }
 READING = ("source", "reader", "offsets", "planner", "files", "layout", "manifest", "sizing")
 

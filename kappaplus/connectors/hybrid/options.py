@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql.types import DataType
 
 from kappaplus.codecs import DecoderSpec
+from kappaplus.connectors.delta.options import DeltaSourceOptions
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.connectors.kafka.options import (
@@ -189,9 +190,15 @@ class HybridSourceOptions:
         cutoff, lateness = read["cutoff"], read["lateness"]
         lake_raw["endingTimestamp"] = str(cutoff)
         try:
-            # an Iceberg table's pinned snapshot (kappaplus.connectors.iceberg) or a Hive table
-            iceberg = any(k.lower() == "metadatalocation" for k in lake_raw)
-            lake = (IcebergSourceOptions if iceberg else HiveSourceOptions).parse(lake_raw)
+            # an Iceberg table's pinned snapshot (kappaplus.connectors.iceberg), a Delta
+            # table's pinned version (kappaplus.connectors.delta) or a Hive table
+            keys = {k.lower() for k in lake_raw}
+            kind: type[HiveSourceOptions] = HiveSourceOptions
+            if "metadatalocation" in keys:
+                kind = IcebergSourceOptions
+            elif "deltaversion" in keys:
+                kind = DeltaSourceOptions
+            lake = kind.parse(lake_raw)
         except ConfigError as exc:  # name the option as the caller spelled it
             raise ConfigError(f"{LAKE_PREFIX}{exc.option}", exc.value, exc.problem) from exc
         if lake.starting_timestamp is not None and lake.starting_timestamp >= cutoff:

@@ -69,6 +69,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kappaplus.codecs import DecoderSpec
+from kappaplus.connectors.delta.options import DeltaSourceOptions
+from kappaplus.connectors.delta.source import DeltaStreamReader, read_delta_partition
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
@@ -77,6 +79,7 @@ from kappaplus.connectors.hybrid.options import (
     LAKE_ONLY_KEYS,
     HybridSourceOptions,
     decoder_to_json,
+    safe_file_part,
 )
 from kappaplus.connectors.hybrid.reader import (
     HybridCounts,
@@ -128,11 +131,13 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: HybridSourceOptions) -> None:
         self.options = options
-        self.lake = (
-            IcebergStreamReader(options.lake)
-            if isinstance(options.lake, IcebergSourceOptions)
-            else HiveStreamReader(options.lake)
-        )
+        self.lake: HiveStreamReader
+        if isinstance(options.lake, IcebergSourceOptions):
+            self.lake = IcebergStreamReader(options.lake)
+        elif isinstance(options.lake, DeltaSourceOptions):
+            self.lake = DeltaStreamReader(options.lake)
+        else:
+            self.lake = HiveStreamReader(options.lake)
         self.kafka = KafkaStreamReader(options.kafka)
         self._phase = PHASE_LAKE
         self._planned: dict[str, list[KafkaInputPartition]] = {}
@@ -286,6 +291,8 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, SlicePartition):
             if isinstance(self.options.lake, IcebergSourceOptions):
                 return read_iceberg_partition(self.options.lake, partition)
+            if isinstance(self.options.lake, DeltaSourceOptions):
+                return read_delta_partition(self.options.lake, partition)
             return read_partition(self.options.lake, partition)
         if isinstance(partition, KafkaInputPartition):
             return read_kafka_range(self.options, partition.range, partition.planned_micros)
@@ -355,6 +362,7 @@ def hybrid_stream_options(
     dead_letter_path: str | None = None,
     job_name: str | None = None,
     iceberg: dict[str, Any] | None = None,
+    delta: dict[str, Any] | None = None,
     event_time_min: Any = None,
     event_time_max: Any = None,
     max_future: str | None = None,
@@ -365,6 +373,10 @@ def hybrid_stream_options(
     ``iceberg``: the lake is an Iceberg table: ``{"catalog": <pyiceberg catalog
     properties or None>, "snapshot": <id or None>}`` (its snapshot is pinned in the lake's
     ``manifestDir``, :func:`~kappaplus.connectors.iceberg.catalog.pin_snapshot`).
+    ``delta``: the lake is a Delta table at ``table`` (a location or a registered name):
+    ``{"storage_options": <delta-rs storage options or None>, "version": <or None>}`` (its
+    version is pinned in the lake's ``manifestDir``,
+    :func:`~kappaplus.connectors.delta.table.pin_version`).
     ``event_time_min`` / ``event_time_max`` / ``max_future``: the input's event-time bounds;
     a Kafka record outside them is a dead letter with its reason.
 
@@ -383,7 +395,20 @@ def hybrid_stream_options(
             lake_extra[key] = value
         else:
             kafka_extra[key] = value
-    if iceberg is not None:
+    if delta is not None:
+        from kappaplus.connectors.delta.table import delta_lake_options
+
+        lake = delta_lake_options(
+            table,
+            delta.get("storage_options"),
+            delta.get("version"),
+            event_time_column=event_time_column,
+            start=start,
+            end=cutoff,
+            max_event_time_per_trigger=max_event_time_per_trigger,
+            **lake_extra,
+        )
+    elif iceberg is not None:
         from kappaplus.connectors.iceberg.catalog import iceberg_lake_options
 
         lake = iceberg_lake_options(
@@ -415,7 +440,11 @@ def hybrid_stream_options(
             "decoder": decoder_to_json(decoder),
             "deadLetterPath": str(
                 dead_letter_path
-                or state_dir() / "hybrid-source" / "dead-letters" / table.replace(".", "_")
+                # a Delta lake is named by its path: never a path inside the table
+                or state_dir()
+                / "hybrid-source"
+                / "dead-letters"
+                / safe_file_part(table.replace(".", "_"))
             ),
         }
     )

@@ -1,0 +1,250 @@
+"""Backfill from a Delta table vs a one-shot Spark batch over the same data files vs
+pyarrow over delta-rs's read of the version (the truth), each in its own process, side by
+side in one run.
+
+    .venv/bin/python bench/bench_delta.py [--days 7] [--rows-per-day 300000]
+        [--layouts none,day] [--files 14] [--no-docs]
+
+For each layout (``none``: unpartitioned; ``day``: partitioned by a ``day`` string column)
+a table of ``--rows-per-day`` events per day (``key`` (50 keys), ``amount``, event time
+``ts``) is written with delta-rs in ``--files`` appends whose rows are shuffled across the
+whole range (every file spans every day: the files are out of event-time order). Then the
+same aggregation (count and sum of ``amount`` per 1-hour window per key) runs as:
+
+- (A) ``read_delta_stream`` with the defaults (adaptive slices planned from the log's
+  statistics, the Python reader), the watermark, AvailableNow;
+- (B) one Spark batch query over the version's data files (``file_uris()``), collected;
+- (C) pyarrow: delta-rs's ``to_pyarrow_table()`` and ``group_by`` (the truth).
+
+Each way's wall time is its whole process (session start included); peak memory is PSS over
+its process tree. Every result is compared with (C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from bench_backfill import ROOT, Timed, run_timed, session, stop  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- bench_delta:start -->", "<!-- bench_delta:end -->"
+BASE = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp())
+DAY, HOUR, KEYS = 86400, 3600, 50
+
+
+def child_generate(args: argparse.Namespace) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import write_deltalake
+
+    path = str(Path(args.lake) / f"events_{args.layout}")
+    rng = np.random.default_rng(7)
+    n = args.days * args.rows_per_day
+    seconds = rng.integers(0, args.days * DAY * 1_000_000, n) + BASE * 1_000_000
+    keys = rng.integers(0, KEYS, n)
+    amounts = rng.integers(1, 100, n)
+    order = rng.permutation(n)  # files out of event-time order: each spans the whole range
+    for i, chunk in enumerate(np.array_split(order, args.files)):
+        ts = pa.array(seconds[chunk], pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        columns = {
+            "key": pa.array(keys[chunk], pa.int64()),
+            "amount": pa.array(amounts[chunk], pa.int64()),
+            "ts": ts,
+        }
+        if args.layout == "day":
+            columns["day"] = pc.strftime(ts, format="%Y-%m-%d")
+        write_deltalake(
+            path,
+            pa.table(columns),
+            mode="append" if i else "overwrite",
+            partition_by=["day"] if args.layout == "day" else None,
+        )
+    Path(args.out).write_text(json.dumps({"rows": int(n), "name": path}))
+
+
+def hourly(df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.groupBy(F.window("ts", "1 hour"), "key").agg(
+        F.count("*").alias("n"), F.sum("amount").alias("s")
+    )
+
+
+def spark_rows(rows: list) -> list[list[int]]:
+    return sorted([int(r.window.start.timestamp()), int(r.key), int(r.n), int(r.s)] for r in rows)
+
+
+def child_stream(args: argparse.Namespace) -> None:
+    """(A): the Delta source with the defaults."""
+    spark = session("bench-delta-a")
+    from kappaplus.connectors.delta import read_delta_stream
+
+    end = datetime.fromtimestamp(BASE + args.days * DAY, tz=UTC).isoformat()
+    df = read_delta_stream(
+        spark,
+        args.name,
+        event_time_column="ts",
+        end=end,
+        watermark_delay="10 minutes",
+        manifest_dir=args.checkpoint + "-manifests",
+    )
+    query = (
+        hourly(df)
+        .writeStream.format("memory")
+        .queryName("a_out")
+        .outputMode("append")
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
+    rows = spark_rows(spark.table("a_out").collect())
+    Path(args.out).write_text(json.dumps({"rows": rows, "batches": batches}))
+    stop(spark)
+
+
+def child_batch(args: argparse.Namespace) -> None:
+    """(B): one Spark batch over the version's data files."""
+    from deltalake import DeltaTable
+
+    paths = DeltaTable(args.name).file_uris()
+    spark = session("bench-delta-b")
+    rows = spark_rows(hourly(spark.read.parquet(*paths)).collect())
+    Path(args.out).write_text(json.dumps({"rows": rows, "files": len(paths)}))
+    stop(spark)
+
+
+def child_truth(args: argparse.Namespace) -> None:
+    """(C): pyarrow over delta-rs's read of the version."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    data = DeltaTable(args.name).to_pyarrow_table(columns=["ts", "key", "amount"])
+    micros = pc.cast(data["ts"], pa.int64())
+    hour = pc.multiply(pc.divide(micros, HOUR * 1_000_000), HOUR)
+    grouped = (
+        pa.table({"h": hour, "key": data["key"], "amount": data["amount"]})
+        .group_by(["h", "key"])
+        .aggregate([("amount", "count"), ("amount", "sum")])
+    )
+    rows = sorted(
+        [int(h), int(k), int(n), int(s)]
+        for h, k, n, s in zip(
+            grouped["h"].to_pylist(),
+            grouped["key"].to_pylist(),
+            grouped["amount_count"].to_pylist(),
+            grouped["amount_sum"].to_pylist(),
+            strict=True,
+        )
+    )
+    Path(args.out).write_text(json.dumps({"rows": rows}))
+
+
+CHILDREN = {
+    "generate": child_generate,
+    "stream": child_stream,
+    "batch": child_batch,
+    "truth": child_truth,
+}
+
+
+def child(role: str, work: Path, **options: Any) -> tuple[Timed, dict]:
+    import os
+
+    out = work / f"{role}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, __file__, "--child", role, "--out", str(out)]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    env = dict(os.environ)
+    env["KAPPA_HOME"] = str(work / "home")
+    timed = run_timed(cmd, env)
+    if timed.returncode != 0:
+        raise SystemExit(f"bench child {role} failed with status {timed.returncode}")
+    return timed, json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child")
+    parser.add_argument("--out")
+    parser.add_argument("--lake")
+    parser.add_argument("--name")
+    parser.add_argument("--layout")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--rows-per-day", type=int, default=300_000)
+    parser.add_argument("--files", type=int, default=14)
+    parser.add_argument("--layouts", default="none,day")
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        CHILDREN[args.child](args)
+        return
+    work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
+    lines = []
+    for layout in args.layouts.split(","):
+        _, made = child(
+            "generate",
+            work,
+            lake=work,
+            layout=layout,
+            days=args.days,
+            rows_per_day=args.rows_per_day,
+            files=args.files,
+        )
+        name, rows = made["name"], made["rows"]
+        tc, truth = child("truth", work, name=name)
+        tb, batch = child("batch", work, name=name)
+        ta, stream = child(
+            "stream",
+            work,
+            name=name,
+            days=args.days,
+            checkpoint=str(work / f"cp-{layout}"),
+        )
+        ok_a = "equal" if stream["rows"] == truth["rows"] else "DIFFERENT"
+        ok_b = "equal" if batch["rows"] == truth["rows"] else "DIFFERENT"
+        line = (
+            f"| {args.days} | {layout} | {rows:,} | {batch['files']} | {ta.seconds:.1f} "
+            f"({stream['batches']} batches, {ta.peak_pss_mb:.0f} MB) | {tb.seconds:.1f} "
+            f"({tb.peak_pss_mb:.0f} MB) | {tc.seconds:.1f} ({tc.peak_pss_mb:.0f} MB) | "
+            f"**{ta.seconds / tb.seconds:.2f}x** | A {ok_a}, B {ok_b} |"
+        )
+        print(line, flush=True)
+        lines.append(line)
+    header = [
+        f"Measured {datetime.now(tz=UTC).strftime('%Y-%m-%d %H:%M')} UTC, "
+        f"{args.rows_per_day:,} rows/day, {args.files} appends of rows shuffled over the "
+        "whole range (files out of event-time order); seconds per way's whole process "
+        "(peak PSS of its tree).",
+        "",
+        "| days | layout | rows | data files | A: Delta backfill s | B: Spark batch s | "
+        "C: pyarrow over delta-rs s | A/B | results vs C |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + lines)
+    print(table)
+    if not args.no_docs and DOC.exists():
+        text = DOC.read_text()
+        block = f"{START}\n{table}\n{END}"
+        if START in text:
+            text = text.split(START)[0] + block + text.split(END, 1)[1]
+        else:
+            text += f"\n## Delta backfill (bench/bench_delta.py)\n\n{block}\n"
+        DOC.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
