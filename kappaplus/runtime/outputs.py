@@ -77,6 +77,9 @@ class OutputPlan:
     """Recorded with every batch committed to the Hive table (run identity, checkpoint)."""
     late: LateRowsPlan | None = None
     """Where the rows this output's watermark drops are kept (stream mode)."""
+    hold: bool = False
+    """Commit the Hive batches without registering them, for a range replacement to swap
+    in when the run finishes (:mod:`kappaplus.runtime.range_replace`)."""
 
     def targets(self) -> list[str]:
         found = []
@@ -136,6 +139,7 @@ class OutputWriter:
                     query_name=plan.query_name,
                     event_time_column=plan.spec.event_time_column,
                     provenance=plan.provenance,
+                    hold=plan.hold,
                 )
             )
         self.late = None

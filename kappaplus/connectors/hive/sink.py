@@ -71,6 +71,8 @@ class HiveTableSink:
 
     _began = 0.0
     _checked: tuple[str, str] | None = None
+    _span_before: tuple[int, list[int] | None] | None = None
+    """(batch id, the query's span up to and including it), so the next batch reads no marker."""
 
     def __init__(self, options: HiveSinkOptions, *, fault_hook: FaultHook | None = None) -> None:
         self.options = options
@@ -133,7 +135,8 @@ class HiveTableSink:
                 fs.mkdirs(f"{location}/{partition}")
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
             self._step("published", batch_id)
-            self._register(spark, location, partitions)
+            if not opts.hold:
+                self._register(spark, location, partitions)
             self._step("registered", batch_id)
         else:
             for partition in partitions:
@@ -142,6 +145,7 @@ class HiveTableSink:
             self._step("registered", batch_id)
             for partition in partitions:
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+        event_time = manifest.get("event_time")
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
@@ -149,7 +153,11 @@ class HiveTableSink:
             "visibility": opts.visibility,
             "partitions": partitions,
             "committed_at": time.time(),
+            "event_time": event_time,
+            "span": self._query_span(fs, location, batch_id, event_time),
         }
+        if opts.hold:
+            record["held"] = True
         if opts.provenance is not None:
             record["provenance"] = opts.provenance
         fs.write_atomically(marker, json.dumps(record))
@@ -159,6 +167,36 @@ class HiveTableSink:
         spark.catalog.refreshTable(opts.table)
         self._timing("refreshed", batch_id)
         return True
+
+    def _query_span(
+        self, fs: HadoopFs, location: str, batch_id: int, batch_span: list[int] | None
+    ) -> list[int] | None:
+        """``[min, max]`` event time (epoch microseconds, the output's event-time column)
+        of every row this query committed up to and including ``batch_id``: the span the
+        previous commit marker records, widened by this batch's (:func:`event_time_span`).
+
+        Recorded in every marker so a later run learns what event times the query's rows
+        cover from its last marker alone (a stream has no configured range)."""
+        if self._span_before is None or self._span_before[0] != batch_id - 1:
+            self._span_before = (batch_id - 1, self._recorded_span(fs, location, batch_id))
+        span = widen(self._span_before[1], batch_span)
+        self._span_before = (batch_id, span)
+        return span
+
+    def _recorded_span(self, fs: HadoopFs, location: str, batch_id: int) -> list[int] | None:
+        """The span the last marker of this query before ``batch_id`` records."""
+        base = f"{location}/{COMMITS_DIR}/{self.options.query_name}"
+        if not fs.exists(base):
+            return None
+        earlier = [int(n) for n in fs.list_files(base) if n.isdigit() and int(n) < batch_id]
+        if not earlier:
+            return None
+        try:
+            record = json.loads(fs.read_text(f"{base}/{max(earlier)}"))
+        except ValueError:
+            return None
+        span = record.get("span") if isinstance(record, dict) else None
+        return list(span) if isinstance(span, list) and len(span) == 2 else None
 
     def _remove_empty_staging(self, fs: HadoopFs, location: str) -> None:
         """Remove ``_kappa_staging/<query>`` once it holds no batch (one query per name
@@ -277,6 +315,7 @@ class HiveTableSink:
         else:
             salt = F.pmod(F.hash(*[F.col(c) for c in df.columns]), F.lit(opts.files_per_partition))
             shaped = df.repartition(*keys, salt)
+        shaped, observation = observe_event_time(shaped, opts.event_time_column)
         # Spark writes with its own task commit protocol; everything here is hidden.
         (
             shaped.write.mode("overwrite")
@@ -330,6 +369,7 @@ class HiveTableSink:
             "partitions": partitions,
             "shared": shared,
             "files": files,
+            "event_time": observed_span(observation),
         }
         fs.write_atomically(manifest_path, json.dumps(manifest))
 
@@ -457,6 +497,46 @@ class HiveTableSink:
             spark.sql(statement)
         finally:
             spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
+
+
+def observe_event_time(df: DataFrame, column: str | None) -> tuple[DataFrame, Any]:
+    """``df`` observed for the min and max of its timestamp ``column`` (epoch microseconds)
+    while the batch is written: no second pass over the rows. ``(df, None)`` when there is
+    no such column."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    if column is None or column not in df.columns:
+        return df, None
+    if not isinstance(df.schema[column].dataType, TimestampType | TimestampNTZType):
+        return df, None
+    observation = Observation()
+    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
+    observed = df.observe(observation, F.min(micros).alias("lo"), F.max(micros).alias("hi"))
+    return observed, observation
+
+
+def observed_span(observation: Any) -> list[int] | None:
+    """``[min, max]`` an :func:`observe_event_time` observation saw; None without rows."""
+    if observation is None:
+        return None
+    values = observation.get
+    lo, hi = values.get("lo"), values.get("hi")
+    return None if lo is None or hi is None else [int(lo), int(hi)]
+
+
+def widen(span: list[int] | None, other: list[int] | None) -> list[int] | None:
+    """The smallest ``[min, max]`` holding both spans (None: no rows).
+
+    >>> widen([5, 9], [2, 6]), widen(None, [2, 6]), widen([5, 9], None)
+    ([2, 9], [2, 6], [5, 9])
+    """
+    if span is None:
+        return None if other is None else list(other)
+    if other is None:
+        return list(span)
+    return [min(span[0], other[0]), max(span[1], other[1])]
 
 
 def write_stream(
