@@ -56,6 +56,8 @@ INTENT_FILE = "_kappa_replace.json"
 """In the run's checkpoint directory: what the run replaces, per output."""
 JOURNAL_FILE = "_kappa_replace_journal.json"
 """In an output's checkpoint: the planned replacement, rolled forward until done."""
+MOVED_FILE = "_moved_into.json"
+"""Beside a query's markers: the partitions of other runs its held rows were moved into."""
 REPLACED_DIR = "_kappa_replaced"
 """Under the table location: the new directories of replaced partitions."""
 
@@ -179,6 +181,8 @@ def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -
         for record in query_markers(spark, location, query).values():
             for partition in record.get("partitions", []):
                 owned[partition_key(partition)] = partition
+        for partition in moved_partitions(spark, location, query):
+            owned[partition_key(partition)] = partition
     columns = partition_columns(spark, table)
     time_value = F.unix_micros(F.col(f"`{column}`").cast("timestamp"))
     in_range = F.lit(True)
@@ -186,6 +190,7 @@ def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -
         in_range = in_range & (time_value >= F.lit(start))
     if end is not None:
         in_range = in_range & (time_value < F.lit(end))
+    spark.catalog.refreshTable(table)
     hits = spark.table(table).where(in_range).select(*columns).distinct().collect()
     keys = {
         tuple((name.lower(), str(row[name])) for name in columns)
@@ -238,6 +243,7 @@ def roll_forward(spark: SparkSession, journal: Mapping[str, Any]) -> None:
         sql_string,
         table_sql,
     )
+    from kappaplus.table.commit_log import COMMITS_DIR
     from kappaplus.table.hadoop_fs import HadoopFs
 
     table, location = journal["table"], journal["location"]
@@ -277,6 +283,19 @@ def roll_forward(spark: SparkSession, journal: Mapping[str, Any]) -> None:
     spark.catalog.refreshTable(table)
     for query in journal["queries"]:
         record_replaced(spark, location, query, journal["query"], [start, end])
+    into = sorted(
+        {
+            part["partition"]
+            for part in journal["affected"]
+            if any(target.startswith(part["to"] + "/") for _, target in journal["moves"])
+        }
+    )
+    if into:
+        # the run's rows now also live in these partitions (of the replaced runs): a later
+        # replacement of this run's range must find them there
+        fs.write_atomically(
+            f"{location}/{COMMITS_DIR}/{journal['query']}/{MOVED_FILE}", json.dumps(into)
+        )
     for part in journal["affected"]:
         if fs.exists(part["from"]) and part["from"] != part["to"]:
             fs.delete(part["from"])
@@ -285,6 +304,18 @@ def roll_forward(spark: SparkSession, journal: Mapping[str, Any]) -> None:
         moved = partition not in journal["adds"] and fs.exists(directory)
         if moved and not fs.list_files(directory):
             fs.delete(directory)  # its files went into a replaced partition
+
+
+def moved_partitions(spark: SparkSession, location: str, query: str) -> list[str]:
+    """Partitions of other runs that a range replacement moved ``query``'s rows into."""
+    from kappaplus.table.commit_log import COMMITS_DIR
+    from kappaplus.table.hadoop_fs import HadoopFs
+
+    fs = HadoopFs(spark, location)
+    path = f"{location}/{COMMITS_DIR}/{query}/{MOVED_FILE}"
+    if not fs.exists(path):
+        return []
+    return [str(p) for p in json.loads(fs.read_text(path))]
 
 
 def _table_parts(spark: SparkSession, table: str) -> tuple[str, str]:
