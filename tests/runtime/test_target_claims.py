@@ -363,3 +363,23 @@ def test_a_crash_before_the_swap_leaves_the_old_rows_and_the_rerun_finishes_it( 
     assert again.status == "finished"
     rows = Counter(table_rows(spark, table, COLUMNS))
     assert rows == _truth(events, 0, 9)
+
+
+def test_the_flags_are_checked_before_spark() -> None:
+    """--append and --replace-range exclude each other; --replace-range needs a bounded
+    backfill: exit 2 in one line, before a session starts."""
+    from typer.testing import CliRunner
+
+    from kappaplus.cli import app
+
+    runner = CliRunner()
+    helped = runner.invoke(app, ["run", "--help"], terminal_width=200)
+    assert "--append" in helped.output and "--replace-range" in helped.output
+    both = runner.invoke(
+        app,
+        ["run", "sessionization", "--mode", "backfill", "--append", "--replace-range"],
+    )
+    assert both.exit_code == 2 and "pass one of the two" in both.output
+    stream = runner.invoke(app, ["run", "sessionization", "--mode", "stream", "--replace-range"])
+    assert stream.exit_code == 2 and "--mode backfill" in stream.output
+    assert "Traceback" not in both.output + stream.output
