@@ -115,8 +115,9 @@ class HiveTableSink:
             )
             return False
         manifest_path = f"{staging}/_MANIFEST.json"
+        observation = None
         if not fs.exists(manifest_path):
-            self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
+            observation = self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
         manifest = json.loads(fs.read_text(manifest_path))
         visibility = manifest.get("visibility", "partition")
         if visibility != opts.visibility:
@@ -145,7 +146,15 @@ class HiveTableSink:
             self._step("registered", batch_id)
             for partition in partitions:
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
-        event_time = manifest.get("event_time")
+        # read only now: Spark reports the observation through its listener bus, which has
+        # delivered it by the time the batch is published (asked right after the write, it
+        # cost ~40 ms a batch, bench/bench_sink_span.py); a replay of a staged batch asks
+        # the rows themselves
+        event_time = (
+            observed_span(observation)
+            if observation is not None
+            else event_time_span(df, opts.event_time_column)
+        )
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
@@ -298,7 +307,9 @@ class HiveTableSink:
         staging: str,
         manifest_path: str,
         batch_id: int,
-    ) -> None:
+    ) -> Any:
+        """Stage the batch and write its manifest; the observation of its event-time span
+        (:func:`observe_event_time`)."""
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -369,9 +380,9 @@ class HiveTableSink:
             "partitions": partitions,
             "shared": shared,
             "files": files,
-            "event_time": observed_span(observation),
         }
         fs.write_atomically(manifest_path, json.dumps(manifest))
+        return observation
 
     def _staged_partitions(self, fs: HadoopFs, data: str) -> list[str]:
         """The leaf partition directories Spark wrote under ``data``, e.g. ``dt=.../hr=...``;
@@ -499,22 +510,39 @@ class HiveTableSink:
             spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
 
 
+def _is_timestamp(df: DataFrame, column: str) -> bool:
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    return column in df.columns and isinstance(
+        df.schema[column].dataType, TimestampType | TimestampNTZType
+    )
+
+
 def observe_event_time(df: DataFrame, column: str | None) -> tuple[DataFrame, Any]:
     """``df`` observed for the min and max of its timestamp ``column`` (epoch microseconds)
     while the batch is written: no second pass over the rows. ``(df, None)`` when there is
     no such column."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampNTZType, TimestampType
 
-    if column is None or column not in df.columns:
-        return df, None
-    if not isinstance(df.schema[column].dataType, TimestampType | TimestampNTZType):
+    if column is None or not _is_timestamp(df, column):
         return df, None
     observation = Observation()
     micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
     observed = df.observe(observation, F.min(micros).alias("lo"), F.max(micros).alias("hi"))
     return observed, observation
+
+
+def event_time_span(df: DataFrame, column: str | None) -> list[int] | None:
+    """``[min, max]`` of ``df``'s timestamp ``column`` by a query of its own (a replayed
+    batch, whose staging was not observed); None without rows or such a column."""
+    from pyspark.sql import functions as F
+
+    if column is None or not _is_timestamp(df, column):
+        return None
+    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
+    row = df.agg(F.min(micros).alias("lo"), F.max(micros).alias("hi")).collect()[0]
+    return None if row["lo"] is None or row["hi"] is None else [int(row["lo"]), int(row["hi"])]
 
 
 def observed_span(observation: Any) -> list[int] | None:
