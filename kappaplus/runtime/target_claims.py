@@ -64,18 +64,32 @@ class Claim:
     """This run's range."""
     same_identity: bool = False
     """The other run is this run from another checkpoint (lost, moved or ``--fresh``)."""
+    from_span: bool = False
+    """``extent`` is the span of the other run's rows (``[min, max]``), not a range."""
 
     @property
     def overlap(self) -> Span:
         """The event times both cover."""
         return (_max_start(self.extent[0], self.mine[0]), _min_end(self.extent[1], self.mine[1]))
 
+    def shown_extent(self) -> str:
+        """The other run's rows: ``rows over [min, max]`` or ``over [start, end)``."""
+        if self.from_span:
+            return f"rows over {show_span(self.extent, closed=True)}"
+        return f"over {show_span(self.extent)}"
+
+    def shown_overlap(self) -> str:
+        """The event times both cover, closed where the other run's last row ends it."""
+        start, end = self.overlap
+        closed = self.from_span and end is not None and end == self.extent[1]
+        return show_span((start, end), closed=closed)
+
     def describe(self) -> str:
-        """``query Q (job J, backfill, checkpoint C) over [a, b)``."""
+        """``query Q (job J, backfill, checkpoint C) with rows over [a, b]``."""
         prov = self.other.provenance or {}
         return (
             f"query {self.other.query} (job {prov.get('job')}, {prov.get('mode')}, checkpoint "
-            f"{prov.get('checkpoint')}) over {show_span(self.extent)}"
+            f"{prov.get('checkpoint')}) with {self.shown_extent()}"
         )
 
 
@@ -87,10 +101,14 @@ def _min_end(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def show_span(span: Span) -> str:
-    """``[2024-03-01T00:00:00Z, 2024-03-02T00:00:00Z)``; ``-`` for an unbounded end."""
+def show_span(span: Span, *, closed: bool = False) -> str:
+    """``[2024-03-01T00:00:00Z, 2024-03-02T00:00:00Z)``; ``-`` for an unbounded end;
+    ``closed``: the span of rows, ``[min, max]`` (its end is ``max + 1``)."""
     start, end = span
-    return f"[{'-' if start is None else iso(start)}, {'-' if end is None else iso(end)})"
+    first = "-" if start is None else iso(start)
+    if closed and end is not None:
+        return f"[{first}, {iso(end - 1)}]"
+    return f"[{first}, {'-' if end is None else iso(end)})"
 
 
 def run_span(range_: Mapping[str, Any] | None) -> Span:
@@ -166,13 +184,14 @@ def find_claims(
                 continue  # not written by a run (or before provenance was recorded)
             if other.query in ours:
                 continue  # another output of this very run (same checkpoints)
-            extent = extent_of(other)
-            left = [piece for piece in subtract(extent, other.replaced) if overlaps(piece, mine)]
+            whole = extent_of(other)
+            left = [piece for piece in subtract(whole, other.replaced) if overlaps(piece, mine)]
             if not left:
                 continue  # never overlapped, or its rows there were replaced
             extent = (left[0][0], left[-1][1])
             same = prov.get("key") == identity.key() and prov.get("output") == plan.name
-            claims.append(Claim(plan.name, table, other, extent, mine, same))
+            spanned = other.span is not None and extent[1] == whole[1]
+            claims.append(Claim(plan.name, table, other, extent, mine, same, spanned))
     return claims
 
 
@@ -198,14 +217,14 @@ def check_targets(
                 claim.describe(),
                 "--append: this run's rows are added beside them"
                 if append
-                else f"--replace-range: this run replaces them over {show_span(claim.overlap)}",
+                else f"--replace-range: this run replaces them over {claim.shown_overlap()}",
             )
         return claims
     claim = claims[0]
     others = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
     ways = (
         "write to another table, pass --replace-range to replace those rows over "
-        f"{show_span(claim.overlap)} with this run's, or --append to add this run's rows "
+        f"{claim.shown_overlap()} with this run's, or --append to add this run's rows "
         "beside them deliberately"
     )
     if claim.same_identity:
@@ -214,7 +233,7 @@ def check_targets(
             "output",
             claim.table,
             f"table {claim.table} already holds {claim.other.batches} batch(es) this run "
-            f"committed over {show_span(claim.extent)} from the checkpoint "
+            f"committed ({claim.shown_extent()}) from the checkpoint "
             f"{prov.get('checkpoint')} (query {claim.other.query}), which is gone or was "
             f"started over (--fresh): running again would write those rows twice. Restore "
             f"that checkpoint, drop the table (DROP TABLE {claim.table}) to rewrite it, "

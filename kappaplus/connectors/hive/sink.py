@@ -9,8 +9,11 @@ only listed partitions, and Spark ignoring ``_``-prefixed paths. For batch ``b``
 ``(q, b, n)``, so a replay lands on the same names), publish (rename into place; in
 ``"batch"`` visibility into new ``kappa_batch=<s>`` partitions registered in one statement,
 so readers see whole batches), then write the commit marker ``_kappa_commits/q/b``, which
-records the run's provenance (job identity, range) so a lost checkpoint cannot write the
-same rows twice. Every step is idempotent; a crash at any step rolls forward on replay.
+records the run's provenance (job identity, range) and the event-time span of the rows the
+query committed, so no other run (nor this one from a lost checkpoint) writes them twice
+(``kappaplus.runtime.target_claims``). With ``hold`` (a range replacement) the partitions
+are not registered: the run swaps them in when it finishes. Every step is idempotent; a
+crash at any step rolls forward on replay.
 
 The whole protocol, the layout, what readers see at each step, batch numbers and the cost
 of ``"batch"`` visibility: ``docs/hive-sink.md``.
