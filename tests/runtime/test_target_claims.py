@@ -258,13 +258,14 @@ def test_replace_range_leaves_the_union_once(  # type: ignore[no-untyped-def]
     assert again.status == "finished"
     assert Counter(table_rows(spark, table, COLUMNS)) == _truth(events, 0, 9)
 
-    # the first run's rows over [03:00, 06:00) are gone: a third config over [00:00, 03:00)
-    # is refused (they are still there), one over [06:00, 09:00) only for this run's rows
+    # the first run's rows over [03:00, 06:00) are gone: a third config over [04:00, 09:00)
+    # is refused for this run's rows only (the first run's left end at 03:00)
     third = _config(scratch, first_name(spark, second), out)
     with pytest.raises(IdentityError) as caught:
-        run_job(spark, JOB, third, RunOptions("backfill", _at(6), _at(9), poll_seconds=0.2))
-    assert replaced.plans["counts"].query_name in str(caught.value)
-    assert first.plans["counts"].query_name not in str(caught.value)
+        run_job(spark, JOB, third, RunOptions("backfill", _at(4), _at(9), poll_seconds=0.2))
+    message = str(caught.value)
+    assert replaced.plans["counts"].query_name in message
+    assert first.plans["counts"].query_name not in message and "more)" not in message
 
 
 def first_name(spark: Any, table: str) -> str:
@@ -383,3 +384,22 @@ def test_the_flags_are_checked_before_spark() -> None:
     stream = runner.invoke(app, ["run", "sessionization", "--mode", "stream", "--replace-range"])
     assert stream.exit_code == 2 and "--mode backfill" in stream.output
     assert "Traceback" not in both.output + stream.output
+
+
+@pytest.mark.slow
+def test_replacing_a_replacement(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, setting
+) -> None:
+    """A run that replaced [03:00, 09:00) has its rows partly inside the first run's
+    partitions (moved there by the swap); a third run replacing [04:00, 09:00) must find
+    them there: the table equals the ground truth over [00:00, 09:00), no window twice."""
+    events, second, out, table, first = setting
+    options = RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2, replace_range=True)
+    replaced = run_job(spark, JOB, _config(scratch, second, out), options)
+    assert replaced.status == "finished"
+    third = _config(scratch, first_name(spark, second), out)
+    later = RunOptions("backfill", _at(4), _at(9), poll_seconds=0.2, replace_range=True)
+    again = run_job(spark, JOB, third, later)
+    assert again.status == "finished"
+    rows = Counter(table_rows(spark, table, COLUMNS))
+    assert rows == _truth(events, 0, 9)

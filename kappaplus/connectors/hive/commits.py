@@ -70,6 +70,7 @@ def committed_runs(spark: SparkSession, table: str) -> list[CommittedRun]:
                 len(batches),
                 record.get("provenance"),
                 (int(span[0]), int(span[1])) if isinstance(span, list) and len(span) == 2 else None,
+                tuple(replaced),
             )
         )
     return found
