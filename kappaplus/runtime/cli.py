@@ -148,6 +148,18 @@ def run_command(
     fresh: bool = typer.Option(
         False, "--fresh", help="Delete this mode's checkpoints first and start over."
     ),
+    append: bool = typer.Option(
+        False,
+        "--append",
+        help="Write even where an output table holds another run's rows over this run's "
+        "event times (deliberately: both stay). Without it such a run is refused (exit 2).",
+    ),
+    replace_range: bool = typer.Option(
+        False,
+        "--replace-range",
+        help="Backfill: replace the rows other runs wrote to the output tables over this "
+        "run's [start, end) with this run's, in one step for readers when it finishes.",
+    ),
     master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
     metastore_uri: str = typer.Option(
         None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
@@ -214,6 +226,8 @@ def run_command(
             timeout=timeout,
             checkpoint_root=checkpoint,
             fresh=fresh,
+            append=append,
+            replace_range=replace_range,
             progress=progress,
             metrics_port=metrics_port,
             audit=audit,

@@ -17,7 +17,9 @@ The identity has two parts:
   run over another range of the same binding finds the checkpoint and refuses (resume
   with the recorded range, or ``--fresh``).
 
-Everything here is pure Python: the check runs before Spark starts.
+Everything here is pure Python: the check runs before Spark starts. What a run's Hive
+targets already hold (rows another run, or this one from a lost checkpoint, committed over
+the same event times) is checked once Spark is up: :mod:`kappaplus.runtime.target_claims`.
 
 >>> a = RunIdentity("j", "backfill", {"in": {"hive.table": "t"}}, {"out": ["hive o"]}, {})
 >>> b = RunIdentity("j", "backfill", {"in": {"hive.table": "u"}}, {"out": ["hive o"]}, {})
@@ -37,13 +39,8 @@ from kappaplus.errors import StateError
 from kappaplus.runtime.options import RunOptions, slug
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from pyspark.sql import SparkSession
-
     from kappaplus.config import ResolvedConfig
     from kappaplus.jobs import Job
-    from kappaplus.runtime.outputs import OutputPlan
 
 IDENTITY_FILE = "_kappa_identity.json"
 """The identity record in a run's checkpoint directory."""
@@ -255,71 +252,3 @@ def check_identity(directory: Path, identity: RunIdentity, *, create: bool = Tru
     tmp = marker.with_name(f".{marker.name}.tmp")
     tmp.write_text(json.dumps(wanted, sort_keys=True))
     tmp.replace(marker)
-
-
-def _span(range_: Mapping[str, Any] | None) -> tuple[int | None, int | None]:
-    """``(start, end)`` in microseconds of a recorded range; None is unbounded (a stream,
-    or the Kafka part of a bootstrap after its cutoff)."""
-    from kappaplus.timeutil import parse_timestamp
-
-    range_ = range_ or {}
-    start = range_.get("start")
-    end = range_.get("end")
-    return (
-        parse_timestamp(start, "start") if start else None,
-        parse_timestamp(end, "end") if end else None,
-    )
-
-
-def ranges_overlap(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
-    """Whether two recorded ranges share an event time (unbounded ends overlap everything).
-
-    >>> ranges_overlap({"start": "2024-01-01", "end": "2024-01-02"},
-    ...                {"start": "2024-01-02", "end": "2024-01-03"})
-    False
-    >>> ranges_overlap({"start": "2024-01-01", "cutoff": "2024-01-02"}, {})
-    True
-    """
-    a_start, a_end = _span(a)
-    b_start, b_end = _span(b)
-    if a_end is not None and b_start is not None and a_end <= b_start:
-        return False
-    return not (b_end is not None and a_start is not None and b_end <= a_start)
-
-
-def check_targets(
-    spark: SparkSession, plans: Mapping[str, OutputPlan], identity: RunIdentity
-) -> None:
-    """Refuse (:class:`IdentityError`) to write a Hive target that already holds batches
-    this same run identity committed from ANOTHER checkpoint over an overlapping range.
-
-    That is what a lost checkpoint, a moved checkpoint root or ``--fresh`` over a written
-    table looks like: the new checkpoint would read the same input again and commit its
-    rows a second time. Refusing (rather than replacing) keeps every row a reader already
-    saw; the error names the table, the earlier checkpoint and the way out."""
-    from kappaplus.connectors.hive.commits import committed_runs
-
-    for plan in plans.values():
-        if plan.hive is None:
-            continue
-        table = plan.hive.table
-        for other in committed_runs(spark, table):
-            prov = other.provenance
-            if other.query == plan.query_name or not prov:
-                continue
-            if prov.get("key") != identity.key() or prov.get("output") != plan.name:
-                continue
-            if not ranges_overlap(prov.get("range"), identity.range):
-                continue
-            span = prov.get("range") or {}
-            last = span.get("end") or span.get("cutoff") or "-"
-            shown = f" over [{span.get('start') or '-'}, {last})" if span else ""
-            raise IdentityError(
-                "output",
-                table,
-                f"table {table} already holds {other.batches} batch(es) this run committed"
-                f"{shown} from the checkpoint {prov.get('checkpoint')} (query {other.query}), "
-                f"which is gone or was started over (--fresh): running again would write "
-                f"those rows twice. Restore that checkpoint, or drop the table "
-                f"(DROP TABLE {table}) to rewrite it, or write to another table",
-            )

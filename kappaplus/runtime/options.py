@@ -108,6 +108,11 @@ class RunOptions:
       ``state_dir()/checkpoints``; a run writes under
       ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.identity`).
     - ``fresh``: delete this mode's checkpoints first (start over instead of resuming).
+    - ``append``: write even where an output table holds another run's rows over event
+      times this run writes (deliberately: both runs' rows stay); without it (or
+      ``replace_range``) such a run is refused (:mod:`kappaplus.runtime.target_claims`).
+    - ``replace_range``: backfill only: replace those rows over this run's range with this
+      run's (:mod:`kappaplus.runtime.range_replace`).
     - ``progress``: draw a live progress table (``rich``); off, progress is logged.
     - ``audit``: write per-bucket counts of every stage to the audit table
       (:mod:`kappaplus.audit`).
@@ -132,9 +137,25 @@ class RunOptions:
     extra: dict[str, Any] = field(default_factory=dict)
     audit: bool = option("audit", BOOL, default=True)
     metrics_port: int | None = option("metricsPort", integer(0, 65535), default=None)
+    append: bool = option("append", BOOL, default=False)
+    replace_range: bool = option("replaceRange", BOOL, default=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.append and self.replace_range:
+            raise ConfigError(
+                "replace_range",
+                True,
+                "--append adds this run's rows beside another run's, --replace-range replaces "
+                "them: pass one of the two",
+            )
+        if self.replace_range and self.mode != "backfill":
+            raise ConfigError(
+                "replace_range",
+                True,
+                f"is an option of --mode backfill (a bounded [start, end) to replace); a "
+                f"{self.mode} run has no end: write to another table, or pass --append",
+            )
         if self.mode != "bootstrap":
             for name in ("cutoff", "lateness"):
                 if getattr(self, name) is not None:

@@ -78,6 +78,9 @@ class OutputPlan:
     late: LateRowsPlan | None = None
     """Where the rows this output's watermark drops are kept (stream mode)."""
     iceberg: IcebergOutput | None = None
+    hold: bool = False
+    """Commit the Hive batches without registering them, for a range replacement to swap
+    in when the run finishes (:mod:`kappaplus.runtime.range_replace`)."""
 
     def targets(self) -> list[str]:
         found = []
@@ -147,6 +150,7 @@ class OutputWriter:
                     query_name=plan.query_name,
                     event_time_column=plan.spec.event_time_column,
                     provenance=plan.provenance,
+                    hold=plan.hold,
                 )
             )
         self.iceberg_sink = None

@@ -51,10 +51,7 @@ from kappaplus.runtime.dead_letter_tap import (
 )
 from kappaplus.runtime.dead_letters import publish_bootstrap_dead_letters, publish_run_dead_letters
 from kappaplus.runtime.failures import metastore_uri
-from kappaplus.runtime.identity import (
-    check_targets,
-    run_identity,
-)
+from kappaplus.runtime.identity import run_identity
 from kappaplus.runtime.inputs import (
     BoundInput,
     bind_inputs,
@@ -72,8 +69,10 @@ from kappaplus.runtime.outputs import (
 )
 from kappaplus.runtime.progress import ProgressTracker
 from kappaplus.runtime.progress_events import ProgressListener
-from kappaplus.runtime.records import FAILED, RUNNING, STOPPED, RunRecord, new_run_id
+from kappaplus.runtime.range_replace import hold_for_replacement, replace_held
+from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
 from kappaplus.runtime.stopping import signals_stop
+from kappaplus.runtime.target_claims import check_targets
 from kappaplus.runtime.waiting import (
     progress_of,
     query_name,
@@ -180,7 +179,10 @@ def run_job(
         for spec in job.outputs
     }
     check_sql(spark, plans)
-    check_targets(spark, plans, identity)
+    claims = check_targets(
+        spark, plans, identity, append=run.append, replace_range=run.replace_range
+    )
+    plans = hold_for_replacement(plans, mode_dir, claims, run)
     publishers = dead_letter_publishers(dead, frames, plans)
     record = RunRecord(
         run_id=run.run_id or new_run_id(slug(job.name), run.mode),
@@ -248,6 +250,8 @@ def run_job(
             events,
             metastore_uri(spark),
         )
+        if status == FINISHED:
+            replace_held(spark, plans, mode_dir)  # --replace-range: swap the held batches in
     except KeyboardInterrupt:
         status, record.stopped_by = STOPPED, "ctrl-c"
     except Exception as exc:

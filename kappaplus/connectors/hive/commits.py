@@ -15,6 +15,9 @@ from kappaplus.table.hadoop_fs import HadoopFs
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+REPLACED_PREFIX = "_replaced-"
+"""Files ``_replaced-<query>`` beside a query's markers: a range its rows were replaced in."""
+
 
 @dataclass(frozen=True)
 class CommittedRun:
@@ -23,6 +26,13 @@ class CommittedRun:
     query: str
     batches: int
     provenance: dict[str, Any] | None
+    span: tuple[int, int] | None = None
+    """``(min, max)`` event time (epoch microseconds, the output's event-time column) of
+    every row the query committed, from its last marker; None if it recorded none (no rows,
+    no timestamp event-time column, or markers written before spans were recorded)."""
+    replaced: tuple[tuple[int, int], ...] = ()
+    """``[start, end)`` ranges (epoch microseconds) whose rows of this query a range
+    replacement removed (``_replaced-<query>`` files beside its markers)."""
 
 
 def committed_runs(spark: SparkSession, table: str) -> list[CommittedRun]:
@@ -43,9 +53,53 @@ def committed_runs(spark: SparkSession, table: str) -> list[CommittedRun]:
             record = json.loads(fs.read_text(f"{base}/{query}/{batches[-1]}"))
         except ValueError:
             record = {}
-        provenance = record.get("provenance") if isinstance(record, dict) else None
-        found.append(CommittedRun(query, len(batches), provenance))
+        if not isinstance(record, dict):
+            record = {}
+        span = record.get("span")
+        replaced = []
+        for name in fs.list_files(f"{base}/{query}"):
+            if name.startswith(REPLACED_PREFIX):
+                try:
+                    entry = json.loads(fs.read_text(f"{base}/{query}/{name}"))
+                    replaced.append((int(entry["start"]), int(entry["end"])))
+                except (ValueError, KeyError, TypeError):
+                    continue
+        found.append(
+            CommittedRun(
+                query,
+                len(batches),
+                record.get("provenance"),
+                (int(span[0]), int(span[1])) if isinstance(span, list) and len(span) == 2 else None,
+                tuple(replaced),
+            )
+        )
     return found
+
+
+def query_markers(spark: SparkSession, location: str, query: str) -> dict[int, dict[str, Any]]:
+    """Every commit marker of ``query`` in the table at ``location``, by batch id."""
+    fs = HadoopFs(spark, location)
+    base = f"{location}/{COMMITS_DIR}/{query}"
+    if not fs.exists(base):
+        return {}
+    found: dict[int, dict[str, Any]] = {}
+    for name in fs.list_files(base):
+        if name.isdigit():
+            try:
+                record = json.loads(fs.read_text(f"{base}/{name}"))
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                found[int(name)] = record
+    return found
+
+
+def record_replaced(spark: SparkSession, location: str, query: str, by: str, span: Any) -> None:
+    """Record beside ``query``'s markers that the run ``by`` replaced its rows over
+    ``span`` (``[start, end)`` in epoch microseconds): :func:`committed_runs` reports it."""
+    fs = HadoopFs(spark, location)
+    path = f"{location}/{COMMITS_DIR}/{query}/{REPLACED_PREFIX}{by}"
+    fs.write_atomically(path, json.dumps({"start": span[0], "end": span[1], "by": by}))
 
 
 def table_location(spark: SparkSession, table: str) -> str:

@@ -9,8 +9,11 @@ only listed partitions, and Spark ignoring ``_``-prefixed paths. For batch ``b``
 ``(q, b, n)``, so a replay lands on the same names), publish (rename into place; in
 ``"batch"`` visibility into new ``kappa_batch=<s>`` partitions registered in one statement,
 so readers see whole batches), then write the commit marker ``_kappa_commits/q/b``, which
-records the run's provenance (job identity, range) so a lost checkpoint cannot write the
-same rows twice. Every step is idempotent; a crash at any step rolls forward on replay.
+records the run's provenance (job identity, range) and the event-time span of the rows the
+query committed, so no other run (nor this one from a lost checkpoint) writes them twice
+(``kappaplus.runtime.target_claims``). With ``hold`` (a range replacement) the partitions
+are not registered: the run swaps them in when it finishes. Every step is idempotent; a
+crash at any step rolls forward on replay.
 
 The whole protocol, the layout, what readers see at each step, batch numbers and the cost
 of ``"batch"`` visibility: ``docs/hive-sink.md``.
@@ -71,6 +74,8 @@ class HiveTableSink:
 
     _began = 0.0
     _checked: tuple[str, str] | None = None
+    _span_before: tuple[int, list[int] | None] | None = None
+    """(batch id, the query's span up to and including it), so the next batch reads no marker."""
 
     def __init__(self, options: HiveSinkOptions, *, fault_hook: FaultHook | None = None) -> None:
         self.options = options
@@ -113,8 +118,9 @@ class HiveTableSink:
             )
             return False
         manifest_path = f"{staging}/_MANIFEST.json"
+        observation = None
         if not fs.exists(manifest_path):
-            self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
+            observation = self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
         manifest = json.loads(fs.read_text(manifest_path))
         visibility = manifest.get("visibility", "partition")
         if visibility != opts.visibility:
@@ -133,7 +139,8 @@ class HiveTableSink:
                 fs.mkdirs(f"{location}/{partition}")
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
             self._step("published", batch_id)
-            self._register(spark, location, partitions)
+            if not opts.hold:
+                self._register(spark, location, partitions)
             self._step("registered", batch_id)
         else:
             for partition in partitions:
@@ -142,6 +149,15 @@ class HiveTableSink:
             self._step("registered", batch_id)
             for partition in partitions:
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+        # read only now: Spark reports the observation through its listener bus, which has
+        # delivered it by the time the batch is published (asked right after the write, it
+        # cost ~40 ms a batch, bench/bench_sink_span.py); a replay of a staged batch asks
+        # the rows themselves
+        event_time = (
+            observed_span(observation)
+            if observation is not None
+            else event_time_span(df, opts.event_time_column)
+        )
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
@@ -149,7 +165,11 @@ class HiveTableSink:
             "visibility": opts.visibility,
             "partitions": partitions,
             "committed_at": time.time(),
+            "event_time": event_time,
+            "span": self._query_span(fs, location, batch_id, event_time),
         }
+        if opts.hold:
+            record["held"] = True
         if opts.provenance is not None:
             record["provenance"] = opts.provenance
         fs.write_atomically(marker, json.dumps(record))
@@ -159,6 +179,36 @@ class HiveTableSink:
         spark.catalog.refreshTable(opts.table)
         self._timing("refreshed", batch_id)
         return True
+
+    def _query_span(
+        self, fs: HadoopFs, location: str, batch_id: int, batch_span: list[int] | None
+    ) -> list[int] | None:
+        """``[min, max]`` event time (epoch microseconds, the output's event-time column)
+        of every row this query committed up to and including ``batch_id``: the span the
+        previous commit marker records, widened by this batch's (:func:`event_time_span`).
+
+        Recorded in every marker so a later run learns what event times the query's rows
+        cover from its last marker alone (a stream has no configured range)."""
+        if self._span_before is None or self._span_before[0] != batch_id - 1:
+            self._span_before = (batch_id - 1, self._recorded_span(fs, location, batch_id))
+        span = widen(self._span_before[1], batch_span)
+        self._span_before = (batch_id, span)
+        return span
+
+    def _recorded_span(self, fs: HadoopFs, location: str, batch_id: int) -> list[int] | None:
+        """The span the last marker of this query before ``batch_id`` records."""
+        base = f"{location}/{COMMITS_DIR}/{self.options.query_name}"
+        if not fs.exists(base):
+            return None
+        earlier = [int(n) for n in fs.list_files(base) if n.isdigit() and int(n) < batch_id]
+        if not earlier:
+            return None
+        try:
+            record = json.loads(fs.read_text(f"{base}/{max(earlier)}"))
+        except ValueError:
+            return None
+        span = record.get("span") if isinstance(record, dict) else None
+        return list(span) if isinstance(span, list) and len(span) == 2 else None
 
     def _remove_empty_staging(self, fs: HadoopFs, location: str) -> None:
         """Remove ``_kappa_staging/<query>`` once it holds no batch (one query per name
@@ -260,7 +310,9 @@ class HiveTableSink:
         staging: str,
         manifest_path: str,
         batch_id: int,
-    ) -> None:
+    ) -> Any:
+        """Stage the batch and write its manifest; the observation of its event-time span
+        (:func:`observe_event_time`)."""
         from pyspark.sql import functions as F
 
         opts = self.options
@@ -277,6 +329,7 @@ class HiveTableSink:
         else:
             salt = F.pmod(F.hash(*[F.col(c) for c in df.columns]), F.lit(opts.files_per_partition))
             shaped = df.repartition(*keys, salt)
+        shaped, observation = observe_event_time(shaped, opts.event_time_column)
         # Spark writes with its own task commit protocol; everything here is hidden.
         (
             shaped.write.mode("overwrite")
@@ -332,6 +385,7 @@ class HiveTableSink:
             "files": files,
         }
         fs.write_atomically(manifest_path, json.dumps(manifest))
+        return observation
 
     def _staged_partitions(self, fs: HadoopFs, data: str) -> list[str]:
         """The leaf partition directories Spark wrote under ``data``, e.g. ``dt=.../hr=...``;
@@ -457,6 +511,63 @@ class HiveTableSink:
             spark.sql(statement)
         finally:
             spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
+
+
+def _is_timestamp(df: DataFrame, column: str) -> bool:
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    return column in df.columns and isinstance(
+        df.schema[column].dataType, TimestampType | TimestampNTZType
+    )
+
+
+def observe_event_time(df: DataFrame, column: str | None) -> tuple[DataFrame, Any]:
+    """``df`` observed for the min and max of its timestamp ``column`` (epoch microseconds)
+    while the batch is written: no second pass over the rows. ``(df, None)`` when there is
+    no such column."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if column is None or not _is_timestamp(df, column):
+        return df, None
+    observation = Observation()
+    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
+    observed = df.observe(observation, F.min(micros).alias("lo"), F.max(micros).alias("hi"))
+    return observed, observation
+
+
+def event_time_span(df: DataFrame, column: str | None) -> list[int] | None:
+    """``[min, max]`` of ``df``'s timestamp ``column`` by a query of its own (a replayed
+    batch, whose staging was not observed); None without rows or such a column."""
+    from pyspark.sql import functions as F
+
+    if column is None or not _is_timestamp(df, column):
+        return None
+    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
+    row = df.agg(F.min(micros).alias("lo"), F.max(micros).alias("hi")).collect()[0]
+    return None if row["lo"] is None or row["hi"] is None else [int(row["lo"]), int(row["hi"])]
+
+
+def observed_span(observation: Any) -> list[int] | None:
+    """``[min, max]`` an :func:`observe_event_time` observation saw; None without rows."""
+    if observation is None:
+        return None
+    values = observation.get
+    lo, hi = values.get("lo"), values.get("hi")
+    return None if lo is None or hi is None else [int(lo), int(hi)]
+
+
+def widen(span: list[int] | None, other: list[int] | None) -> list[int] | None:
+    """The smallest ``[min, max]`` holding both spans (None: no rows).
+
+    >>> widen([5, 9], [2, 6]), widen(None, [2, 6]), widen([5, 9], None)
+    ([2, 9], [2, 6], [5, 9])
+    """
+    if span is None:
+        return None if other is None else list(other)
+    if other is None:
+        return list(span)
+    return [min(span[0], other[0]), max(span[1], other[1])]
 
 
 def write_stream(

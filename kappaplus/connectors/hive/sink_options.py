@@ -112,6 +112,10 @@ class HiveSinkOptions:
     extra_partitions: tuple[tuple[str, str], ...] = option(
         "extraPartitions", EXTRA_PARTITIONS, default=()
     )
+    hold: bool = option("hold", BOOL, default=False)
+    """``"batch"`` visibility only: publish and commit each batch but do not register its
+    partitions: readers through the catalog do not see it until a range replacement swaps
+    the held batches in (``kappaplus.runtime.range_replace``); the marker says ``held``."""
     provenance: dict[str, Any] | None = option("provenance", PROVENANCE, default=None)
     """Recorded in every commit marker: the run identity and range the batch came from
     (:mod:`kappaplus.runtime.identity`), so a later run can tell what the table holds."""
@@ -123,6 +127,13 @@ class HiveSinkOptions:
                 "partition_column", self.partition_column, "reserved for the batch id column"
             )
         object.__setattr__(self, "extra_partitions", self._checked_extra(self.extra_partitions))
+        if self.hold and self.visibility != "batch":
+            raise ConfigError(
+                "visibility",
+                self.visibility,
+                f"table {self.table}: replacing a range (--replace-range) needs visibility "
+                "'batch' (the batches are held back until the run finishes)",
+            )
 
     def _checked_extra(self, extra: Any) -> tuple[tuple[str, str], ...]:
         if isinstance(extra, str | bytes) or not isinstance(extra, tuple | list):
@@ -162,6 +173,7 @@ class HiveSinkOptions:
         query_name: str,
         event_time_column: str | None = None,
         provenance: dict[str, Any] | None = None,
+        hold: bool = False,
     ) -> HiveSinkOptions:
         """Options for a resolved ``[outputs.<name>.hive]`` binding of a job config.
 
@@ -186,6 +198,7 @@ class HiveSinkOptions:
             visibility=output.visibility,
             extra_partitions=extra,
             provenance=provenance,
+            hold=hold,
         )
 
     def partition_expression(self) -> str | None:
