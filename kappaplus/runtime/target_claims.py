@@ -178,12 +178,19 @@ def find_claims(
         runs = committed_runs(spark, table)
         if any(run.query == plan.query_name for run in runs):
             continue  # resumed: checked before its first batch
+        promoted = identity.mode == "stream" and _promoted_from(spark, table)
         for other in runs:
             prov = other.provenance
             if not prov:
                 continue  # not written by a run (or before provenance was recorded)
             if other.query in ours:
                 continue  # another output of this very run (same checkpoints)
+            if promoted and prov.get("mode") == "backfill":
+                # `kappa promote` made this backfill the production history, after checking
+                # it finished and reconciles with the stream up to the stream's watermark:
+                # the stream continues after it (the promotion's hand-over)
+                log.info("table %s: rows of %s are its promoted history", table, other.query)
+                continue
             whole = extent_of(other)
             left = [piece for piece in subtract(whole, other.replaced) if overlaps(piece, mine)]
             if not left:
@@ -193,6 +200,16 @@ def find_claims(
             spanned = other.span is not None and extent[1] == whole[1]
             claims.append(Claim(plan.name, table, other, extent, mine, same, spanned))
     return claims
+
+
+def _promoted_from(spark: SparkSession, table: str) -> str | None:
+    """The backfill table ``kappa promote`` put in as ``table`` (its property), or None."""
+    try:
+        rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
+    except Exception:  # noqa: BLE001 - a table without properties was not promoted
+        return None
+    found = {str(row[0]): str(row[1]) for row in rows}
+    return found.get("kappa.promote.from") or None
 
 
 def check_targets(
