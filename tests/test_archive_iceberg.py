@@ -49,7 +49,10 @@ def _archived_offsets(props: dict[str, str]) -> list[int]:
 
 @pytest.mark.parametrize(
     "kills",
-    [pytest.param(0, id="archive"), pytest.param(20, id="20-kills", marks=pytest.mark.slow)],
+    [
+        pytest.param(0, id="archive"),
+        pytest.param(20, id="20-kills", marks=[pytest.mark.slow, pytest.mark.timeout(3000)]),
+    ],
 )
 def test_archive_into_iceberg_keeps_every_record_once(
     kafka_bootstrap: str, new_topic, tmp_path: Path, kills: int
