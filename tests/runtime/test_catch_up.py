@@ -141,6 +141,7 @@ def assert_caught_up(result: RunResult, records: int) -> None:
     assert result.record.trigger == HOUR_TRIGGER
 
 
+@pytest.mark.slow  # about 2 minutes
 @pytest.mark.timeout(900)
 def test_a_stream_behind_catches_up_back_to_back_then_runs_on_its_trigger(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic, scratch: Path
@@ -172,6 +173,7 @@ def test_a_stream_behind_catches_up_back_to_back_then_runs_on_its_trigger(  # ty
     assert output(spark, out, START + timedelta(hours=23)) == truth(first + second)
 
 
+@pytest.mark.slow  # about 2 minutes
 @pytest.mark.timeout(900)
 def test_without_catch_up_the_trigger_paces_every_batch(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic, scratch: Path
@@ -191,3 +193,55 @@ def test_without_catch_up_the_trigger_paces_every_batch(  # type: ignore[no-unty
     assert result.record.stopped_by == "timeout" and result.tracker.phase is None
     assert stats.batches == 1 and stats.rows <= LIMIT and stats.catch_up_batches == 0
     assert sum(stats.behind.values()) == 1000 - stats.rows  # the backlog, shown
+
+
+@pytest.mark.timeout(900)
+def test_a_bootstrap_catches_up_through_lake_and_kafka_then_runs_on_its_trigger(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    """The lake owns the first four hours, Kafka (read from ``cutoff - 1 hour``) the rest:
+    with the hour-long trigger, the lake slices and the Kafka phase's batches run back to
+    back, the Kafka phase within ``maxOffsetsPerTrigger``; the output is every flight once."""
+    from kappaplus.examples.generate import write_table
+
+    rows = flights(0, 2400)
+    flush = [
+        {**row, "event_time": row["event_time"] + timedelta(days=1)} for row in flights(2400, 8)
+    ]
+    cutoff = START + timedelta(hours=4)
+    table, out, late = f"catch_up_lake_{uid()}", f"catch_up_boot_{uid()}", f"boot_late_{uid()}"
+    lake = [r for r in rows if r["event_time"] < cutoff + timedelta(hours=2)]
+    write_table(spark, table, lake, "flight_id string, origin string, event_time timestamp")
+    topic = new_topic(partitions=4, prefix="catch-up-boot")
+    produce(kafka_bootstrap, topic, rows + flush)
+    hive = {
+        "hive": {
+            "table": table,
+            "event_time_column": "event_time",
+            "partition_format": "dt=%Y-%m-%d/hr=%H",
+        }
+    }
+    result = run_job(
+        spark,
+        JOB,
+        config(topic, kafka_bootstrap, scratch, out, late, **hive),
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            lateness="1 hour",
+            until_idle=4.0,
+            timeout=300.0,
+        ),
+    )
+    stats = result.tracker.stats["counts"]
+    assert result.status == "finished" and result.tracker.phase == LIVE
+    assert stats.batches - stats.catch_up_batches <= 1
+    kafka_batches = [
+        b for b in stats.history if b.end_offsets and b.end_offsets[0].get("phase") == "kafka"
+    ]
+    assert len(kafka_batches) >= (len(rows) - len(lake)) // LIMIT
+    assert all(b.input_rows <= LIMIT for b in kafka_batches)
+    assert sum(stats.behind.values()) == 0
+    assert result.rows_dropped_late == 0
+    assert output(spark, out, START + timedelta(hours=23)) == truth(rows)
