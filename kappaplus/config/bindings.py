@@ -337,16 +337,23 @@ class EventTimeBounds(StrictModel):
     - ``max``: the first invalid event time (exclusive); default none.
     - ``max_future``: how far ahead of processing time (the micro-batch's timestamp) an
       event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
+    - ``max_ahead``: how far ahead of its peers a record's event time may be: of the median
+      event time of the records read with it from its Kafka partition in the same
+      micro-batch (stream mode; default none). One plausible outlier (three days ahead,
+      inside ``max_future``) would otherwise move the watermark for every later row.
     """
 
     min: Annotated[Any, AfterValidator(moment_text)] = DEFAULT_MIN_EVENT_TIME
     max: Annotated[Any, AfterValidator(moment_text)] = None
     max_future: Annotated[Any, AfterValidator(optional_duration)] = DEFAULT_MAX_FUTURE
+    max_ahead: Annotated[Any, AfterValidator(optional_duration)] = "none"
 
     @model_validator(mode="after")
     def _ordered(self) -> EventTimeBounds:
         from kappaplus.timeutil import parse_timestamp
 
+        if self.max_ahead is not None and self.max_ahead.micros <= 0:
+            raise ValueError(f"max_ahead {self.max_ahead} must be a positive duration")
         low, high = self.min, self.max
         if low is not None and high is not None and parse_timestamp(low) >= parse_timestamp(high):
             raise ValueError(f"min {self.min!r} must be before max {self.max!r}")

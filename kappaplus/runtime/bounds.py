@@ -84,19 +84,25 @@ def mark_out_of_bounds(
 ) -> DataFrame:
     """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record whose event
     time is out of bounds has failed (its reason in the error column): good_events skips
-    it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``)."""
+    it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``),
+    with the records more than ``max_ahead`` ahead of their peers
+    (:mod:`kappaplus.runtime.outliers`), which fail the same way."""
     from pyspark.sql import functions as F
 
     from kappaplus.codecs import ERROR_COL
+    from kappaplus.runtime.outliers import PEERS, mark_far_ahead
 
     reason = out_of_bounds_reason(column, bounds)
-    if reason is None or column not in decoded.columns:
+    max_ahead = getattr(bounds, "max_ahead", None)
+    if (reason is None and max_ahead is None) or column not in decoded.columns:
         return decoded
+    decoded = mark_far_ahead(decoded, column, max_ahead)
+    if reason is None:
+        reason = F.lit(None).cast("string")
     error = F.col(ERROR_COL)
     metadata = decoded.schema[ERROR_COL].metadata
-    counted = decoded.observe(
-        metrics, F.count(F.when(error.isNull() & reason.isNotNull(), 1)).alias("out_of_bounds")
-    )
+    bad = (error.isNull() & reason.isNotNull()) | F.coalesce(error.contains(PEERS), F.lit(False))
+    counted = decoded.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))
     marked = F.when(error.isNull(), reason).otherwise(error).alias(ERROR_COL, metadata=metadata)
     return counted.select(*[marked if c == ERROR_COL else F.col(f"`{c}`") for c in decoded.columns])
 

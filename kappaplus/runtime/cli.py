@@ -138,6 +138,12 @@ def run_command(
     until_idle: float = typer.Option(
         None, "--until-idle", help="Stop once no query has read a row for this many seconds."
     ),
+    catch_up: bool = typer.Option(
+        True,
+        "--catch-up/--no-catch-up",
+        help="Stream/bootstrap with an interval trigger: while more than one trigger behind "
+        "the head, run micro-batches back to back (available-now rounds), then the trigger.",
+    ),
     timeout: float = typer.Option(
         None,
         "--timeout",
@@ -223,6 +229,7 @@ def run_command(
             lateness=lateness,
             trigger=trigger,
             until_idle=until_idle,
+            catch_up=catch_up,
             timeout=timeout,
             checkpoint_root=checkpoint,
             fresh=fresh,
@@ -303,6 +310,9 @@ def summary_lines(record: Any) -> list[str]:
             f"{stats.get('rows_dropped_late', 0):>7,} {stats.get('state_rows', 0):>8,} "
             f"{'-' if done is None else f'{done:.1%}':>6}"
         )
+    caught = max((s.get("catch_up_batches") or 0 for s in record.outputs.values()), default=0)
+    if caught:
+        lines.append(f"  caught up: {caught:,} batches back to back before the trigger")
     if any(stats.get("marker_batches") for stats in record.outputs.values()):
         lines.append("  batches: slices+end-of-input marker batches; rows/s over the slices")
     for name, targets in record.targets.items():

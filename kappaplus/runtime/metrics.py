@@ -17,6 +17,10 @@ metric                                     type     meaning
 ``kappa_processed_rows_per_second``        gauge    processing rate of the last batch
 ``kappa_kafka_offsets_behind_latest``      gauge    per ``topic``/``partition``: latest offset
                                                     minus the offset the query has read to
+                                                    (also a bootstrap's Kafka phase)
+``kappa_catching_up``                      gauge    1 while the run runs its batches back to
+                                                    back to catch up, 0 on its trigger
+``kappa_catch_up_batches_total``           counter  batches the query ran while catching up
 ``kappa_watermark_timestamp_seconds``      gauge    the watermark (epoch seconds)
 ``kappa_event_time_max_timestamp_seconds`` gauge    newest event time of the last batch
 ``kappa_rows_dropped_late_total``          counter  Spark's ``numRowsDroppedByWatermark``
@@ -41,6 +45,8 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from kappaplus.runtime.lag import offsets_behind
+
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -54,6 +60,11 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "gauge",
         "Latest offset of a Kafka partition minus the offset the query has read to.",
     ),
+    "kappa_catching_up": (
+        "gauge",
+        "1 while the run catches up (batches back to back), 0 once on its trigger.",
+    ),
+    "kappa_catch_up_batches_total": ("counter", "Micro-batches run while catching up."),
     "kappa_watermark_timestamp_seconds": ("gauge", "The query's watermark (epoch seconds)."),
     "kappa_event_time_max_timestamp_seconds": (
         "gauge",
@@ -77,30 +88,11 @@ def _seconds(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _offsets(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return None
-    return value
-
-
 def kafka_lag(source: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     """``(topic, partition) -> latest - end`` of a Kafka source's progress (Spark's
-    ``{"topic": {"0": offset}}`` offsets); empty for other sources."""
-    latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
-    if not isinstance(latest, dict) or not isinstance(end, dict):
-        return {}
-    lag: dict[tuple[str, str], int] = {}
-    for topic, partitions in latest.items():
-        done = end.get(topic)
-        if not isinstance(partitions, dict) or not isinstance(done, dict):
-            continue
-        for partition, offset in partitions.items():
-            if isinstance(offset, int) and isinstance(done.get(partition), int):
-                lag[(topic, str(partition))] = max(0, offset - done[partition])
-    return lag
+    ``{"topic": {"0": offset}}`` offsets, or a bootstrap's Kafka phase); empty for other
+    sources (:func:`kappaplus.runtime.lag.offsets_behind`)."""
+    return offsets_behind(source)
 
 
 @dataclass
@@ -113,9 +105,12 @@ class QueryMetrics:
     dead_letters: dict[str, int] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)
     active: bool = True
+    catch_up_batches: int = 0
 
-    def add(self, progress: Mapping[str, Any]) -> None:
+    def add(self, progress: Mapping[str, Any], catching_up: bool = False) -> None:
         self.batches += 1
+        if catching_up:
+            self.catch_up_batches += 1
         self.input_rows += int(progress.get("numInputRows") or 0)
         operators = progress.get("stateOperators") or []
         self.dropped_late += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in operators)
@@ -133,10 +128,13 @@ class MetricsListener(StreamingQueryListener):
         self.queries: dict[str, QueryMetrics] = {}
         self.names = dict(names or {})  # query name -> output/input it serves
         self.lock = threading.Lock()
+        self.catching_up: bool | None = None
+        """True while the run catches up, False on its trigger, None if it never does."""
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's name
         with self.lock:
-            self.queries.setdefault(str(event.name), QueryMetrics())
+            # a query restarted on its checkpoint (after catching up) is active again
+            self.queries.setdefault(str(event.name), QueryMetrics()).active = True
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         try:
@@ -145,7 +143,9 @@ class MetricsListener(StreamingQueryListener):
             log.debug("metrics: unreadable progress: %s", exc)
             return
         with self.lock:
-            self.queries.setdefault(str(progress.get("name")), QueryMetrics()).add(progress)
+            self.queries.setdefault(str(progress.get("name")), QueryMetrics()).add(
+                progress, bool(self.catching_up)
+            )
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         return
@@ -162,6 +162,9 @@ class MetricsListener(StreamingQueryListener):
         with self.lock:
             items = [(name, metrics, dict(metrics.last)) for name, metrics in self.queries.items()]
             dead = {name: dict(m.dead_letters) for name, m in self.queries.items()}
+            catching_up = self.catching_up
+        if catching_up is not None:
+            out.append(("kappa_catching_up", {}, 1 if catching_up else 0))
         for name, metrics, last in items:
             labels = {"query": name}
             if name in self.names:
@@ -170,6 +173,8 @@ class MetricsListener(StreamingQueryListener):
             out.append(("kappa_input_rows_total", labels, metrics.input_rows))
             out.append(("kappa_rows_dropped_late_total", labels, metrics.dropped_late))
             out.append(("kappa_query_active", labels, 1 if metrics.active else 0))
+            if catching_up is not None:
+                out.append(("kappa_catch_up_batches_total", labels, metrics.catch_up_batches))
             for input_name, count in dead[name].items():
                 out.append(("kappa_dead_letters_total", {**labels, "input": input_name}, count))
             if not last:
@@ -225,7 +230,9 @@ class MetricsListener(StreamingQueryListener):
             lines.append(f"# TYPE {family} {kind}")
             for labels, value in samples:
                 text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-                lines.append(f"{family}{{{text}}} {_number(value)}")
+                lines.append(
+                    f"{family}{{{text}}} {_number(value)}" if text else f"{family} {_number(value)}"
+                )
         return "\n".join(lines) + "\n"
 
 

@@ -118,6 +118,10 @@ class RunOptions:
       (:mod:`kappaplus.audit`).
     - ``metrics_port``: serve Prometheus metrics on this port while the run lasts
       (:mod:`kappaplus.runtime.metrics`; 0 picks a free port).
+    - ``catch_up``: a stream or bootstrap with a processing-time trigger first runs its
+      micro-batches back to back (``availableNow`` rounds) until within one trigger of the
+      head, then switches to its trigger on the same checkpoint
+      (:mod:`kappaplus.runtime.catch_up`); off, every batch waits for the trigger.
     """
 
     mode: Mode = option("mode", choice(Mode))
@@ -139,6 +143,7 @@ class RunOptions:
     metrics_port: int | None = option("metricsPort", integer(0, 65535), default=None)
     append: bool = option("append", BOOL, default=False)
     replace_range: bool = option("replaceRange", BOOL, default=False)
+    catch_up: bool = option("catchUp", BOOL, default=True)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -20,6 +20,11 @@ The ETA comes from event-time progress only after a warm-up (the first
 :data:`WARMUP_BATCHES` data batches of a query, which pay for planning, code generation and
 the first file listings): the event time done since the warm-up over the time it took,
 extrapolated to the rest. Before that there is no ETA rather than a wild one.
+
+A stream or a bootstrap catches up before its trigger (:mod:`kappaplus.runtime.catch_up`):
+the tracker's :attr:`ProgressTracker.phase` says which, the batches run while catching up
+are counted apart (``catch_up_batches``), and ``behind`` is each Kafka topic's backlog after
+the query's last batch (:mod:`kappaplus.runtime.lag`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
+
+from kappaplus.runtime.lag import behind_per_topic
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +137,14 @@ class QueryStats:
     last_input_at: float | None = None
     observed: dict[str, dict[str, int]] = field(default_factory=dict)
     data_batches: int = 0
+    input_batches: int = 0
+    """Batches that read input rows (not marker batches): a catch-up round's measure."""
+    catch_up_batches: int = 0
+    """Batches run while the run was catching up (back to back, before the trigger)."""
+    catching_up: bool = False
+    behind: dict[str, int] = field(default_factory=dict)
+    """Records behind the head per Kafka topic after the last batch (its sources' latest
+    offset when the batch was planned, less the offset it read to)."""
     marker_batches: int = 0
     marker_rows: int = 0
     data_seconds: float = 0.0
@@ -191,6 +206,10 @@ class QueryStats:
         else:
             self.data_batches += 1
             self.data_seconds += seconds
+            if rows:
+                self.input_batches += 1
+        if self.catching_up:
+            self.catch_up_batches += 1
         if rows:
             self.last_input_at = now if now is not None else time.monotonic()
         self.rows_per_second = float(_get(entry, "processedRowsPerSecond", 0.0) or 0.0)
@@ -203,6 +222,9 @@ class QueryStats:
         event_time = _get(entry, "eventTime", {}) or {}
         self.watermark = _get(event_time, "watermark", self.watermark)
         sources = _get(entry, "sources", []) or []
+        behind = behind_per_topic(list(sources))
+        if behind:
+            self.behind = behind
         self.history.append(
             BatchInfo(
                 batch_id=int(batch_id),
@@ -270,6 +292,8 @@ class QueryStats:
             "spark_dropped_late": self.spark_dropped_late,
             "state_rows": self.state_rows,
             "rows_per_second": round(self.rows_per_second, 1),
+            "catch_up_batches": self.catch_up_batches,
+            "behind": dict(self.behind),
             "done": self.done,
             "watermark": self.watermark,
             "observed": self.observed,
@@ -283,6 +307,31 @@ class ProgressTracker:
     def __init__(self, names: Iterable[str]) -> None:
         self.stats = {name: QueryStats(name) for name in names}
         self.started = time.monotonic()
+        self.started_queries: float | None = None
+        """When the queries were last (re)started: idleness counts from then at least."""
+        self.phase: str | None = None
+        """``catching up`` or ``live`` in a run that catches up (None otherwise)."""
+        self.catch_up_rounds = 0
+        self.caught_up_after: float | None = None
+        """Seconds from the start of the tracker until the run was caught up."""
+
+    def set_phase(self, phase: str, *, catching_up: bool) -> None:
+        """The run enters ``phase``; the batches folded from now on are catch-up batches
+        when ``catching_up``."""
+        self.phase = phase
+        if not catching_up and self.catch_up_rounds:
+            self.caught_up_after = time.monotonic() - self.started
+        for stats in self.stats.values():
+            stats.catching_up = catching_up
+
+    @property
+    def behind(self) -> dict[str, int]:
+        """Records behind the head per Kafka topic: the largest backlog any query left."""
+        out: dict[str, int] = {}
+        for stats in self.stats.values():
+            for topic, lag in stats.behind.items():
+                out[topic] = max(out.get(topic, 0), lag)
+        return out
 
     def update(self, name: str, entries: Iterable[Any]) -> bool:
         stats = self.stats.setdefault(name, QueryStats(name))
@@ -317,10 +366,16 @@ class ProgressTracker:
             etas.append(eta)
         return max(etas) if etas else None
 
+    def restarted(self) -> None:
+        """The queries were (re)started (after catching up): not idle before that."""
+        self.started_queries = time.monotonic()
+
     def idle_for(self) -> float:
-        """Seconds since any query last read a row (since the start if none has)."""
+        """Seconds since any query last read a row (since the start, or the queries' last
+        restart, if later)."""
         moments = [s.last_input_at for s in self.stats.values() if s.last_input_at]
-        return time.monotonic() - (max(moments) if moments else self.started)
+        moments.append(self.started_queries or self.started)
+        return time.monotonic() - max(*moments, self.started)
 
     def table(self, title: str) -> Table:
         """A ``rich`` table of the queries' progress."""
@@ -330,6 +385,8 @@ class ProgressTracker:
             caption += f" | event time done {self.done:.1%}"
         if eta is not None:
             caption += f" | ETA {format_seconds(eta)}"
+        if self.phase is not None:
+            caption += f" | {self._phase_text()}"
         table = Table(title=title, caption=caption)
         for column in (
             "query",
@@ -339,6 +396,7 @@ class ProgressTracker:
             "done",
             "state rows",
             "late dropped",
+            "behind",
             "watermark",
         ):
             table.add_column(column, justify="left" if column == "query" else "right")
@@ -351,6 +409,7 @@ class ProgressTracker:
                 "-" if stats.done is None else f"{stats.done:.1%}",
                 str(stats.state_rows),
                 str(stats.rows_dropped_late),
+                _behind_text(stats.behind),
                 _watermark_text(stats.watermark),
             )
         return table
@@ -360,14 +419,23 @@ class ProgressTracker:
         parts = []
         for stats in self.stats.values():
             done = "" if stats.done is None else f" done={stats.done:.1%}"
+            behind = f" behind={_behind_text(stats.behind)}" if stats.behind else ""
             parts.append(
                 f"{stats.name}: batches={stats.batches} rows={stats.rows}"
-                f"{done} state={stats.state_rows} late={stats.rows_dropped_late}"
+                f"{done} state={stats.state_rows} late={stats.rows_dropped_late}{behind}"
             )
         eta = self.eta_seconds()
         if eta is not None:
             parts.append(f"ETA {format_seconds(eta)}")
+        if self.phase is not None:
+            parts.append(self._phase_text())
         return " | ".join(parts)
+
+    def _phase_text(self) -> str:
+        batches = max((s.catch_up_batches for s in self.stats.values()), default=0)
+        if self.phase == "live":
+            return f"live (caught up in {batches} batches)"
+        return f"{self.phase} (round {self.catch_up_rounds}, {batches} batches back to back)"
 
 
 def format_seconds(seconds: float) -> str:
@@ -384,6 +452,11 @@ def format_seconds(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def _behind_text(behind: Mapping[str, int]) -> str:
+    """Records behind the head, summed over the query's Kafka topics ('-' without any)."""
+    return f"{sum(behind.values()):,}" if behind else "-"
 
 
 def _watermark_text(watermark: str | None) -> str:

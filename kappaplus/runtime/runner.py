@@ -30,15 +30,17 @@ import functools
 import getpass
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from kappaplus.config import JobConfig, resolve
+from kappaplus.config import AVAILABLE_NOW, JobConfig, resolve
 from kappaplus.draining import DrainSignal
 from kappaplus.runtime.bounds import bounds_metrics_name
+from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
 from kappaplus.runtime.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
@@ -218,9 +220,10 @@ def run_job(
     request = stopping.__enter__()
     events = ProgressListener()
     spark.streams.addListener(events)
-    try:
-        for publisher in publishers.values():
-            publisher.claim()
+    began = time.monotonic()
+
+    def start_queries(chosen: str) -> None:
+        """Start every output's query with the trigger ``chosen`` (on its checkpoint)."""
         for name, plan in plans.items():
             kept = None
             if plan.late is not None:
@@ -229,16 +232,19 @@ def run_job(
                 )
                 tracker.stats[name].keep_late_rows()
             mine = [p for p in publishers.values() if p.output == name]
-            queries[name] = start_output(frames[name], plan, trigger, kept, mine)
+            queries[name] = start_output(frames[name], plan, chosen, kept, mine)
+        tracker.restarted()
         record.save()
         log.info(
             "run %s: %s mode, trigger %s, queries %s",
             record.run_id,
             run.mode,
-            trigger,
+            chosen,
             ", ".join(queries),
         )
-        status = wait_for_queries(
+
+    def wait() -> str:
+        return wait_for_queries(
             queries,
             tracker,
             record,
@@ -249,7 +255,22 @@ def run_job(
             drain,
             events,
             metastore_uri(spark),
+            started=began,
+            idle_stops=tracker.phase != CATCHING_UP,
         )
+
+    try:
+        for publisher in publishers.values():
+            publisher.claim()
+        status = FINISHED
+        catching_up = catches_up(run, trigger)
+        if catching_up:
+            status = _catch_up(start_queries, wait, queries, tracker, events, auditor, metrics)
+        if status == FINISHED and not any(q.isActive for q in queries.values()):
+            if catching_up:
+                _phase(tracker, metrics, LIVE)
+            start_queries(trigger)
+            status = wait()
         if status == FINISHED:
             replace_held(spark, plans, mode_dir)  # --replace-range: swap the held batches in
     except KeyboardInterrupt:
@@ -285,6 +306,52 @@ def run_job(
             stopping.__exit__(None, None, None)
             locks.__exit__(None, None, None)
     return RunResult(record, job, status, plans, tracker, queries)
+
+
+def _phase(tracker: ProgressTracker, metrics: tuple[Any, Any] | None, phase: str) -> None:
+    """The run enters ``phase`` (:mod:`kappaplus.runtime.catch_up`): progress and metrics."""
+    tracker.set_phase(phase, catching_up=phase == CATCHING_UP)
+    if metrics is not None:
+        metrics[0].catching_up = phase == CATCHING_UP
+
+
+def _catch_up(
+    start_queries: Callable[[str], None],
+    wait: Callable[[], str],
+    queries: dict[str, StreamingQuery],
+    tracker: ProgressTracker,
+    events: ProgressListener,
+    auditor: Any,
+    metrics: tuple[Any, Any] | None,
+) -> str:
+    """Run ``availableNow`` rounds until one ran at most one batch with input per query
+    (:func:`~kappaplus.runtime.catch_up.caught_up`); the queries are stopped between
+    rounds, each after its last committed batch. Returns how the last round ended:
+    ``finished`` (caught up, the queries stopped: the trigger takes over), or the run's end
+    (a stop request, ``--timeout``: ``stopped``; ``--until-idle``: ``finished`` with the
+    queries still active)."""
+    _phase(tracker, metrics, CATCHING_UP)
+    while True:
+        tracker.catch_up_rounds += 1
+        before = input_batches(tracker)
+        start_queries(AVAILABLE_NOW)
+        status = wait()
+        if status != FINISHED or any(q.isActive for q in queries.values()):
+            return status
+        for name, query in queries.items():
+            stop_quietly(query)
+            entries = [*events.take(query_name(query)), *progress_of(query)]
+            tracker.update(name, entries)
+            if auditor is not None:
+                auditor.collect(name, entries)
+        if caught_up(before, tracker):
+            log.info(
+                "caught up: %d round(s), %s batches back to back; records behind: %s",
+                tracker.catch_up_rounds,
+                max((s.catch_up_batches for s in tracker.stats.values()), default=0),
+                tracker.behind or "-",
+            )
+            return FINISHED
 
 
 def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:

@@ -102,11 +102,16 @@ def wait_for_queries(
     drain: DrainSignal | None = None,
     events: ProgressListener | None = None,
     metastore_uri: str | None = None,
+    started: float | None = None,
+    idle_stops: bool = True,
 ) -> str:
     """Poll the queries until the run ends (or ``request`` says a signal came: then drain
     them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
-    current."""
-    started = time.monotonic()
+    current. ``started``: when the run began (``time.monotonic()``; default now), the
+    origin of ``--timeout`` also when the queries were restarted (after catching up).
+    ``idle_stops``: whether ``until_idle`` applies (not while catching up: those queries
+    end by themselves, and a restart between two rounds is no idleness)."""
+    started = time.monotonic() if started is None else started
     names = {name: str(query.name) for name, query in queries.items()}
     last_saved = 0.0
     last_logged = 0.0
@@ -152,7 +157,8 @@ def wait_for_queries(
                     raise_if_failed(name, query, metastore_uri)
                 return STOPPED if record.stopped_by is not None else FINISHED
             if (
-                run.until_idle is not None
+                idle_stops
+                and run.until_idle is not None
                 and tracker.idle_for() >= run.until_idle
                 and (all(s.batches > 0 for s in tracker.stats.values()))
                 and not any(_busy(q) for q in queries.values())
