@@ -23,6 +23,11 @@ never refused. This covers what a lost checkpoint, ``--fresh`` over a written ta
 corrected topic (a new binding: a new identity, a new checkpoint), two registered names of
 the same files and a backfill into a table a stream wrote have in common.
 
+Iceberg targets (:mod:`kappaplus.connectors.iceberg.sink`) record each query's last batch
+in a table property but no event-time span: a run is refused when ANOTHER query committed
+batches to the table, whatever their range (stricter than for Hive; ``--append`` writes
+anyway; ``--replace-range`` is for Hive tables only).
+
 Kafka targets are not covered: a topic records no provenance (its records carry a
 deterministic key, so a consumer can drop the second copy).
 """
@@ -212,6 +217,44 @@ def _promoted_from(spark: SparkSession, table: str) -> str | None:
     return found.get("kappa.promote.from") or None
 
 
+def check_iceberg_targets(plans: Mapping[str, OutputPlan], *, append: bool = False) -> None:
+    """Refuse (:class:`IdentityError`) to write an Iceberg target another query committed
+    batches to (see the module docstring), unless ``append``; a resumed query (its own
+    batches in the table) is never refused."""
+    from kappaplus.connectors.iceberg.sink import BATCH_PROPERTY_PREFIX, IcebergTableSink
+
+    for plan in plans.values():
+        if plan.iceberg is None:
+            continue
+        sink = IcebergTableSink(plan.iceberg.table, plan.iceberg.catalog, query=plan.query_name)
+        try:
+            table = sink.load()
+        except Exception:  # noqa: BLE001 - missing (created by the first batch): no claim
+            continue
+        queries = sorted(
+            key[len(BATCH_PROPERTY_PREFIX) :]
+            for key in table.properties
+            if key.startswith(BATCH_PROPERTY_PREFIX)
+        )
+        if not queries or plan.query_name in queries:
+            continue
+        if append:
+            log.warning(
+                "Iceberg table %s holds batches of %s; --append: this run's rows are added",
+                plan.iceberg.table,
+                ", ".join(queries),
+            )
+            continue
+        raise IdentityError(
+            "output",
+            plan.iceberg.table,
+            f"Iceberg table {plan.iceberg.table} already holds batches of another run "
+            f"(query {', '.join(queries)}); this run's rows could repeat theirs. Resume that "
+            "run with its own config, write to another table, or pass --append to add this "
+            "run's rows beside them deliberately (--replace-range is for Hive tables)",
+        )
+
+
 def check_targets(
     spark: SparkSession,
     plans: Mapping[str, OutputPlan],
@@ -223,6 +266,7 @@ def check_targets(
     """Refuse (:class:`IdentityError`) a run whose Hive targets hold another run's rows
     over event times it will write (module docstring), unless ``append`` or
     ``replace_range`` says what to do; the claims that flag allowed."""
+    check_iceberg_targets(plans, append=append)
     claims = find_claims(spark, plans, identity)
     if not claims:
         return []

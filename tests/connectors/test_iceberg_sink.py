@@ -130,3 +130,46 @@ def test_a_backfill_into_iceberg_survives_a_crash_after_a_commit(  # type: ignor
     assert len(rows) == len(set(rows)), "no session twice"
     truth = {r[:5] for r in sessions_by_hand(events, 30 * 60)}
     assert set(rows) == truth
+
+
+def test_another_run_into_the_same_iceberg_table_is_refused_unless_append(  # type: ignore[no-untyped-def]
+    spark, scratch: Path
+) -> None:
+    """Issue 24 item 1 for the Iceberg target: two configs of a job (the same events under
+    two table names) backfilling into one Iceberg table: the second is refused before its
+    first batch, naming the table and the other query; with --append it writes."""
+    from kappaplus.runtime.identity import IdentityError
+
+    start, end = "2024-03-01T00:00:00", "2024-03-01T04:00:00"
+    events = rider_events(riders=4, start=start, hours=4, seed=5)
+    first_in, second_in = f"ev_{uid()}", f"ev_{uid()}"
+    for name in (first_in, second_in):
+        write_table(spark, name, events, RIDER_EVENT_DDL)
+    props = catalog_props(scratch / "catalog")
+    out = f"db.claims_{uid()}"
+
+    def config(table: str):  # type: ignore[no-untyped-def]
+        return example_config(
+            "sessionization",
+            {
+                "inputs": {"rider_events": {"hive": {"table": table}}},
+                "outputs": {
+                    "sessions": {"hive": None, "iceberg": {"table": out, "catalog": props}}
+                },
+            },
+            scratch,
+        )
+
+    options = RunOptions("backfill", start, end, poll_seconds=0.2)
+    assert run_job(spark, sessionization.JOB, config(first_in), options).status == "finished"
+    written = open_catalog(props).load_table(f"{out}_backfill").scan().to_arrow().num_rows
+    assert written > 0
+    with pytest.raises(IdentityError) as refused:
+        run_job(spark, sessionization.JOB, config(second_in), options)
+    assert f"{out}_backfill" in str(refused.value) and "--append" in str(refused.value)
+    after = open_catalog(props).load_table(f"{out}_backfill").scan().to_arrow().num_rows
+    assert after == written, "nothing written by the refused run"
+    appended = RunOptions("backfill", start, end, poll_seconds=0.2, append=True)
+    assert run_job(spark, sessionization.JOB, config(second_in), appended).status == "finished"
+    doubled = open_catalog(props).load_table(f"{out}_backfill").scan().to_arrow().num_rows
+    assert doubled == 2 * written  # deliberately, as asked
