@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -252,44 +252,54 @@ def true_ends(bootstrap: str, settings: dict[str, str], topic: str) -> dict[int,
         oracle.close()
 
 
-def _consume_dlq_topic(target: DeadLetterTarget) -> list[dict[str, Any]]:
-    """Every message of the DLQ topic, parsed (read from the beginning to the end)."""
+def _read_ranges(
+    bootstrap: str, settings: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]]
+) -> Iterator[Any]:
+    """Every message of ``topic`` in ``ranges`` (partition -> [low, high)), in offset order
+    per partition; KafkaError naming the partition and offset when one does not come."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from kappaplus.dlq import parse_dlq_message
-
-    assert target.kafka_topic is not None and target.kafka_bootstrap is not None
     consumer = Consumer(
         {
-            **target.kafka_settings,
-            "bootstrap.servers": target.kafka_bootstrap,
+            **settings,
+            "bootstrap.servers": bootstrap,
             "group.id": f"kappa-dlq-replay-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": "false",
             "log_level": "0",
         }
     )
     try:
-        out: list[dict[str, Any]] = []
-        ranges = true_ends(target.kafka_bootstrap, dict(target.kafka_settings), target.kafka_topic)
         for partition, (low, high) in sorted(ranges.items()):
             if high <= low:
                 continue
-            consumer.assign([TopicPartition(target.kafka_topic, partition, low)])
+            consumer.assign([TopicPartition(topic, partition, low)])
             position = low
             while position < high:
                 message = consumer.poll(5.0)
                 if message is None:
                     raise KafkaError(
-                        f"dead-letter topic {target.kafka_topic!r} partition {partition}: "
-                        f"no message at offset {position} (end {high}) within 5 s"
+                        f"topic {topic!r} partition {partition}: no message at offset "
+                        f"{position} (end {high}) within 5 s"
                     )
                 if message.error():
-                    raise KafkaError(f"dead-letter topic {target.kafka_topic!r}: {message.error()}")
-                out.append(parse_dlq_message(message.value() or b"{}"))
+                    raise KafkaError(f"topic {topic!r}: {message.error()}")
+                yield message
                 position = int(message.offset() or 0) + 1
-        return out
     finally:
         consumer.close()
+
+
+def _consume_dlq_topic(target: DeadLetterTarget) -> list[dict[str, Any]]:
+    """Every message of the DLQ topic, parsed (read from the beginning to the end)."""
+    from kappaplus.dlq import parse_dlq_message
+
+    assert target.kafka_topic is not None and target.kafka_bootstrap is not None
+    settings = dict(target.kafka_settings)
+    ranges = true_ends(target.kafka_bootstrap, settings, target.kafka_topic)
+    return [
+        parse_dlq_message(message.value() or b"{}")
+        for message in _read_ranges(target.kafka_bootstrap, settings, target.kafka_topic, ranges)
+    ]
 
 
 def select(
@@ -399,42 +409,13 @@ def _end_offsets(plan: ReplayPlan) -> dict[int, int]:
 def _produced_since(plan: ReplayPlan, ends: dict[str, int], replay_id: str) -> dict[str, Any]:
     """Records carrying ``replay_id`` from the recorded end offsets to today's ends:
     coordinate -> (partition, offset)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    now = _end_offsets(plan)
-    consumer = Consumer(
-        {
-            **plan.producer_settings,
-            "bootstrap.servers": plan.bootstrap,
-            "group.id": f"kappa-dlq-replay-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "log_level": "0",
-        }
-    )
+    ranges = {p: (int(ends.get(str(p), 0)), high) for p, high in _end_offsets(plan).items()}
     found: dict[str, Any] = {}
-    try:
-        for partition, high in now.items():
-            low = int(ends.get(str(partition), 0))
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(plan.topic, partition, low)])
-            position = low
-            while position < high:
-                message = consumer.poll(5.0)
-                if message is None:
-                    raise KafkaError(
-                        f"topic {plan.topic!r} partition {partition}: no message at offset "
-                        f"{position} (end {high}) within 5 s while checking replay {replay_id}"
-                    )
-                if message.error():
-                    raise KafkaError(f"topic {plan.topic!r}: {message.error()}")
-                headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
-                offset = int(message.offset() or 0)
-                if headers.get(REPLAY_ID) == replay_id and REPLAY_OF in headers:
-                    found[headers[REPLAY_OF]] = {"partition": partition, "offset": offset}
-                position = offset + 1
-    finally:
-        consumer.close()
+    for message in _read_ranges(plan.bootstrap, plan.producer_settings, plan.topic, ranges):
+        headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
+        if headers.get(REPLAY_ID) == replay_id and REPLAY_OF in headers:
+            where = {"partition": message.partition(), "offset": int(message.offset() or 0)}
+            found[headers[REPLAY_OF]] = where
     return found
 
 
