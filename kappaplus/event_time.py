@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappaplus.timeutil import format_duration, parse_duration
+from kappaplus.timeutil import format_duration, iso, parse_duration
 
 #: Hidden boolean column of sources that append end-of-input marker rows.
 MARKER_COLUMN = "_kappa_marker"
@@ -56,3 +56,34 @@ def not_a_marker(event_time_column: str) -> Column:
     the marker from the watermark too."""
     marker = F.col(MARKER_COLUMN)
     return marker.isNull() | ~marker | F.col(event_time_column).isNull()
+
+
+def bound_violation(
+    column: str,
+    micros: int | None,
+    *,
+    low: int | None,
+    high: int | None,
+    max_future: int | None,
+    now: int | None,
+    now_label: str = "now",
+) -> str | None:
+    """Why the event time ``micros`` of ``column`` is outside the input's bounds, in the
+    words of a stream's dead letters (``[low, high)`` and ``max_future`` ahead of ``now``,
+    epoch microseconds), or None. The Python side of :mod:`kappaplus.runtime.bounds`, used
+    where records are judged outside Spark (a bootstrap's Kafka phase, a dead-letter replay).
+
+    >>> bound_violation("ts", 86_400_000_000, low=None, high=None, max_future=1, now=0)
+    'event time ts = 1970-01-02T00:00:00Z is more than max_future = 0s ahead of now'
+    """
+    if micros is None:
+        return None
+    if low is not None and micros < low:
+        why = f"is before the bound min = {iso(low)}"
+    elif high is not None and micros >= high:
+        why = f"is not before the bound max = {iso(high)}"
+    elif max_future is not None and now is not None and micros > now + max_future:
+        why = f"is more than max_future = {max_future // 1_000_000}s ahead of {now_label}"
+    else:
+        return None
+    return f"event time {column} = {iso(micros)} {why}"

@@ -334,6 +334,7 @@ def decode_again(letters: Sequence[DeadLetter], plan: ReplayPlan) -> list[str | 
     from kappaplus.codecs import decode_batches
     from kappaplus.codecs.schema import ERROR_COL, RECORD_ARROW_TYPE, RECORD_COL
     from kappaplus.connectors.kafka.reader import arrow_schema
+    from kappaplus.event_time import bound_violation
 
     if not letters:
         return []
@@ -369,7 +370,19 @@ def decode_again(letters: Sequence[DeadLetter], plan: ReplayPlan) -> list[str | 
         if error is not None:
             out.append(str(error))
             continue
-        out.append(_out_of_bounds(event, micros, plan, now))
+        if event is None:
+            out.append(None)
+            continue
+        out.append(
+            bound_violation(
+                event,
+                micros,
+                low=plan.bounds_min,
+                high=plan.bounds_max,
+                max_future=plan.max_future,
+                now=now,
+            )
+        )
     return out
 
 
@@ -378,23 +391,6 @@ def _utc(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _out_of_bounds(
-    column: str | None, micros: int | None, plan: ReplayPlan, now: int
-) -> str | None:
-    from kappaplus.timeutil import iso
-
-    if micros is None or column is None:
-        return None
-    shown = f"event time {column} = {iso(micros)}"
-    if plan.bounds_min is not None and micros < plan.bounds_min:
-        return f"{shown} is before the bound min = {iso(plan.bounds_min)}"
-    if plan.bounds_max is not None and micros >= plan.bounds_max:
-        return f"{shown} is not before the bound max = {iso(plan.bounds_max)}"
-    if plan.max_future is not None and micros > now + plan.max_future:
-        return f"{shown} is more than max_future = {plan.max_future // 1_000_000}s ahead of now"
-    return None
 
 
 # -- producing again, each once ------------------------------------------------------------

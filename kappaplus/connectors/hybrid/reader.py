@@ -41,6 +41,7 @@ from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
 from kappaplus.connectors.hive.reader import output_arrow_schema
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, safe_file_part
 from kappaplus.connectors.kafka.reader import OffsetRange, read_range
+from kappaplus.event_time import bound_violation
 from kappaplus.timeutil import iso
 
 COUNTS_DIR = "_counts"
@@ -158,36 +159,24 @@ def out_of_bounds_reasons(
 ) -> pa.Array | None:
     """Per row, why its event time is out of the input's bounds (null when within), in
     the words of a stream's dead letters; None when no bound applies."""
-    column = options.event_time_column
-    limits: list[tuple[str, int]] = []
-    if options.event_time_min is not None:
-        limits.append(("min", options.event_time_min))
-    if options.event_time_max is not None:
-        limits.append(("max", options.event_time_max))
-    ahead = options.max_future
-    if ahead is not None and planned_micros is not None:
-        limits.append(("future", planned_micros + ahead))
-    if not limits or kept.num_rows == 0:
+    ahead, low, high = options.max_future, options.event_time_min, options.event_time_max
+    if kept.num_rows == 0 or (low is None and high is None and planned_micros is None):
         return None
+    column = options.event_time_column
+    label = "the batch's planning time" + (f" {iso(planned_micros)}" if planned_micros else "")
     micros = pc.cast(pc.cast(kept.column(column), TS_UTC), pa.int64()).to_pylist()
-    reasons: list[str | None] = []
-    for value in micros:
-        reason = None
-        if value is not None:
-            for kind, limit in limits:
-                if kind == "min" and value < limit:
-                    reason = f"is before the bound min = {iso(limit)}"
-                elif kind == "max" and value >= limit:
-                    reason = f"is not before the bound max = {iso(limit)}"
-                elif kind == "future" and value > limit:
-                    reason = (
-                        f"is more than max_future = {(ahead or 0) // 1_000_000}s ahead "
-                        f"of the batch's planning time {iso(limit - (ahead or 0))}"
-                    )
-                if reason:
-                    reason = f"event time {column} = {iso(value)} {reason}"
-                    break
-        reasons.append(reason)
+    reasons = [
+        bound_violation(
+            column,
+            value,
+            low=low,
+            high=high,
+            max_future=ahead,
+            now=planned_micros,
+            now_label=label,
+        )
+        for value in micros
+    ]
     return pa.array(reasons, type=pa.string()) if any(reasons) else None
 
 
