@@ -152,7 +152,7 @@ def session(name: str):  # type: ignore[no-untyped-def]
 def stop(spark) -> None:  # type: ignore[no-untyped-def]
     """Stop the session and wait for its JVM to exit, as ``kappa run`` does: the next way's
     process then finds the embedded metastore free, and every way is timed to the same end."""
-    from kappaplus.jvm import shutdown_jvm
+    from kappaplus.core.jvm import shutdown_jvm
 
     spark.stop()
     shutdown_jvm()

@@ -92,12 +92,12 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from kappaplus.config import config_from_dict
+    from kappaplus.core.timeutil import parse_duration
     from kappaplus.jobs import InputSpec, Job, OutputSpec
     from kappaplus.local.broker import EmbeddedBroker, create_topic, free_port
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
     from kappaplus.session import create_session, stop_session
-    from kappaplus.timeutil import parse_duration
 
     def counts(inputs: dict[str, Any], params: Any) -> dict[str, Any]:
         per = inputs["flights"].groupBy(F.window("event_time", "10 minutes"), "origin").count()

@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_late_tap.py [--rows 2000000] [--rounds 3]
 
 A job that keeps its late rows (``[outputs.<o>.late]``) passes every input row through a
-pass-through ``mapInArrow`` (:class:`kappaplus.runtime.late_rows.LateRowTap`) before the
-watermark. This measures, in one process, alternating, the same windowed count over an
+pass-through ``mapInArrow`` (:class:`kappaplus.runtime.side_outputs.late_rows.LateRowTap`) before
+the watermark. This measures, in one process, alternating, the same windowed count over an
 in-memory-cached DataFrame of ``--rows`` events:
 
 - plain: ``groupBy(window(ts, 10 minutes), key).count()``;
@@ -38,8 +38,8 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
-    from kappaplus.late_rules import LateRule
-    from kappaplus.runtime.late_rows import LateRowsPlan, tap_input
+    from kappaplus.core.late_rules import LateRule
+    from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan, tap_input
     from kappaplus.session import create_session, stop_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-late-tap-"))

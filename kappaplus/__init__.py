@@ -35,7 +35,7 @@ table)::
     kp.stop_session(spark)
 
 Errors: every error is a :class:`KappaError`; :class:`ConfigError` is a bad option or key,
-:class:`StateError` a run's saved state that refuses what was asked (``kappaplus.errors``).
+:class:`StateError` a run's saved state that refuses what was asked (``kappaplus.core.errors``).
 
 >>> import kappaplus
 >>> kappaplus.InputSpec.__module__
@@ -49,7 +49,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import (
+from kappaplus.core.errors import (
     BrokerError,
     ConfigError,
     DataError,

@@ -38,9 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from kappaplus.codecs.schema import Format
 from kappaplus.config import DEFAULT_TRIGGER_INTERVAL, JobConfig, config_from_dict
-from kappaplus.errors import ConfigError
-from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import (
     BOOL,
     NAME,
     PATH,
@@ -53,7 +52,8 @@ from kappaplus.options import (
     option,
     options_class,
 )
-from kappaplus.table import TABLE_NAME
+from kappaplus.core.table import TABLE_NAME
+from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

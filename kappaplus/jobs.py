@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from kappaplus.errors import ConfigError
-from kappaplus.late_rules import LateRule
-from kappaplus.table import DEFAULT_PARTITION_COLUMN
-from kappaplus.timeutil import parse_duration
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.late_rules import LateRule
+from kappaplus.core.table import DEFAULT_PARTITION_COLUMN
+from kappaplus.core.timeutil import parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -183,7 +183,7 @@ class OutputSpec:
       derives it from ``event_time_column`` when the output does not carry it itself.
     - ``late_by``: how the output's stateful operator keys input rows in event time
       (``event_time``, ``window:<param>[/<param>]``, ``session:<param>``; see
-      :mod:`kappaplus.late_rules`): what lets a stream run keep the rows the watermark
+      :mod:`kappaplus.core.late_rules`): what lets a stream run keep the rows the watermark
       drops in a late-rows table or topic (``[outputs.<name>.late]`` in the job config).
     """
 
@@ -385,7 +385,7 @@ def load_job(path: str) -> Job:
 
     >>> load_job("kappaplus.jobs:nothing")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    kappaplus.errors.ConfigError: option 'job' = 'kappaplus.jobs:nothing': ...
+    kappaplus.core.errors.ConfigError: option 'job' = 'kappaplus.jobs:nothing': ...
     """
     if not isinstance(path, str) or path.count(":") != 1:
         raise ConfigError("job", path, "expected a dotted path like 'package.module:JOB'")

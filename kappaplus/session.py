@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kappaplus.core.settings import state_dir
 from kappaplus.jars import jvm_jar
-from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,7 +79,7 @@ class MetastoreDiscovery(Protocol):
         ...
 
     def check_embedded_free(self, home: Path) -> None:
-        """Raise :class:`~kappaplus.errors.MetastoreError` if another process holds the
+        """Raise :class:`~kappaplus.core.errors.MetastoreError` if another process holds the
         embedded Derby metastore of ``home``."""
         ...
 
@@ -348,14 +348,14 @@ def check_cluster_warehouse(spark: SparkSession) -> None:
     ``hive.metastore.warehouse.dir`` (``hive-site.xml``) Spark puts every database kappaplus
     creates (outputs, dead letters, late rows, audit) under ``spark-warehouse`` in the
     driver's working directory; executors on other machines would write the files to their
-    own disks. Stops the session and raises :class:`~kappaplus.errors.ConfigError`.
+    own disks. Stops the session and raises :class:`~kappaplus.core.errors.ConfigError`.
     """
     if spark.sparkContext.getConf().contains("spark.sql.warehouse.dir"):
         return
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     if hadoop.get("hive.metastore.warehouse.dir"):
         return
-    from kappaplus.errors import ConfigError
+    from kappaplus.core.errors import ConfigError
 
     default = spark.conf.get("spark.sql.warehouse.dir")
     spark.stop()
@@ -395,7 +395,7 @@ def create_session(
 
     Several processes at once (a stream run and a backfill run of one job) need the
     metastore server: embedded Derby admits one process, and a second one fails with
-    :class:`~kappaplus.errors.MetastoreError` naming the process that holds it. The server
+    :class:`~kappaplus.core.errors.MetastoreError` naming the process that holds it. The server
     and the embedded metastore are two Derby databases (``home/metastore/metastore_db`` and
     ``home/metastore_db``), so two catalogs: a table registered in one is not visible in the
     other, although both keep table data in the same warehouse, ``home/warehouse``.
@@ -430,7 +430,7 @@ def create_session(
     if local:
         _python_env()
         master_url = with_task_retries(master_url)
-    from kappaplus.jvm import launch_detached_gateway
+    from kappaplus.core.jvm import launch_detached_gateway
 
     launch_detached_gateway(
         master_url, app_name, settings, root

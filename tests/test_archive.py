@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from kappaplus.archive import ArchiveOptions, archive_job
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 from kappaplus.examples.generate import RIDER_EVENT_DDL, arrival_order, produce, rider_events
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job

@@ -33,7 +33,7 @@ from kappaplus.codecs import (
     dlq_schema,
     good_events,
 )
-from kappaplus.errors import ConfigError, DataError
+from kappaplus.core.errors import ConfigError, DataError
 
 KAFKA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, "

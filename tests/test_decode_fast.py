@@ -376,7 +376,7 @@ def test_random_records_match_the_python_decoder(spark, values: list[bytes]) -> 
 
 
 def test_json_decoder_option_is_validated(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from kappaplus.errors import ConfigError
+    from kappaplus.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="json_decoder.*expected 'python' or 'jvm'"):
         DecoderSpec(format="json", schema=SCHEMA, event_time="ts", json_decoder="fast")  # type: ignore[arg-type]

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kappaplus.codecs import DecoderSpec, decode_kafka
-from kappaplus.dlq import (
+from kappaplus.core.errors import ConfigError, DataError
+from kappaplus.dead_letters.targets import (
     DeadLetterTarget,
     dead_letter_batch,
     decoded_batch_writer,
@@ -23,7 +24,6 @@ from kappaplus.dlq import (
     parse_dlq_message,
     write_dead_letters,
 )
-from kappaplus.errors import ConfigError, DataError
 
 EVENT_DDL = "rider_id STRING NOT NULL, fare DOUBLE, ts TIMESTAMP"
 BASE = datetime(2024, 6, 1, tzinfo=UTC)

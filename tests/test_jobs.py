@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params, ddl_field_names, load_job
 
 RIDES_DDL = "ride_id string, city string, fare double, event_time timestamp"

@@ -18,7 +18,7 @@ import fastavro
 import pytest
 
 from kappaplus.codecs import DecoderSpec, decode_values
-from kappaplus.errors import ConfigError, DataError
+from kappaplus.core.errors import ConfigError, DataError
 
 READER = {  # the job's declared schema
     "type": "record",

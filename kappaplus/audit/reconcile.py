@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import ConfigError
-from kappaplus.modes import Mode
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import Mode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -197,11 +197,11 @@ def stream_checkpoint(
     job: Job, config: JobConfig, output: str, checkpoint_root: Path | None
 ) -> Path:
     """The checkpoint of ``output``'s query in the job's production (stream) run: the
-    directory the run's identity gives (:func:`kappaplus.runtime.identity.run_dir`)."""
+    directory the run's identity gives (:func:`kappaplus.runtime.state.identity.run_dir`)."""
     from kappaplus.config import resolve
-    from kappaplus.runtime.checkpoints import checkpoint_root as root_of
-    from kappaplus.runtime.identity import run_dir, run_identity
     from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.state.checkpoints import checkpoint_root as root_of
+    from kappaplus.runtime.state.identity import run_dir, run_identity
 
     run = RunOptions(Mode.STREAM, checkpoint_root=checkpoint_root)
     identity = run_identity(job, resolve(config, "stream", job), run)

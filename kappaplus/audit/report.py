@@ -163,7 +163,7 @@ def build_report(
 ) -> AuditReport:
     """The report of the (already selected, deduplicated) audit ``rows``."""
     if bucket_seconds % BUCKET_SECONDS:
-        from kappaplus.errors import ConfigError
+        from kappaplus.core.errors import ConfigError
 
         raise ConfigError(
             "--bucket",

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType

@@ -14,7 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.codecs.schema import _MAX_SHOWN
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType

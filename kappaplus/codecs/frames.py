@@ -40,7 +40,7 @@ from kappaplus.codecs.schema import (
     RECORD_COL,
 )
 from kappaplus.codecs.spec import DecoderSpec
-from kappaplus.errors import ConfigError, DataError
+from kappaplus.core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,8 +74,8 @@ def decode_kafka(
 
     Inside ``foreachBatch``, ``persist()`` the batch before taking both
     :func:`good_events` and :func:`dead_letters` from it, or every record is decoded once
-    per action (:func:`kappaplus.dlq.decoded_batch_writer` does this). The observed counts
-    are reported once per micro-batch either way.
+    per action (:func:`kappaplus.dead_letters.targets.decoded_batch_writer` does this). The
+    observed counts are reported once per micro-batch either way.
 
     >>> decoded = decode_kafka(spark.readStream.format("kappa_kafka")
     ...                        .option("subscribe", "trips").load(), spec)  # doctest: +SKIP

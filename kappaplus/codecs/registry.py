@@ -8,7 +8,7 @@ removed, with defaults) keeps decoding. Each id is fetched once per process
 (``GET /schemas/ids/{id}`` through confluent-kafka's ``SchemaRegistryClient``).
 
 An id the registry does not know is the record's fault (dead letter, with the id); a registry
-that cannot be reached is not, and fails the query (:class:`~kappaplus.errors.DataError`).
+that cannot be reached is not, and fails the query (:class:`~kappaplus.core.errors.DataError`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kappaplus.errors import DataError
-from kappaplus.secrets import mask_url
+from kappaplus.core.errors import DataError
+from kappaplus.core.secrets import mask_url
 
 
 class UnknownSchemaId(DataError):

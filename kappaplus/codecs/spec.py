@@ -18,8 +18,8 @@ from kappaplus.codecs.schema import (
     JsonDecoder,
     WireFormat,
 )
-from kappaplus.errors import ConfigError
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import (
     NAME,
     TEXT,
     Kind,
@@ -31,7 +31,7 @@ from kappaplus.options import (
     options_class,
     to_options,
 )
-from kappaplus.secrets import mask_url
+from kappaplus.core.secrets import mask_url
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -31,13 +31,13 @@ output targets. Anything else is rejected (principle 2: no other change to the p
 >>> r.watermark_delay, r.params["window"], r.outputs["counts"].hive.table
 ('2 hours', '2 hours', 'agg.ride_counts_backfill')
 
-Every error is a :class:`~kappaplus.errors.ConfigError` naming the key path and the value.
+Every error is a :class:`~kappaplus.core.errors.ConfigError` naming the key path and the value.
 """
 
 from __future__ import annotations
 
 from kappaplus.config.bindings import (
-    DeadLetterTarget,
+    DeadLetterQueue,
     DeltaInput,
     EventTimeBounds,
     HiveDeadLetters,
@@ -83,7 +83,7 @@ from kappaplus.config.resolution import (
     check_job,
     resolve,
 )
-from kappaplus.modes import MODES, Mode
+from kappaplus.core.modes import MODES, Mode
 
 __all__ = [
     "Mode",
@@ -99,7 +99,7 @@ __all__ = [
     "Servers",
     "DEFAULT_MIN_EVENT_TIME",
     "DEFAULT_MAX_FUTURE",
-    "DeadLetterTarget",
+    "DeadLetterQueue",
     "HiveDeadLetters",
     "KafkaInput",
     "redact",

@@ -32,9 +32,9 @@ from kappaplus.config.fields import (
     moment_text,
     optional_duration,
 )
-from kappaplus.errors import ConfigError
-from kappaplus.secrets import redact as redact_secrets
-from kappaplus.table import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.secrets import redact as redact_secrets
+from kappaplus.core.table import (
     BATCH_COLUMN,
     DEFAULT_PARTITION_COLUMN,
     DEFAULT_VISIBILITY,
@@ -42,14 +42,17 @@ from kappaplus.table import (
 )
 
 
-class DeadLetterTarget(StrictModel):
-    """Where undecodable records go, with their reason: a Kafka topic or a Hive table."""
+class DeadLetterQueue(StrictModel):
+    """A Kafka input's ``dlq``: where its undecodable records go, with their reason, as
+    written in the config (a Kafka topic or a Hive table). The run writes them through
+    :class:`kappaplus.dead_letters.targets.DeadLetterTarget`, built from this and the
+    input's brokers by :meth:`~kappaplus.dead_letters.targets.DeadLetterTarget.of_kafka_input`."""
 
     topic: TopicName | None = None
     table: TableName | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> DeadLetterTarget:
+    def _one(self) -> DeadLetterQueue:
         if (self.topic is None) == (self.table is None):
             raise ValueError("set exactly one of 'topic' or 'table'")
         return self
@@ -106,7 +109,7 @@ class KafkaInput(StrictModel):
     # catching up, every partition's share of a batch ends at one record time
     align_partitions: bool = Field(True, alias="alignPartitions", strict=True)
     options: KafkaClientSettings = Field(default_factory=dict)
-    dlq: DeadLetterTarget | None = None
+    dlq: DeadLetterQueue | None = None
     fields: str | None = Field(None, min_length=1)
     columns: Columns = Field(default_factory=dict)
     event_time: StoredEventTime | None = None
@@ -202,7 +205,7 @@ class HiveInput(StrictModel):
     @field_validator("start", "end")
     @classmethod
     def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.timeutil import parse_timestamp
+        from kappaplus.core.timeutil import parse_timestamp
 
         if value is not None:
             try:
@@ -274,7 +277,7 @@ class IcebergInput(StrictModel):
     @field_validator("start", "end")
     @classmethod
     def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.timeutil import parse_timestamp
+        from kappaplus.core.timeutil import parse_timestamp
 
         if value is not None:
             try:
@@ -313,7 +316,7 @@ class DeltaInput(StrictModel):
     @field_validator("start", "end")
     @classmethod
     def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.timeutil import parse_timestamp
+        from kappaplus.core.timeutil import parse_timestamp
 
         if value is not None:
             try:
@@ -350,7 +353,7 @@ class EventTimeBounds(StrictModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> EventTimeBounds:
-        from kappaplus.timeutil import parse_timestamp
+        from kappaplus.core.timeutil import parse_timestamp
 
         if self.max_ahead is not None and self.max_ahead.micros <= 0:
             raise ValueError(f"max_ahead {self.max_ahead} must be a positive duration")
@@ -472,7 +475,7 @@ class LateRowsTarget(StrictModel):
       default to the output's own ``[outputs.<o>.kafka]`` binding, as a Kafka input's
       ``dlq`` topic uses its input's.
 
-    Needs the job's output to declare ``late_by`` (:mod:`kappaplus.late_rules`). Stream mode
+    Needs the job's output to declare ``late_by`` (:mod:`kappaplus.core.late_rules`). Stream mode
     only: a backfill reads in event-time order.
     """
 

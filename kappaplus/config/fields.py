@@ -14,11 +14,11 @@ from pydantic import (
     PlainValidator,
 )
 
-from kappaplus.errors import ConfigError
-from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS
-from kappaplus.secrets import is_secret
-from kappaplus.table import TABLE_NAME
-from kappaplus.timeutil import Duration
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.kafka_conf import JAVA_ONLY_SETTINGS
+from kappaplus.core.secrets import is_secret
+from kappaplus.core.table import TABLE_NAME
+from kappaplus.core.timeutil import Duration
 
 AVAILABLE_NOW = "available-now"
 DEFAULT_TRIGGER_INTERVAL = "10 seconds"
@@ -27,12 +27,12 @@ DEFAULT_TRIGGER_INTERVAL = "10 seconds"
 
 def is_secret_key(key: str) -> bool:
     """Whether a setting carries a secret (its value is never shown): one of
-    :data:`kappaplus.secrets.SECRET_SETTINGS`, with any prefix."""
+    :data:`kappaplus.core.secrets.SECRET_SETTINGS`, with any prefix."""
     return is_secret(key)
 
 
 def _duration(value: Any) -> Duration:
-    """A config duration, parsed once into a :class:`~kappaplus.timeutil.Duration`."""
+    """A config duration, parsed once into a :class:`~kappaplus.core.timeutil.Duration`."""
     if isinstance(value, Duration):
         return value
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -108,7 +108,7 @@ class StrictModel(BaseModel):
 
 
 def moment_text(value: Any) -> str | None:
-    from kappaplus.timeutil import parse_timestamp
+    from kappaplus.core.timeutil import parse_timestamp
 
     if value is None:
         return None

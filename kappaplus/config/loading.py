@@ -19,9 +19,9 @@ from kappaplus.config.fields import (
 from kappaplus.config.model import (
     JobConfig,
 )
-from kappaplus.errors import ConfigError
-from kappaplus.modes import MODES
-from kappaplus.secrets import redact as redact_secrets
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import MODES
+from kappaplus.core.secrets import redact as redact_secrets
 
 # -- loading ----------------------------------------------------------------------------
 
@@ -151,7 +151,7 @@ def expand_env(value: str, key: str, env: Mapping[str, str] | None = None) -> st
     '127.0.0.1:9093'
     >>> expand_env("${PORT}", "bootstrap_servers", {})  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    kappaplus.errors.ConfigError: option 'bootstrap_servers' = '${PORT}': ...
+    kappaplus.core.errors.ConfigError: option 'bootstrap_servers' = '${PORT}': ...
     """
     import os
 
@@ -225,7 +225,7 @@ def load_config(path: str | Path) -> JobConfig:
 
     >>> load_config("/nonexistent/job.toml")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    kappaplus.errors.ConfigError: option 'config' = '/nonexistent/job.toml': file not found
+    kappaplus.core.errors.ConfigError: option 'config' = '/nonexistent/job.toml': file not found
     """
     file = Path(path)
     if not file.is_file():

@@ -24,7 +24,7 @@ from kappaplus.config.fields import (
     TopicName,
     TriggerInterval,
 )
-from kappaplus.modes import Mode
+from kappaplus.core.modes import Mode
 
 # -- per-mode overrides: only what the principles allow ---------------------------------
 

@@ -32,9 +32,9 @@ from kappaplus.config.model import (
     ModeOverride,
     OutputOverride,
 )
-from kappaplus.errors import ConfigError
-from kappaplus.modes import MODES, Mode
-from kappaplus.timeutil import Duration
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import MODES, Mode
+from kappaplus.core.timeutil import Duration
 
 if TYPE_CHECKING:
     from kappaplus.jobs import Job

@@ -7,7 +7,7 @@
 - :mod:`kappaplus.connectors.hybrid`: lake history then Kafka (``kappa_hybrid``), composed of
   the two above.
 
-Connectors use only the shared layers (:mod:`kappaplus.table`, :mod:`kappaplus.codecs`, ...);
+Connectors use only the shared layers (:mod:`kappaplus.core.table`, :mod:`kappaplus.codecs`, ...);
 the runtime binds them to jobs. Within a connector the reading modules and the sink never
 import each other; they share options and offsets.
 """

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from kappaplus.errors import ConfigError, KafkaError
+from kappaplus.core.errors import ConfigError, KafkaError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from kappaplus.codecs import DecoderSpec
-    from kappaplus.dlq import DeadLetterTarget
+    from kappaplus.dead_letters.targets import DeadLetterTarget
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def _read_ranges(
 
 def _consume_dlq_topic(target: DeadLetterTarget) -> list[dict[str, Any]]:
     """Every message of the DLQ topic, parsed (read from the beginning to the end)."""
-    from kappaplus.dlq import parse_dlq_message
+    from kappaplus.dead_letters.targets import parse_dlq_message
 
     assert target.kafka_topic is not None and target.kafka_bootstrap is not None
     settings = dict(target.kafka_settings)
@@ -334,7 +334,7 @@ def decode_again(letters: Sequence[DeadLetter], plan: ReplayPlan) -> list[str | 
     from kappaplus.codecs import decode_batches
     from kappaplus.codecs.schema import ERROR_COL, RECORD_ARROW_TYPE, RECORD_COL
     from kappaplus.connectors.kafka.reader import arrow_schema
-    from kappaplus.event_time import bound_violation
+    from kappaplus.core.event_time import bound_violation
 
     if not letters:
         return []

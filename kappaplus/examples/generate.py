@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.timeutil import parse_timestamp
+from kappaplus.core.timeutil import parse_timestamp
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

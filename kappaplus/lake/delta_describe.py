@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.timeutil import iso
 from kappaplus.lake.iceberg_describe import TYPICAL_SLICE_ROWS, _overlaps
-from kappaplus.timeutil import iso
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import ConfigError
-from kappaplus.timeutil import iso
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.timeutil import iso
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,7 +86,7 @@ def describe_table(
     from kappaplus.connectors.hive.catalog import resolve_table
     from kappaplus.connectors.hive.files import file_stats, list_data_files
     from kappaplus.connectors.hive.layout import PartitionTimeLayout, infer_layout
-    from kappaplus.table.catalogs import catalog_of
+    from kappaplus.core.table.catalogs import catalog_of
 
     found = resolve_table(spark, table)
     data_columns = [
@@ -147,14 +147,14 @@ def describe_table(
 
 
 def _duration(micros: int) -> str:
-    from kappaplus.runtime.progress import format_seconds
+    from kappaplus.runtime.observe.progress import format_seconds
 
     return format_seconds(micros / 1_000_000) if micros else "0s"
 
 
 def describe_lines(d: TableDescription) -> list[str]:
     """The description as lines of text (fits 80 columns but for long names and paths)."""
-    from kappaplus.table.catalogs import describe_catalog
+    from kappaplus.core.table.catalogs import describe_catalog
 
     def when(value: int | None) -> str:
         return "-" if value is None else iso(value)

@@ -15,8 +15,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.errors import ConfigError
-from kappaplus.timeutil import iso
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.timeutil import iso
 
 TYPICAL_SLICE_ROWS = 2_000_000
 """The adaptive slicing's default rows target (the source's ``targetRowsPerTrigger``)."""
@@ -64,7 +64,7 @@ def describe_iceberg(
 
     from kappaplus.connectors.iceberg.catalog import load_catalog
     from kappaplus.connectors.iceberg.lister import _bound
-    from kappaplus.errors import TableError, TableNotFound
+    from kappaplus.core.errors import TableError, TableNotFound
 
     loaded = load_catalog(catalog)  # its own one-line error
     try:

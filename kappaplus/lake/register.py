@@ -17,7 +17,7 @@ Registered(table='lake.rides', ..., partitions=1440, ...)
   took the same (``bench/bench_register.py``). The listing also checks each directory
   against ``partition_format`` and names the first that does not match;
 - the table goes to the catalog the session uses: the metastore server once ``kappa up``
-  runs, else the embedded one (:mod:`kappaplus.table.catalogs`), and the registration is
+  runs, else the embedded one (:mod:`kappaplus.core.table.catalogs`), and the registration is
   noted so a command in the other catalog can say where the table is.
 """
 
@@ -34,8 +34,8 @@ import pyarrow.fs as pafs
 
 from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
-from kappaplus.errors import ConfigError, DataError, TableNameTaken
-from kappaplus.table import TABLE_NAME
+from kappaplus.core.errors import ConfigError, DataError, TableNameTaken
+from kappaplus.core.table import TABLE_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -164,7 +164,7 @@ def register_table(
 ) -> Registered:
     """Register the directory ``location`` as the external table ``table`` (see the module
     docstring); ``progress(done, total)`` is called after each batch of partitions."""
-    from kappaplus.table.catalogs import catalog_of, note_registration
+    from kappaplus.core.table.catalogs import catalog_of, note_registration
 
     began = time.monotonic()
     if not TABLE_NAME.match(table):

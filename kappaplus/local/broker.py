@@ -27,10 +27,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kappaplus.errors import BrokerError
+from kappaplus.core.errors import BrokerError
+from kappaplus.core.settings import state_dir
 from kappaplus.local.processes import free_port, listens_on, port_open
 from kappaplus.local.service import DetachedService
-from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ do) finds a running server of its state directory by itself (:func:`discover`: t
 file, a live pid, an open port -- no JVM is started), so
 ``kappa metastore start`` (or ``kappa up``) once is all several processes need. Without a
 server, :func:`check_embedded_free` turns "another process has the embedded Derby database
-open" into a :class:`~kappaplus.errors.MetastoreError` before Spark starts.
+open" into a :class:`~kappaplus.core.errors.MetastoreError` before Spark starts.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from kappaplus.errors import MetastoreError
+from kappaplus.core.errors import MetastoreError
+from kappaplus.core.settings import state_dir
 from kappaplus.local.processes import free_port, listens_on, pid_alive, port_open
 from kappaplus.local.service import DetachedService
 from kappaplus.session import embedded_database
-from kappaplus.settings import state_dir
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import socket
 import time
 from pathlib import Path
 
-from kappaplus.procs import pid_alive
+from kappaplus.core.procs import pid_alive
 
 HOST = "127.0.0.1"
 

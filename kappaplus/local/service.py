@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar
 
-from kappaplus.errors import KappaError
+from kappaplus.core.errors import KappaError
 from kappaplus.local.processes import log_tail, pid_alive, port_open, terminate
 
 log = logging.getLogger(__name__)

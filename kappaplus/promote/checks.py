@@ -69,7 +69,7 @@ def check_ready(spark: SparkSession, job: Any, config: Any, plan: PromotePlan) -
     from pyspark.sql import functions as F
 
     from kappaplus.audit.reconcile import reconcile, target_of
-    from kappaplus.timeutil import from_micros, parse_timestamp
+    from kappaplus.core.timeutil import from_micros, parse_timestamp
 
     def when(key: str) -> Any:
         value = plan.range.get(key)

@@ -6,7 +6,7 @@ table as a stream resolves it, the backfill table the one a backfill writes (``b
 or ``<table>_backfill``, :func:`kappaplus.config.resolve`), and the previous production table
 is kept as ``<table>_previous``. The backfill run is the one whose checkpoint the config's
 backfill binding names (``<root>/<job>/backfill/<binding hash>``,
-:func:`kappaplus.runtime.identity.run_dir`): it finished when no live process holds it, its
+:func:`kappaplus.runtime.state.identity.run_dir`): it finished when no live process holds it, its
 query for the output committed every batch it planned, and its lake sources reached the
 end of the recorded range.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.errors import ConfigError, StateError
+from kappaplus.core.errors import ConfigError, StateError
 
 if TYPE_CHECKING:
     from kappaplus.config import JobConfig
@@ -69,10 +69,10 @@ def promote_plan(
     """The tables of ``output`` (the job's only output when None) and its backfill run's
     checkpoint; :class:`ConfigError` when the output has no Hive table."""
     from kappaplus.config import resolve
-    from kappaplus.modes import Mode
-    from kappaplus.runtime.checkpoints import checkpoint_root as root_of
-    from kappaplus.runtime.identity import run_dir, run_identity
+    from kappaplus.core.modes import Mode
     from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.state.checkpoints import checkpoint_root as root_of
+    from kappaplus.runtime.state.identity import run_dir, run_identity
 
     names = [spec.name for spec in job.outputs]
     if output is None:
@@ -116,10 +116,10 @@ def check_backfill_finished(plan: PromotePlan, command: str = "kappa run <job>")
     checkpoint and the command that finishes it (``command``: how the user runs the job)."""
     from dataclasses import replace
 
-    from kappaplus.runtime.checkpoints import LOCK_FILE
-    from kappaplus.runtime.identity import IDENTITY_FILE
-    from kappaplus.runtime.locks import check_free
-    from kappaplus.runtime.records import list_runs, read_checkpoint
+    from kappaplus.runtime.state.checkpoints import LOCK_FILE
+    from kappaplus.runtime.state.identity import IDENTITY_FILE
+    from kappaplus.runtime.state.locks import check_free
+    from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
     directory = plan.backfill_checkpoint
     how = f"{command} --mode backfill --start <start> --end <end> (into {plan.backfill})"

@@ -62,7 +62,7 @@ def after_step(step: str) -> None:
 
 def journal_path(production: str) -> Path:
     """The promotion journal of one production table: ``$KAPPA_HOME/promotions/<table>.json``."""
-    from kappaplus.settings import state_dir
+    from kappaplus.core.settings import state_dir
 
     return state_dir() / "promotions" / f"{production}.json"
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from kappaplus.config import AVAILABLE_NOW
+from kappaplus.runtime.observe.progress import ProgressTracker
 from kappaplus.runtime.options import ONCE, RunOptions
-from kappaplus.runtime.progress import ProgressTracker
 
 CATCHING_UP = "catching up"
 LIVE = "live"

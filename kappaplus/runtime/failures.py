@@ -13,10 +13,12 @@ the Hive metastore at thrift://127.0.0.1:9083 cannot be reached: check that it r
 ('kappa metastore status'; 'kappa up' starts it), then run the same command again, it \
 resumes from its checkpoint
 >>> explain("An exception was raised by the Python Proxy. Return Message: Traceback ...\\n"
-...         "  File x.py, line 1\\nkappaplus.errors.DataError: table 't': 2 rows cannot be placed")
+...         "  File x.py, line 1\\n"
+...         "kappaplus.core.errors.DataError: table 't': 2 rows cannot be placed")
 "table 't': 2 rows cannot be placed"
 >>> explain("Job aborted: Lost task 1.3 (TID 12): java.lang.IllegalStateException: "
-...         "kappaplus.errors.DataError: table 't': file 'f' was removed\\n\\tat org.X(X.java:1)")
+...         "kappaplus.core.errors.DataError: table 't': file 'f' was removed\\n"
+...         "\\tat org.X(X.java:1)")
 "table 't': file 'f' was removed"
 """
 
@@ -27,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kappaplus.errors import StateError
+from kappaplus.core.errors import StateError
 
 _KNOWN = (
     (
@@ -45,12 +47,12 @@ _KNOWN = (
 
 
 _KAPPA_ERROR = re.compile(
-    r"(?:^|Exception: |Error: )kappaplus\.errors\.\w+: (?P<message>.+)$", re.MULTILINE
+    r"(?:^|Exception: |Error: )kappaplus\.core\.errors\.\w+: (?P<message>.+)$", re.MULTILINE
 )
 """A kappaplus error raised in a Python worker or in ``foreachBatch``: Spark passes on its
 traceback; the error's own message (it names the option, table or file) is the line to show.
 The JVM reader's errors carry the same prefix inside a Java exception's message (``...
-IllegalStateException: kappaplus.errors.DataError: ...``)."""
+IllegalStateException: kappaplus.core.errors.DataError: ...``)."""
 
 
 _METASTORE_DOWN = "Could not connect to meta store"

@@ -12,7 +12,7 @@ mode, the backfill range, the trigger, when to stop and where checkpoints live.
 'processing-time'
 >>> RunOptions(mode="replay")  # doctest: +IGNORE_EXCEPTION_DETAIL
 Traceback (most recent call last):
-kappaplus.errors.ConfigError: option 'mode' = 'replay': expected one of 'stream', ...
+kappaplus.core.errors.ConfigError: option 'mode' = 'replay': expected one of 'stream', ...
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from kappaplus.config import AVAILABLE_NOW, DEFAULT_TRIGGER_INTERVAL
-from kappaplus.errors import ConfigError
-from kappaplus.modes import Mode
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import Mode
+from kappaplus.core.options import (
     BOOL,
     DURATION_TEXT,
     PATH,
@@ -38,7 +38,7 @@ from kappaplus.options import (
     options_class,
     positive_number,
 )
-from kappaplus.timeutil import parse_duration, parse_timestamp
+from kappaplus.core.timeutil import parse_duration, parse_timestamp
 
 ONCE = "once"
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -106,18 +106,18 @@ class RunOptions:
     - ``timeout``: seconds; stop (cleanly) after that long whatever the state.
     - ``checkpoint_root``: default the config's ``checkpoint_dir``, else
       ``state_dir()/checkpoints``; a run writes under
-      ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.identity`).
+      ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.state.identity`).
     - ``fresh``: delete this mode's checkpoints first (start over instead of resuming).
     - ``append``: write even where an output table holds another run's rows over event
       times this run writes (deliberately: both runs' rows stay); without it (or
-      ``replace_range``) such a run is refused (:mod:`kappaplus.runtime.target_claims`).
+      ``replace_range``) such a run is refused (:mod:`kappaplus.runtime.state.target_claims`).
     - ``replace_range``: backfill only: replace those rows over this run's range with this
-      run's (:mod:`kappaplus.runtime.range_replace`).
+      run's (:mod:`kappaplus.runtime.state.range_replace`).
     - ``progress``: draw a live progress table (``rich``); off, progress is logged.
     - ``audit``: write per-bucket counts of every stage to the audit table
       (:mod:`kappaplus.audit`).
     - ``metrics_port``: serve Prometheus metrics on this port while the run lasts
-      (:mod:`kappaplus.runtime.metrics`; 0 picks a free port).
+      (:mod:`kappaplus.runtime.observe.metrics`; 0 picks a free port).
     - ``catch_up``: a stream or bootstrap with a processing-time trigger first runs its
       micro-batches back to back (``availableNow`` rounds) until within one trigger of the
       head, then switches to its trigger on the same checkpoint
@@ -136,7 +136,7 @@ class RunOptions:
     run_id: str | None = option("runId", Kind("a run id", _run_id), default=None)
     cutoff: str | None = option("cutoff", TIMESTAMP_TEXT, default=None)
     lateness: str | None = option("lateness", DURATION_TEXT, default=None)
-    """A :class:`~kappaplus.timeutil.Duration` (text and ``.micros``) once checked."""
+    """A :class:`~kappaplus.core.timeutil.Duration` (text and ``.micros``) once checked."""
     poll_seconds: float = option("pollSeconds", SECONDS, default=1.0)
     extra: dict[str, Any] = field(default_factory=dict)
     audit: bool = option("audit", BOOL, default=True)

@@ -8,17 +8,17 @@
 ('finished', 0)
 
 The same :class:`~kappaplus.jobs.Job` object -- the same transform -- runs in both modes;
-only the bindings differ (see :mod:`kappaplus.runtime.inputs` and
-:mod:`kappaplus.runtime.outputs`). There is one query per output and no other: in
+only the bindings differ (see :mod:`kappaplus.runtime.binding.inputs` and
+:mod:`kappaplus.runtime.binding.outputs`). There is one query per output and no other: in
 ``stream`` mode the dead letters of a Kafka input with a ``dlq`` are written by the first
 output query that reads the input, in the micro-batch that reads them
-(:mod:`kappaplus.runtime.dead_letter_tap`); their count is reconciled with the dead records
-that query observed.
+(:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`); their count is reconciled with the dead
+records that query observed.
 
 The run ends when every query has terminated (``available-now`` / ``once``), when no
 query has read a row for ``until_idle`` seconds, after ``timeout`` seconds, or on
 Ctrl-C / SIGTERM: then the queries drain (the micro-batch under way is committed, no new
-one starts: :mod:`kappaplus.draining`) and are stopped; a second signal stops them at
+one starts: :mod:`kappaplus.core.draining`) and are stopped; a second signal stops them at
 once (the interrupted batch is redone: the checkpoint and the exactly-once Hive sink make
 the next run resume where this one stopped); see :mod:`kappaplus.runtime.waiting`. A JSON
 run record under ``state_dir()/runs`` follows the run throughout.
@@ -38,43 +38,59 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from kappaplus.config import AVAILABLE_NOW, JobConfig, resolve
-from kappaplus.draining import DrainSignal
-from kappaplus.runtime.bounds import bounds_metrics_name
-from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
-from kappaplus.runtime.checkpoints import (
-    LOCK_FILE,
-    check_shared_checkpoint,
-    prepare_checkpoint,
-)
-from kappaplus.runtime.dead_letter_tap import (
-    DeadLetterPublisher,
-    dead_letter_publishers,
-    stream_dead_letter_plans,
-)
-from kappaplus.runtime.dead_letters import publish_bootstrap_dead_letters, publish_run_dead_letters
-from kappaplus.runtime.failures import metastore_uri
-from kappaplus.runtime.identity import run_identity
-from kappaplus.runtime.inputs import (
+from kappaplus.core.draining import DrainSignal
+from kappaplus.core.settings import state_dir
+from kappaplus.runtime.binding.bounds import bounds_metrics_name
+from kappaplus.runtime.binding.inputs import (
     BoundInput,
     bind_inputs,
-    decode_metrics_name,
 )
-from kappaplus.runtime.late_rows import late_rows_plans
-from kappaplus.runtime.locks import hold
-from kappaplus.runtime.observers import audit_recorder, flush_audit, serve_metrics, stop_metrics
-from kappaplus.runtime.options import RunOptions, slug
-from kappaplus.runtime.outputs import (
+from kappaplus.runtime.binding.outputs import (
     OutputPlan,
     check_sql,
     plan_output,
     start_output,
 )
-from kappaplus.runtime.progress import ProgressTracker
-from kappaplus.runtime.progress_events import ProgressListener
-from kappaplus.runtime.range_replace import hold_for_replacement, replace_held
-from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, new_run_id
+from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
+from kappaplus.runtime.failures import metastore_uri
+from kappaplus.runtime.observe.observers import (
+    audit_recorder,
+    flush_audit,
+    serve_metrics,
+    stop_metrics,
+)
+from kappaplus.runtime.observe.progress import ProgressTracker
+from kappaplus.runtime.observe.progress_events import ProgressListener
+from kappaplus.runtime.options import RunOptions, slug
+from kappaplus.runtime.side_outputs.dead_letter_tap import (
+    DeadLetterPublisher,
+    dead_letter_publishers,
+    decode_metrics_name,
+    stream_dead_letter_plans,
+)
+from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
+from kappaplus.runtime.side_outputs.staged_dead_letters import (
+    publish_bootstrap_dead_letters,
+    publish_run_dead_letters,
+)
+from kappaplus.runtime.state.checkpoints import (
+    LOCK_FILE,
+    check_shared_checkpoint,
+    prepare_checkpoint,
+)
+from kappaplus.runtime.state.identity import run_identity
+from kappaplus.runtime.state.locks import hold
+from kappaplus.runtime.state.range_replace import hold_for_replacement, replace_held
+from kappaplus.runtime.state.records import (
+    FAILED,
+    FINISHED,
+    RUNNING,
+    STOPPED,
+    RunRecord,
+    new_run_id,
+)
+from kappaplus.runtime.state.target_claims import check_targets
 from kappaplus.runtime.stopping import signals_stop
-from kappaplus.runtime.target_claims import check_targets
 from kappaplus.runtime.waiting import (
     progress_of,
     query_name,
@@ -82,7 +98,6 @@ from kappaplus.runtime.waiting import (
     update_record,
     wait_for_queries,
 )
-from kappaplus.settings import state_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -355,7 +370,7 @@ def _catch_up(
 
 
 def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path], list[str]]:
-    """The lock files of a run (:mod:`kappaplus.runtime.locks`): its checkpoint, then
+    """The lock files of a run (:mod:`kappaplus.runtime.state.locks`): its checkpoint, then
     each output target, in a stable order."""
     paths, names = [mode_dir / LOCK_FILE], [f"the checkpoint {mode_dir}"]
     targets = sorted({t for plan in plans.values() for t in plan.targets()})
@@ -372,7 +387,7 @@ def _bootstrap_counts(job: Job, run: RunOptions, mode_dir: Path) -> dict[str, di
     if run.mode != "bootstrap":
         return {}
     from kappaplus.connectors.hybrid.source import hybrid_counts
-    from kappaplus.runtime.inputs import bootstrap_dead_letter_path
+    from kappaplus.runtime.binding.inputs import bootstrap_dead_letter_path
 
     out: dict[str, dict[str, Any]] = {}
     for spec in job.inputs:

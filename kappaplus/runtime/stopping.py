@@ -1,6 +1,6 @@
 """Stopping a run at a clean point: SIGTERM and SIGINT (to the process or its whole group,
 as ``timeout``, systemd and Kubernetes send them) only record a request, which the run's poll
-loop honours by draining its queries (:mod:`kappaplus.draining`: the micro-batch under way
+loop honours by draining its queries (:mod:`kappaplus.core.draining`: the micro-batch under way
 finishes, no new one starts). A second signal asks to stop now: the batch under way is then
 interrupted (and redone by the next run)."""
 

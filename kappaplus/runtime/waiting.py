@@ -4,7 +4,7 @@ audit counts and the run record current, and stop them.
 The run ends when every query has terminated (``available-now`` / ``once``), when no
 query has read a row for ``until_idle`` seconds, after ``timeout`` seconds (the micro-batch
 under way is committed first, at most :data:`TIMEOUT_DRAIN_SECONDS` more), or on a stop
-request (Ctrl-C / SIGTERM: the queries drain, :mod:`kappaplus.draining`; a second signal
+request (Ctrl-C / SIGTERM: the queries drain, :mod:`kappaplus.core.draining`; a second signal
 stops them at once). A query that failed ends the run with one line naming it.
 """
 
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.live import Live
 
-from kappaplus.draining import DrainSignal, drain_requested
-from kappaplus.errors import KappaError
+from kappaplus.core.draining import DrainSignal, drain_requested
+from kappaplus.core.errors import KappaError
 from kappaplus.runtime.failures import explain
-from kappaplus.runtime.observers import flush_audit
+from kappaplus.runtime.observe.observers import flush_audit
+from kappaplus.runtime.observe.progress import ProgressTracker, format_seconds
+from kappaplus.runtime.observe.progress_events import ProgressListener
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.progress import ProgressTracker, format_seconds
-from kappaplus.runtime.progress_events import ProgressListener
-from kappaplus.runtime.records import FINISHED, STOPPED, RunRecord
+from kappaplus.runtime.state.records import FINISHED, STOPPED, RunRecord
 from kappaplus.runtime.stopping import StopRequest
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def wait_for_queries(
     idle_stops: bool = True,
 ) -> str:
     """Poll the queries until the run ends (or ``request`` says a signal came: then drain
-    them, see :mod:`kappaplus.draining`); keep progress, the audit counts and the run record
+    them, see :mod:`kappaplus.core.draining`); keep progress, the audit counts and the run record
     current. ``started``: when the run began (``time.monotonic()``; default now), the
     origin of ``--timeout`` also when the queries were restarted (after catching up).
     ``idle_stops``: whether ``until_idle`` applies (not while catching up: those queries

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kappaplus.errors import DataError
+from kappaplus.core.errors import DataError
 
 UNBOUNDED_LO = -(2**62)
 UNBOUNDED_HI = 2**62

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from kappaplus.errors import ReplayError
+from kappaplus.core.errors import ReplayError
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from kappaplus.core.timeutil import format_duration, iso
 from kappaplus.slicing.files import UNBOUNDED_HI, DataFile, RowGroupStats
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.slicing.offsets import (
@@ -36,7 +37,6 @@ from kappaplus.slicing.offsets import (
 )
 from kappaplus.slicing.pacing import BatchPacer
 from kappaplus.slicing.sizing import RowDensity, choose_end, row_density
-from kappaplus.timeutil import format_duration, iso
 
 DEFAULT_TARGET_ROWS = 2_000_000
 """Rows per micro-batch that adaptive slicing aims at when no target is set: large enough

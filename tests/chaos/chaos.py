@@ -180,7 +180,7 @@ def prepare(home: Path, table: str, riders: int, seed: int, hours: int = 12) -> 
         home,
         f"""
         from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
-        from kappaplus.jvm import shutdown_jvm
+        from kappaplus.core.jvm import shutdown_jvm
         from kappaplus.local.metastore import LOCAL_DISCOVERY
         from kappaplus.session import create_session, stop_session
         spark = create_session("chaos-prepare", metastore_discovery=LOCAL_DISCOVERY)
@@ -199,7 +199,7 @@ def read_outputs(home: Path, tables: list[str]) -> dict[str, list[list[object]]]
         home,
         f"""
         import json
-        from kappaplus.jvm import shutdown_jvm
+        from kappaplus.core.jvm import shutdown_jvm
         from kappaplus.local.metastore import LOCAL_DISCOVERY
         from kappaplus.session import create_session, stop_session
         spark = create_session("chaos-read", metastore_discovery=LOCAL_DISCOVERY)

@@ -273,7 +273,7 @@ def test_targets_are_validated_and_default_to_two_million_rows(tmp_path: Path):
     import pytest
 
     from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
-    from kappaplus.errors import ConfigError
+    from kappaplus.core.errors import ConfigError
 
     opts = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR)
     assert opts.target_rows_per_trigger == DEFAULT_TARGET_ROWS == 2_000_000
@@ -307,7 +307,7 @@ def test_the_last_data_slice_carries_the_first_end_of_input_marker(tmp_path: Pat
 
 
 def test_a_drain_file_stops_admission_and_a_restart_plans_the_rest(tmp_path: Path):
-    """What a stopping run relies on (kappaplus.draining): once the drain file exists the
+    """What a stopping run relies on (kappaplus.core.draining): once the drain file exists the
     source reports no new data; a later run (no drain file) plans exactly the remaining
     slices, so together they deliver every row once."""
     root = tmp_path / "events"

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.connectors.delta import read_delta_stream
-from kappaplus.errors import TableError
+from kappaplus.core.errors import TableError
 
 ROWS_TARGET = "400"  # several slices per table
 END = "2024-03-06"  # after every row and window: a bounded run emits every window
@@ -256,7 +256,7 @@ def test_column_mapping_is_refused_naming_table_version_and_file(scratch: Path) 
     from delta_tables import enable_column_mapping
 
     from kappaplus.connectors.delta.table import delta_lake_options
-    from kappaplus.errors import DataError
+    from kappaplus.core.errors import DataError
 
     written = write_delta(scratch / "lake", "none", per_day=10, files=1)
     enable_column_mapping(written)

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.connectors.hive import read_hive_stream, resolve_table
-from kappaplus.errors import ConfigError, TableError
+from kappaplus.core.errors import ConfigError, TableError
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from kappaplus.connectors.hive.catalog import hive_stream_options
 from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_reader_loaded
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
-from kappaplus.errors import ConfigError, DataError
+from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.jars import jvm_jar
 
 HOUR = 3600
@@ -234,7 +234,9 @@ def test_the_planner_process_answers_like_the_python_source(
     answers = io.StringIO()
     serve(io.StringIO(json.dumps({**resolved, "format": "csv"}) + "\n{}\n"), answers)
     failure = json.loads(answers.getvalue())["error"]
-    assert failure["type"] == "kappaplus.errors.ConfigError" and "'format'" in failure["message"]
+    assert (
+        failure["type"] == "kappaplus.core.errors.ConfigError" and "'format'" in failure["message"]
+    )
 
 
 def test_file_uris_and_partition_values() -> None:

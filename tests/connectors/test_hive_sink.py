@@ -17,8 +17,8 @@ import pytest
 from kappaplus.connectors.hive.commits import table_location
 from kappaplus.connectors.hive.sink import HiveTableSink, write_stream
 from kappaplus.connectors.hive.sink_options import HiveSinkOptions
-from kappaplus.errors import ConfigError, DataError, TableError
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.core.errors import ConfigError, DataError, TableError
+from kappaplus.core.table import BATCH_COLUMN
 
 SCHEMA = "id long, city string, event_time timestamp"
 PER_FILE = 60

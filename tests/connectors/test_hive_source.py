@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.connectors.hive import read_hive_stream
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 HOUR = 3600
 

@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.hybrid.source import hybrid_counts, read_hybrid_stream
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 HOUR = 3600
 # 30-day windows: far longer than Kafka's retention (2 days), so their state must come from

@@ -138,7 +138,7 @@ def test_another_run_into_the_same_iceberg_table_is_refused_unless_append(  # ty
     """Issue 24 item 1 for the Iceberg target: two configs of a job (the same events under
     two table names) backfilling into one Iceberg table: the second is refused before its
     first batch, naming the table and the other query; with --append it writes."""
-    from kappaplus.runtime.identity import IdentityError
+    from kappaplus.runtime.state.identity import IdentityError
 
     start, end = "2024-03-01T00:00:00", "2024-03-01T04:00:00"
     events = rider_events(riders=4, start=start, hours=4, seed=5)

@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.connectors.iceberg import read_iceberg_stream
-from kappaplus.errors import DataError
+from kappaplus.core.errors import DataError
 
 ROWS_TARGET = "400"  # several slices per table
 END = "2024-03-06"  # after every row and window: a bounded run emits every window
@@ -218,7 +218,7 @@ def test_missing_statistics_are_said_once_and_the_file_read_whole(
 
 
 def test_unknown_table_is_one_line(spark: SparkSession, scratch: Path) -> None:
-    from kappaplus.errors import TableError
+    from kappaplus.core.errors import TableError
 
     props = catalog_props(scratch / "catalog")
     with pytest.raises(TableError, match="db.nothing"):

@@ -16,9 +16,9 @@ from kappaplus.connectors.kafka.offsets import OffsetOracle, fair_split
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
 from kappaplus.connectors.kafka.reader import OffsetRange
 from kappaplus.connectors.kafka.source import split_ranges
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.secrets import redact
 from kappaplus.local.broker import create_topic, delete_topic
-from kappaplus.secrets import redact
 
 
 def produce(

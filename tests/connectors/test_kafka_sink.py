@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kappaplus.connectors.kafka import read_kafka_stream
 from kappaplus.connectors.kafka.sink import KafkaSinkOptions, TokenBucket
-from kappaplus.errors import ConfigError, DataError
+from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.local.broker import list_topics
 
 

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from kappaplus.cli import app
 from kappaplus.connectors.hive.catalog import resolve_table
-from kappaplus.errors import ConfigError, DataError, TableError, TableNameTaken, TableNotFound
+from kappaplus.core.errors import ConfigError, DataError, TableError, TableNameTaken, TableNotFound
+from kappaplus.core.settings import state_dir
 from kappaplus.lake.describe import describe_lines, describe_table
 from kappaplus.lake.register import register_table
-from kappaplus.settings import state_dir
 
 BASE = datetime(2024, 3, 1, tzinfo=UTC)
 US = 1_000_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kappaplus.errors import BrokerError
+from kappaplus.core.errors import BrokerError
 from kappaplus.local.broker import MEMORY, EmbeddedBroker, create_topic, free_port, list_topics
 from kappaplus.local.processes import pid_alive
 

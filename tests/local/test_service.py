@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kappaplus.errors import BrokerError
+from kappaplus.core.errors import BrokerError
 from kappaplus.local import service
 from kappaplus.local.service import DetachedService
 

@@ -26,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kappaplus.local.metastore as metastore_module
-from kappaplus.errors import MetastoreError
+from kappaplus.core.errors import MetastoreError
 from kappaplus.local.broker import EmbeddedBroker
 from kappaplus.local.metastore import (
     LOCAL_DISCOVERY,
@@ -282,7 +282,7 @@ def test_embedded_metastore_held_elsewhere_is_an_error(
     took = time.monotonic() - began
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("kappaplus.errors.MetastoreError: ") and "kappa up" in last
+    assert last.startswith("kappaplus.core.errors.MetastoreError: ") and "kappa up" in last
     assert "py4j" not in result.stderr, "no JVM was started"
     print(f"create_session failed in {took:.1f}s")
 

@@ -18,7 +18,7 @@ from runtime_helpers import (
     uid,
 )
 
-from kappaplus.errors import ConfigError, StateError
+from kappaplus.core.errors import ConfigError, StateError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import (
     RIDER_EVENT_DDL,

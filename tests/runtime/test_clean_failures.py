@@ -11,7 +11,7 @@ from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.failures import CheckpointError, check_checkpoint_files, explain
@@ -159,7 +159,7 @@ def test_an_unreachable_broker_is_one_line_naming_the_key_before_spark(tmp_path:
 def test_partition_expr_is_parsed_before_the_first_batch(spark) -> None:  # type: ignore[no-untyped-def]
     from kappaplus.config import HiveOutput
     from kappaplus.jobs import OutputSpec
-    from kappaplus.runtime.outputs import OutputPlan, check_sql
+    from kappaplus.runtime.binding.outputs import OutputPlan, check_sql
 
     spec = OutputSpec("sessions")
     hive = HiveOutput(table="t", partition_expr="to_date(session_start")

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
-from kappaplus.runtime.cli import job_path
+from kappaplus.cli.run import job_path
 from kappaplus.runtime.options import RunOptions, trigger_args
-from kappaplus.runtime.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, exit_code
+from kappaplus.runtime.state.records import FAILED, FINISHED, RUNNING, STOPPED, RunRecord, exit_code
 
 runner = CliRunner()
 

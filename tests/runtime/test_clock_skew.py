@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from runtime_helpers import uid
 
 from kappaplus.config import config_from_dict
-from kappaplus.errors import KappaError
+from kappaplus.core.errors import KappaError
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job

@@ -31,10 +31,10 @@ import pytest
 from runtime_helpers import EXAMPLES, _merge, flush_events, sessions_by_hand
 
 from kappaplus.config import load_config
-from kappaplus.demo import config_toml
 from kappaplus.examples.generate import arrival_order, produce, rider_events
+from kappaplus.local.demo import config_toml
 from kappaplus.local.metastore import MetastoreServer
-from kappaplus.runtime.records import list_runs
+from kappaplus.runtime.state.records import list_runs
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T06:00:00"
 EVENTS: dict[str, Any] = {

@@ -146,7 +146,7 @@ def test_dead_letters_of_a_table_decode_again_with_the_fixed_decoder(spark) -> N
     (here: the declared unit of a numeric event time) now reads them, else the new reason."""
     from kappaplus.codecs import DecoderSpec
     from kappaplus.dead_letters.replay import ReplayPlan, decode_again, read_dead_letters, select
-    from kappaplus.dlq import DeadLetterTarget, ensure_dlq_table
+    from kappaplus.dead_letters.targets import DeadLetterTarget, ensure_dlq_table
     from kappaplus.examples.generate import RIDER_EVENT_DDL
 
     table = f"replay_dlq_{uid()}"

@@ -18,12 +18,12 @@ from runtime_helpers import (
 )
 
 from kappaplus.config import EventTimeBounds
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import arrival_order, produce, rider_events
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.records import read_checkpoint
 from kappaplus.runtime.runner import run_job
+from kappaplus.runtime.state.records import read_checkpoint
 
 START = "2024-03-01T00:00:00"
 COLUMNS = ["rider_id", "session_start", "session_end", "event_count", "event_types"]

@@ -14,8 +14,8 @@ from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.records import STOPPED, exit_code, list_runs, read_checkpoint
 from kappaplus.runtime.runner import run_job
+from kappaplus.runtime.state.records import STOPPED, exit_code, list_runs, read_checkpoint
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
 COLUMNS = ["rider_id", "session_start", "session_end", "event_count", "event_types"]

@@ -1,5 +1,5 @@
 """The late-row tap's pure parts: the watermark it judges by, idempotent staging, and
-pass-through outside a streaming task (kappaplus.runtime.late_rows)."""
+pass-through outside a streaming task (kappaplus.runtime.side_outputs.late_rows)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kappaplus.late_rules import LateRule
-from kappaplus.runtime.late_rows import (
+from kappaplus.core.late_rules import LateRule
+from kappaplus.runtime.side_outputs.late_rows import (
     INPUT_COLUMN,
     WATERMARK_COLUMN,
     LateRowsPlan,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kappaplus.runtime.locks import LockError, _start_time, acquire, check_free, hold, release
+from kappaplus.runtime.state.locks import LockError, _start_time, acquire, check_free, hold, release
 
 
 def _write_lock(path: Path, pid: int, start: str | None) -> None:

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kappaplus.runtime.metrics import MetricsListener, kafka_lag
+from kappaplus.runtime.observe.metrics import MetricsListener, kafka_lag
 
 
 class _Event:

@@ -106,7 +106,7 @@ def test_one_record_days_ahead_of_its_peers_does_not_move_the_watermark(  # type
 
 def test_max_ahead_is_validated_when_the_config_is_read() -> None:
     from kappaplus.config import EventTimeBounds
-    from kappaplus.errors import ConfigError
+    from kappaplus.core.errors import ConfigError
 
     assert EventTimeBounds().max_ahead is None
     assert EventTimeBounds(max_ahead="6 hours").max_ahead.micros == 6 * 3600 * 10**6

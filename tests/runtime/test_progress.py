@@ -13,9 +13,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
-from kappaplus.runtime.cli import compact_status_lines, summary_lines
-from kappaplus.runtime.progress import WARMUP_BATCHES, ProgressTracker
-from kappaplus.runtime.records import FINISHED, RunRecord
+from kappaplus.cli.run import compact_status_lines, summary_lines
+from kappaplus.runtime.observe.progress import WARMUP_BATCHES, ProgressTracker
+from kappaplus.runtime.state.records import FINISHED, RunRecord
 
 
 def entry(

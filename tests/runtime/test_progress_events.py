@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from kappaplus.runtime.progress import QueryStats
-from kappaplus.runtime.progress_events import ProgressListener
+from kappaplus.runtime.observe.progress import QueryStats
+from kappaplus.runtime.observe.progress_events import ProgressListener
 
 
 def test_listener_hands_over_every_batch_once(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]

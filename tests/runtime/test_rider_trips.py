@@ -20,6 +20,7 @@ from runtime_helpers import (
     uid,
 )
 
+from kappaplus.cli.run import ROCKSDB
 from kappaplus.examples import rider_trips
 from kappaplus.examples.generate import (
     RIDER_EVENT_DDL,
@@ -28,7 +29,6 @@ from kappaplus.examples.generate import (
     rider_events,
     write_table,
 )
-from kappaplus.runtime.cli import ROCKSDB
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
 

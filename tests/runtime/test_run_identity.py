@@ -15,16 +15,16 @@ from kappaplus.cli import app
 from kappaplus.config import resolve
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
-from kappaplus.runtime.checkpoints import check_before_spark, checkpoint_root
-from kappaplus.runtime.identity import (
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.runner import run_job
+from kappaplus.runtime.state.checkpoints import check_before_spark, checkpoint_root
+from kappaplus.runtime.state.identity import (
     IDENTITY_FILE,
     IdentityError,
     check_identity,
     run_dir,
     run_identity,
 )
-from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.runner import run_job
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T06:00:00"
 COLUMNS = ["rider_id", "session_start", "session_end", "event_count", "event_types"]

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from runtime_helpers import uid
 
 from kappaplus.config import config_from_dict
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
@@ -174,7 +174,7 @@ def test_a_narrowing_type_is_refused_before_the_queries_start(
 def test_check_shows_where_each_column_comes_from_and_run_refuses_a_narrowed_file(
     spark: SparkSession, scratch: Path
 ) -> None:
-    from kappaplus.runtime.unify import describe_bindings
+    from kappaplus.runtime.binding.unify import describe_bindings
 
     rows = lake_rows()
     table, out = f"rides_evolved_{uid()}", f"evolved_counts_{uid()}"

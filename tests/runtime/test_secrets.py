@@ -17,10 +17,10 @@ import pytest
 from runtime_helpers import EXAMPLES, uid
 
 from kappaplus.config import config_from_dict
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.kafka_conf import JAVA_ONLY_SETTINGS, client_conf
+from kappaplus.core.secrets import SECRET_SETTINGS, is_secret, mask_url, redact
 from kappaplus.examples.generate import arrival_order, produce, rider_events
-from kappaplus.kafka_conf import JAVA_ONLY_SETTINGS, client_conf
-from kappaplus.secrets import SECRET_SETTINGS, is_secret, mask_url, redact
 
 # the secret settings librdkafka accepts (the Java-only ones are refused, below)
 LIBRDKAFKA_SECRETS = {

@@ -21,8 +21,8 @@ from runtime_helpers import (
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import arrival_order, produce, rider_events
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.records import list_runs, read_checkpoint
 from kappaplus.runtime.runner import run_job
+from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T08:00:00"
 COLUMNS = [

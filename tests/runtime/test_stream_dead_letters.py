@@ -25,7 +25,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from runtime_helpers import consume_topic, uid
 
 from kappaplus.config import config_from_dict
-from kappaplus.dlq import dlq_key, parse_dlq_message
+from kappaplus.dead_letters.targets import dlq_key, parse_dlq_message
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, to_json, without_arrival
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 from kappaplus.runtime.options import RunOptions

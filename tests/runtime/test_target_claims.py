@@ -23,9 +23,9 @@ from runtime_helpers import micros, table_rows, uid
 from kappaplus.config import config_from_dict
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
-from kappaplus.runtime.identity import IdentityError
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
+from kappaplus.runtime.state.identity import IdentityError
 
 DAY0 = "2024-03-01T00:00:00"
 COLUMNS = ["area", "start", "count"]
@@ -191,7 +191,7 @@ def test_spans_decide_the_overlap() -> None:
     """Pure Python: a run's recorded span (its rows' event times) decides; without one,
     its configured range; an adjacent range shares nothing; a stream overlaps everything."""
     from kappaplus.connectors.hive.commits import CommittedRun
-    from kappaplus.runtime.target_claims import extent_of, overlaps, run_span
+    from kappaplus.runtime.state.target_claims import extent_of, overlaps, run_span
 
     backfill = {"range": {"start": _at(0), "end": _at(6)}}
     last_window = micros_of(_at(5)) + HOUR // 2
@@ -206,7 +206,7 @@ def test_spans_decide_the_overlap() -> None:
 
 
 def micros_of(text: str) -> int:
-    from kappaplus.timeutil import parse_timestamp
+    from kappaplus.core.timeutil import parse_timestamp
 
     return parse_timestamp(text)
 
@@ -344,7 +344,7 @@ def test_a_crash_before_the_swap_leaves_the_old_rows_and_the_rerun_finishes_it( 
     written, the held files moved): readers see the old rows, exactly once; the same
     command run again (without the flag: the intent is kept beside the checkpoint) rolls
     the journal forward and the table equals the ground truth over [00:00, 09:00)."""
-    import kappaplus.runtime.range_replace as range_replace
+    import kappaplus.runtime.state.range_replace as range_replace
 
     events, second, out, table, _ = setting
     config = _config(scratch, second, out)

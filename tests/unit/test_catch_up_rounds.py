@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from kappaplus.runtime.catch_up import catches_up, caught_up, input_batches
-from kappaplus.runtime.lag import behind_per_topic
-from kappaplus.runtime.metrics import MetricsListener
+from kappaplus.runtime.observe.lag import behind_per_topic
+from kappaplus.runtime.observe.metrics import MetricsListener
+from kappaplus.runtime.observe.progress import ProgressTracker
 from kappaplus.runtime.options import RunOptions
-from kappaplus.runtime.progress import ProgressTracker
 
 
 def _entry(batch: int, rows: int, end: int, latest: int) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kappaplus.config import config_from_dict
-from kappaplus.errors import ConfigError
-from kappaplus.runtime.checkpoints import check_shared_checkpoint
+from kappaplus.core.errors import ConfigError
 from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.state.checkpoints import check_shared_checkpoint
 
 RAW = {
     "job": "kappaplus.examples.sessionization:JOB",

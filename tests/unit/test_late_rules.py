@@ -1,4 +1,4 @@
-"""The late-row rules (kappaplus.late_rules) against Spark's own window assignment and
+"""The late-row rules (kappaplus.core.late_rules) against Spark's own window assignment and
 independent arithmetic."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kappaplus.errors import ConfigError
-from kappaplus.late_rules import LateRule
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.late_rules import LateRule
 
 US = 1_000_000
 BASE = int(datetime(2024, 3, 1, tzinfo=UTC).timestamp()) * US
@@ -81,7 +81,7 @@ def test_bad_rules_name_the_key(text: str, problem: str) -> None:
 def test_a_late_table_needs_the_outputs_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from kappaplus.config import LateRowsTarget
     from kappaplus.jobs import InputSpec, Job, OutputSpec
-    from kappaplus.runtime.late_rows import late_rows_plans
+    from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
 
     def job(late_by: str | None) -> Job:
         return Job(

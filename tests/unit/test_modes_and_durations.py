@@ -8,10 +8,10 @@ import pickle
 import pytest
 
 from kappaplus.config import parse_config, resolve
-from kappaplus.errors import ConfigError
-from kappaplus.modes import MODES, Mode
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import MODES, Mode
+from kappaplus.core.timeutil import Duration
 from kappaplus.runtime.options import RunOptions
-from kappaplus.timeutil import Duration
 
 CONFIG = """
 job = "kappaplus.examples.sessionization:JOB"
@@ -72,7 +72,7 @@ def test_durations_are_parsed_once_and_keep_their_text() -> None:
 
 
 def test_duration_units_and_bad_numbers() -> None:
-    from kappaplus.timeutil import parse_duration, parse_timestamp
+    from kappaplus.core.timeutil import parse_duration, parse_timestamp
 
     assert parse_duration("500 ms") == 500_000, "milliseconds, not minutes"
     assert parse_duration("5 us") == 5 and parse_duration("2 mins") == 120_000_000

@@ -19,8 +19,8 @@ from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, decoder_to_json
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
 from kappaplus.connectors.kafka.sink import KafkaSinkOptions
-from kappaplus.errors import ConfigError
-from kappaplus.options import duration_text, from_options, options_of, to_options
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import duration_text, from_options, options_of, to_options
 from kappaplus.runtime.options import RunOptions
 
 HOUR = 3_600_000_000
@@ -107,7 +107,7 @@ def hive_source(draw: st.DrawFn, prefix: str = "") -> dict[str, str]:
 
 
 def _iso(micros: int) -> str:
-    from kappaplus.timeutil import iso
+    from kappaplus.core.timeutil import iso
 
     return iso(micros)
 

@@ -1,4 +1,4 @@
-"""The typed options layer (:mod:`kappaplus.options`): keys and field names, case-insensitive;
+"""The typed options layer (:mod:`kappaplus.core.options`): keys and field names, case-insensitive;
 defaults declared once; every parse failure names the option and the value; what is written
 back reads as the same value."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kappaplus.errors import ConfigError
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import (
     BOOL,
     DURATION_TEXT,
     MICROS,
@@ -43,7 +43,7 @@ from kappaplus.options import (
     read_options,
     to_options,
 )
-from kappaplus.timeutil import parse_duration
+from kappaplus.core.timeutil import parse_duration
 
 
 class Colour(StrEnum):
@@ -294,7 +294,7 @@ def test_to_options_skips_none_and_reads_back() -> None:
 
 
 def test_python_values_are_taken_by_their_kinds() -> None:
-    from kappaplus.timeutil import Duration
+    from kappaplus.core.timeutil import Duration
 
     read = from_options(
         Sample,

@@ -23,9 +23,9 @@ from kappaplus.connectors.hive.options import (
     PartitionTimeKind,
 )
 from kappaplus.connectors.hive.planner import SlicePlanner
+from kappaplus.core.timeutil import format_duration, from_micros, parse_duration, to_micros
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.slicing.offsets import PHASE_DATA, Position, align_down
-from kappaplus.timeutil import format_duration, from_micros, parse_duration, to_micros
 
 S = 1_000_000
 HOUR = 3600 * S

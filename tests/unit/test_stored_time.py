@@ -18,7 +18,7 @@ from kappaplus.connectors.hive.stored_time import (
     storage_of,
     strptime_format,
 )
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 T0 = datetime(2013, 1, 1, 5, tzinfo=UTC)
 US = int(T0.timestamp()) * 1_000_000

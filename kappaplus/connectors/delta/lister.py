@@ -28,7 +28,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from kappaplus.connectors.hive.files import filesystem_for
-from kappaplus.errors import DataError
+from kappaplus.core.errors import DataError
 from kappaplus.slicing.files import TS_UTC, DataFile, RowGroupStats, to_micros_array
 from kappaplus.slicing.manifest import ManifestEntry
 

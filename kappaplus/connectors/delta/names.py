@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
-from kappaplus.errors import ConfigError, TableNameTaken
-from kappaplus.settings import state_dir
+from kappaplus.core.errors import ConfigError, TableNameTaken
+from kappaplus.core.settings import state_dir
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 """A registered name: ``db.table`` (dotted, like a Hive or Iceberg table name)."""

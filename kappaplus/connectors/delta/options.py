@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.options import BOOL, integer, json_value, option, options_class
+from kappaplus.core.options import BOOL, integer, json_value, option, options_class
 
 
 def _props(value: Any) -> dict[str, str]:

@@ -35,10 +35,10 @@ from pyspark.sql.types import StructType
 from kappaplus.connectors.delta.names import resolve_delta_location
 from kappaplus.connectors.delta.options import DeltaSourceOptions
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
-from kappaplus.errors import ConfigError, DataError, TableError, TableNotFound
-from kappaplus.event_time import apply_watermark
-from kappaplus.settings import state_dir
-from kappaplus.timeutil import parse_duration
+from kappaplus.core.errors import ConfigError, DataError, TableError, TableNotFound
+from kappaplus.core.event_time import apply_watermark
+from kappaplus.core.settings import state_dir
+from kappaplus.core.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
 

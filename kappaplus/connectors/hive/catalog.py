@@ -19,10 +19,10 @@ from pyspark.sql.types import StructType
 from kappaplus.connectors.hive.jvm_reader import choose_reader
 from kappaplus.connectors.hive.layout import infer_layout
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, HiveSourceOptions
-from kappaplus.errors import TableError, TableNotFound
-from kappaplus.event_time import apply_watermark
-from kappaplus.settings import state_dir
-from kappaplus.timeutil import parse_duration
+from kappaplus.core.errors import TableError, TableNotFound
+from kappaplus.core.event_time import apply_watermark
+from kappaplus.core.settings import state_dir
+from kappaplus.core.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     except AnalysisException as exc:
         if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
             raise
-        from kappaplus.table.catalogs import elsewhere
+        from kappaplus.core.table.catalogs import elsewhere
 
         database = spark.catalog.currentDatabase()
         hint = elsewhere(spark, table)  # e.g. registered in the other catalog

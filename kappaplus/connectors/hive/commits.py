@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.sink_options import table_sql
-from kappaplus.errors import TableError
-from kappaplus.table.commit_log import COMMITS_DIR
-from kappaplus.table.hadoop_fs import HadoopFs
+from kappaplus.core.errors import TableError
+from kappaplus.core.table.commit_log import COMMITS_DIR
+from kappaplus.core.table.hadoop_fs import HadoopFs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

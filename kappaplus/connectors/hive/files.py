@@ -26,7 +26,9 @@ from kappaplus.connectors.hive.layout import (
     parse_partition_values,
 )
 from kappaplus.connectors.hive.stored_time import micros_array, stat_micros
-from kappaplus.errors import DataError
+from kappaplus.core.errors import DataError
+from kappaplus.core.table.commit_log import COMMITS_DIR, parse_published
+from kappaplus.core.timeutil import to_micros
 from kappaplus.slicing.files import (
     TS_UTC,
     UNBOUNDED_HI,
@@ -35,8 +37,6 @@ from kappaplus.slicing.files import (
     RowGroupStats,
     to_micros_array,
 )
-from kappaplus.table.commit_log import COMMITS_DIR, parse_published
-from kappaplus.timeutil import to_micros
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def list_data_files(
     file the sink published counts only once its batch's commit marker exists, so this
     reader, which lists files rather than asking the metastore, sees whole committed
     batches only: never a batch the sink was still moving or registering, nor one a crash
-    left half published (:mod:`kappaplus.table.commit_log`).
+    left half published (:mod:`kappaplus.core.table.commit_log`).
     """
     fs, root = filesystem_for(location)
     try:

@@ -31,7 +31,7 @@ from pyspark.sql.types import (
 
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
 from kappaplus.connectors.hive.reader import unplaceable_advice
-from kappaplus.errors import ConfigError
+from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
-from kappaplus.errors import DataError
-from kappaplus.timeutil import iso, to_micros  # noqa: F401  (iso is used by the doctest)
+from kappaplus.core.errors import DataError
+from kappaplus.core.timeutil import iso, to_micros  # noqa: F401  (iso is used by the doctest)
 
 # Finest directive first: the first found sets the partition length.
 _GRANULARITY = [

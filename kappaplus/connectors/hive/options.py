@@ -13,9 +13,9 @@ from typing import Any
 from pyspark.sql.types import StructField, StructType, TimestampType
 
 from kappaplus.connectors.hive.stored_time import storage_of, stored_type_ok
-from kappaplus.draining import DRAIN_OPTION
-from kappaplus.event_time import MARKER_COLUMN
-from kappaplus.options import (
+from kappaplus.core.draining import DRAIN_OPTION
+from kappaplus.core.event_time import MARKER_COLUMN
+from kappaplus.core.options import (
     MICROS,
     POSITIVE_INT,
     POSITIVE_MICROS,
@@ -128,7 +128,7 @@ class HiveSourceOptions:
     event_time_format: str | None = option("eventTimeFormat", TEXT, default=None)
     """The event-time column holds strings in this Spark datetime pattern."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
-    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
+    """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
 
     @property
     def storage(self) -> str:

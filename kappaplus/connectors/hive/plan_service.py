@@ -23,10 +23,10 @@ from kappaplus.connectors.hive.files import UNBOUNDED_HI
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.reader import partition_scalar
 from kappaplus.connectors.hive.source import HiveStreamReader
-from kappaplus.errors import KappaError
+from kappaplus.core.errors import KappaError
+from kappaplus.core.table import HIVE_DEFAULT_PARTITION
 from kappaplus.slicing.manifest import ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
-from kappaplus.table import HIVE_DEFAULT_PARTITION
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def serve(requests: TextIO, answers: TextIO) -> None:
 
 
 def _error(exc: KappaError) -> dict[str, str]:
-    return {"type": f"kappaplus.errors.{type(exc).__name__}", "message": str(exc)}
+    return {"type": f"kappaplus.core.errors.{type(exc).__name__}", "message": str(exc)}
 
 
 def main() -> None:

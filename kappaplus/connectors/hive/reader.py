@@ -28,10 +28,10 @@ from kappaplus.connectors.hive.files import (
 )
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
 from kappaplus.connectors.hive.stored_time import column_micros
-from kappaplus.errors import DataError
+from kappaplus.core.errors import DataError
+from kappaplus.core.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
+from kappaplus.core.timeutil import iso
 from kappaplus.slicing.manifest import ManifestEntry
-from kappaplus.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
-from kappaplus.timeutil import iso
 
 
 @dataclass

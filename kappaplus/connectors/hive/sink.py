@@ -11,7 +11,7 @@ only listed partitions, and Spark ignoring ``_``-prefixed paths. For batch ``b``
 so readers see whole batches), then write the commit marker ``_kappa_commits/q/b``, which
 records the run's provenance (job identity, range) and the event-time span of the rows the
 query committed, so no other run (nor this one from a lost checkpoint) writes them twice
-(``kappaplus.runtime.target_claims``). With ``hold`` (a range replacement) the partitions
+(``kappaplus.runtime.state.target_claims``). With ``hold`` (a range replacement) the partitions
 are not registered: the run swaps them in when it finishes. Every step is idempotent; a
 crash at any step rolls forward on replay.
 
@@ -47,10 +47,10 @@ from kappaplus.connectors.hive.sink_options import (
 )
 from kappaplus.connectors.hive.sink_table import create_or_check
 from kappaplus.connectors.hive.staged_files import StagedFile
-from kappaplus.errors import ConfigError, DataError, ReplayError, TableError
-from kappaplus.table import BATCH_COLUMN, HIVE_DEFAULT_PARTITION
-from kappaplus.table.commit_log import COMMITS_DIR, commit_marker, published_name
-from kappaplus.table.hadoop_fs import HadoopFs
+from kappaplus.core.errors import ConfigError, DataError, ReplayError, TableError
+from kappaplus.core.table import BATCH_COLUMN, HIVE_DEFAULT_PARTITION
+from kappaplus.core.table.commit_log import COMMITS_DIR, commit_marker, published_name
+from kappaplus.core.table.hadoop_fs import HadoopFs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -8,8 +8,8 @@ import re
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from kappaplus.errors import ConfigError
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import (
     BOOL,
     NAME,
     POSITIVE_INT,
@@ -21,7 +21,7 @@ from kappaplus.options import (
     option,
     options_class,
 )
-from kappaplus.table import (
+from kappaplus.core.table import (
     BATCH_COLUMN,
     DEFAULT_PARTITION_COLUMN,
     DEFAULT_VISIBILITY,
@@ -115,10 +115,10 @@ class HiveSinkOptions:
     hold: bool = option("hold", BOOL, default=False)
     """``"batch"`` visibility only: publish and commit each batch but do not register its
     partitions: readers through the catalog do not see it until a range replacement swaps
-    the held batches in (``kappaplus.runtime.range_replace``); the marker says ``held``."""
+    the held batches in (``kappaplus.runtime.state.range_replace``); the marker says ``held``."""
     provenance: dict[str, Any] | None = option("provenance", PROVENANCE, default=None)
     """Recorded in every commit marker: the run identity and range the batch came from
-    (:mod:`kappaplus.runtime.identity`), so a later run can tell what the table holds."""
+    (:mod:`kappaplus.runtime.state.identity`), so a later run can tell what the table holds."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from kappaplus.connectors.hive.commits import partition_columns, table_location
 from kappaplus.connectors.hive.sink_options import HiveSinkOptions, quote_identifier, table_sql
-from kappaplus.errors import TableError
-from kappaplus.table import BATCH_COLUMN
+from kappaplus.core.errors import TableError
+from kappaplus.core.table import BATCH_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

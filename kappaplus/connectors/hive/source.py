@@ -24,7 +24,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.connectors.hive.planner import SlicePlanner
 from kappaplus.connectors.hive.reader import SlicePartition, read_partition
-from kappaplus.draining import drain_requested
+from kappaplus.core.draining import drain_requested
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
 from kappaplus.slicing.planner import SlicePlanner as CorePlanner

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kappaplus.errors import ConfigError, DataError
-from kappaplus.timeutil import to_micros
+from kappaplus.core.errors import ConfigError, DataError
+from kappaplus.core.timeutil import to_micros
 
 UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _FIELDS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}

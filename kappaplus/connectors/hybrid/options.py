@@ -12,7 +12,7 @@ here, into :class:`HybridSourceOptions`:
   ``subscribe``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ...). The hybrid chooses
   where Kafka starts, so ``startingOffsets`` / ``startingTimestamp`` are refused.
 
-Every error is a :class:`~kappaplus.errors.ConfigError` naming the option and the value.
+Every error is a :class:`~kappaplus.core.errors.ConfigError` naming the option and the value.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from kappaplus.connectors.kafka.options import (
     STARTING_TIMESTAMP,
     KafkaSourceOptions,
 )
-from kappaplus.draining import DRAIN_OPTION
-from kappaplus.errors import ConfigError
-from kappaplus.options import (
+from kappaplus.core.draining import DRAIN_OPTION
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.options import (
     MICROS,
     TIMESTAMP,
     Kind,
@@ -47,7 +47,7 @@ from kappaplus.options import (
     read_options,
     to_options,
 )
-from kappaplus.timeutil import iso
+from kappaplus.core.timeutil import iso
 
 LAKE_PREFIX = "lake."
 DEFAULT_LATENESS = "1 hour"
@@ -148,7 +148,7 @@ class HybridSourceOptions:
     dead letter with that reason, as in a stream, not a row left out."""
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
     drain_file: str | None = option(DRAIN_OPTION, default=None)
-    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
+    """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
 
     @property
     def event_time_column(self) -> str:

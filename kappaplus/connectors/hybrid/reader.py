@@ -41,8 +41,8 @@ from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
 from kappaplus.connectors.hive.reader import output_arrow_schema
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, safe_file_part
 from kappaplus.connectors.kafka.reader import OffsetRange, read_range
-from kappaplus.event_time import bound_violation
-from kappaplus.timeutil import iso
+from kappaplus.core.event_time import bound_violation
+from kappaplus.core.timeutil import iso
 
 COUNTS_DIR = "_counts"
 

@@ -92,10 +92,10 @@ from kappaplus.connectors.iceberg.source import IcebergStreamReader, read_iceber
 from kappaplus.connectors.kafka.offsets import PARTITION_EOF, from_json
 from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
-from kappaplus.draining import drain_requested
-from kappaplus.settings import state_dir
+from kappaplus.core.draining import drain_requested
+from kappaplus.core.settings import state_dir
+from kappaplus.core.timeutil import iso, parse_duration
 from kappaplus.slicing.offsets import Position
-from kappaplus.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -507,7 +507,7 @@ def read_hybrid_stream(
     df = spark.readStream.format(SHORT_NAME).options(**resolved).load()
     if watermark_delay is None:
         return df
-    from kappaplus.event_time import apply_watermark
+    from kappaplus.core.event_time import apply_watermark
 
     return apply_watermark(df, event_time_column, parse_duration(watermark_delay))
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from kappaplus.errors import DataError, TableError
+from kappaplus.core.errors import DataError, TableError
 from kappaplus.slicing.files import DataFile, RowGroupStats, to_micros_array
 from kappaplus.slicing.manifest import ManifestEntry
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.options import TEXT, integer, json_value, option, options_class
+from kappaplus.core.options import TEXT, integer, json_value, option, options_class
 
 
 def _props(value: Any) -> dict[str, str]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from kappaplus.connectors.iceberg.catalog import load_catalog
-from kappaplus.errors import TableError
+from kappaplus.core.errors import TableError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -66,7 +66,7 @@ from kappaplus.connectors.kafka.offsets import (
     TopicPartitionKey,
     fair_split,
 )
-from kappaplus.errors import KafkaError
+from kappaplus.core.errors import KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
-from kappaplus.errors import KafkaError
+from kappaplus.core.errors import KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kappaplus.draining import DRAIN_OPTION
-from kappaplus.errors import ConfigError
-from kappaplus.kafka_conf import client_conf
-from kappaplus.options import (
+from kappaplus.core.draining import DRAIN_OPTION
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.kafka_conf import client_conf
+from kappaplus.core.options import (
     BOOL,
     POSITIVE_INT,
     POSITIVE_MICROS,
@@ -179,7 +179,7 @@ class KafkaSourceOptions:
     - ``starting`` / ``ending`` offsets, ``max_offsets_per_trigger``, ``min_partitions``;
     - ``fail_on_data_loss``, ``include_headers``, ``poll_timeout_ms`` (bounded wait for an
       offset that should exist), ``client`` (the ``kafka.*`` settings, secrets included: never
-      log it, use :func:`kappaplus.secrets.redact`).
+      log it, use :func:`kappaplus.core.secrets.redact`).
     """
 
     client: dict[str, str]
@@ -203,7 +203,7 @@ class KafkaSourceOptions:
         "kafkaConsumer.pollTimeoutMs", POSITIVE_INT, default=DEFAULT_POLL_TIMEOUT_MS
     )
     drain_file: str | None = option(DRAIN_OPTION, default=None)
-    """Once this file exists the source admits no new data (:mod:`kappaplus.draining`)."""
+    """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
     align_partitions: bool = option("alignPartitions", BOOL, default=True)
     """While behind by more than ``maxOffsetsPerTrigger``, end every partition's share of a
     batch at one record time (:mod:`kappaplus.connectors.kafka.alignment`)."""

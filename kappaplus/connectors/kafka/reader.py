@@ -26,7 +26,7 @@ from kappaplus.connectors.kafka.offsets import (
     PARTITION_EOF,
 )
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
-from kappaplus.errors import KafkaError
+from kappaplus.core.errors import KafkaError
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from kappaplus.errors import ConfigError, DataError, KafkaError
-from kappaplus.kafka_conf import client_conf
-from kappaplus.options import (
+from kappaplus.core.errors import ConfigError, DataError, KafkaError
+from kappaplus.core.kafka_conf import client_conf
+from kappaplus.core.options import (
     POSITIVE_INT,
     POSITIVE_NUMBER,
     from_options,

@@ -40,8 +40,8 @@ from kappaplus.connectors.kafka.reader import (
     read_range,
     report_data_loss,
 )
-from kappaplus.draining import drain_requested
-from kappaplus.errors import KafkaError
+from kappaplus.core.draining import drain_requested
+from kappaplus.core.errors import KafkaError
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -42,7 +42,7 @@ final class PlannerProcess implements AutoCloseable {
       process = builder.start();
     } catch (IOException e) {
       throw new PlannerException(
-          "kappaplus.errors.ConfigError: cannot start the slice planner with " + python
+          "kappaplus.core.errors.ConfigError: cannot start the slice planner with " + python
               + " (option pythonExec): " + e.getMessage(), e);
     }
     requests = new BufferedWriter(

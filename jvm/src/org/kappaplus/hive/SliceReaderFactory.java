@@ -25,7 +25,7 @@ import org.apache.spark.util.SerializableConfiguration;
 /** Reads a slice's files with Spark's Parquet reader and keeps the rows the slice delivers. */
 final class SliceReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
-  static final String DATA_ERROR = "kappaplus.errors.DataError: ";
+  static final String DATA_ERROR = "kappaplus.core.errors.DataError: ";
 
   private final ParquetPartitionReaderFactory parquet;
   private final ReadPlan plan;

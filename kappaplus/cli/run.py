@@ -1,0 +1,524 @@
+"""``kappa run`` and ``kappa status``.
+
+``kappa run JOB --mode stream|backfill`` runs a job; JOB is a dotted path
+(``kappaplus.examples.sessionization:JOB``) or the name of a reference job
+(``kappa run --list``). The configuration defaults to the TOML file next to the job's
+module (``<module>.toml``). ``kappa status`` lists the runs recorded under the state
+directory and where each stands, from its run record and its checkpoints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kappaplus.core.errors import ConfigError, KappaError
+from kappaplus.runtime.observe.progress import format_seconds
+from kappaplus.session import ROCKSDB_PROVIDER
+
+_console = Console()
+log = logging.getLogger(__name__)
+
+REFERENCE_JOBS: dict[str, str] = {
+    "sessionization": "kappaplus.examples.sessionization:JOB",
+    "supply_demand": "kappaplus.examples.supply_demand:JOB",
+    "enrichment": "kappaplus.examples.enrichment:JOB",
+    "rider_trips": "kappaplus.examples.rider_trips:JOB",
+}
+"""Reference jobs runnable by name."""
+
+_CONFIG = typer.Option(
+    None, "--config", "-c", help="Job config TOML (default: <module>.toml next to the job)."
+)
+_CHECKPOINT = typer.Option(
+    None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
+)
+ROCKSDB = ROCKSDB_PROVIDER
+
+
+def import_from_cwd() -> None:
+    """Put the working directory on ``sys.path`` (see :func:`kappaplus.jobs.import_from_cwd`)."""
+    from kappaplus.jobs import import_from_cwd as _import_from_cwd
+
+    _import_from_cwd()
+
+
+def job_path(job: str) -> str:
+    """A reference job name (also with '-' for '_') or a dotted path, as a dotted path."""
+    key = job.replace("-", "_")
+    if key in REFERENCE_JOBS:
+        return REFERENCE_JOBS[key]
+    if ":" not in job:
+        raise ConfigError(
+            "JOB",
+            job,
+            f"expected a dotted path 'package.module:ATTR' or one of {', '.join(REFERENCE_JOBS)}",
+        )
+    return job
+
+
+def default_config(path: str) -> Path | None:
+    """``<module>.toml`` next to the job's module, if there is one."""
+    module_name = path.split(":", 1)[0]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    candidate = Path(file).with_suffix(".toml")
+    return candidate if candidate.is_file() else None
+
+
+def _stop_quietly(spark: Any) -> None:
+    """Stop Spark, then wait until its JVM and Python workers have exited, so the next
+    command of a script finds the metastore and the ports free."""
+    from kappaplus.core.jvm import shutdown_jvm
+    from kappaplus.session import stop_session
+
+    try:
+        stop_session(spark)
+    except Exception as exc:  # noqa: BLE001 - the run's outcome is already decided
+        log.debug("stopping Spark: %s", exc, exc_info=True)
+    shutdown_jvm()
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    from rich.markup import escape
+
+    from kappaplus.core.secrets import mask_url
+
+    _console.print(f"[red]error:[/red] {escape(mask_url(str(exc)))}")
+    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
+
+
+def run_command(
+    job: str = typer.Argument(
+        None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
+    ),
+    mode: str = typer.Option(
+        ...,
+        "--mode",
+        "-m",
+        help="stream (Kafka), backfill (Hive over [start, end)) or bootstrap (Hive up to "
+        "--cutoff, then Kafka).",
+    ),
+    start: str = typer.Option(
+        None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive)."
+    ),
+    end: str = typer.Option(None, "--end", help="Backfill end (ISO-8601, exclusive)."),
+    cutoff: str = typer.Option(
+        None,
+        "--cutoff",
+        help="Bootstrap: the lake owns event times before this (ISO-8601), Kafka the rest.",
+    ),
+    lateness: str = typer.Option(
+        None,
+        "--lateness",
+        help="Bootstrap: read Kafka from cutoff minus this (e.g. '1 hour'; default the Hive "
+        "binding's max_lateness, else 1 hour).",
+    ),
+    config: Path = _CONFIG,
+    trigger: str = typer.Option(
+        None,
+        "--trigger",
+        help="available-now, once, or an interval like '10 seconds' "
+        "(default: available-now for backfill, the config's trigger_interval for stream).",
+    ),
+    until_idle: float = typer.Option(
+        None, "--until-idle", help="Stop once no query has read a row for this many seconds."
+    ),
+    catch_up: bool = typer.Option(
+        True,
+        "--catch-up/--no-catch-up",
+        help="Stream/bootstrap with an interval trigger: while more than one trigger behind "
+        "the head, run micro-batches back to back (available-now rounds), then the trigger.",
+    ),
+    timeout: float = typer.Option(
+        None,
+        "--timeout",
+        help="Stop after this many seconds (the micro-batch under way is committed first, "
+        "waiting at most 60 s more).",
+    ),
+    checkpoint: Path = _CHECKPOINT,
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Delete this mode's checkpoints first and start over."
+    ),
+    append: bool = typer.Option(
+        False,
+        "--append",
+        help="Write even where an output table holds another run's rows over this run's "
+        "event times (deliberately: both stay). Without it such a run is refused (exit 2).",
+    ),
+    replace_range: bool = typer.Option(
+        False,
+        "--replace-range",
+        help="Backfill: replace the rows other runs wrote to the output tables over this "
+        "run's [start, end) with this run's, in one step for readers when it finishes.",
+    ),
+    master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
+    metastore_uri: str = typer.Option(
+        None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
+    metrics_port: int = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
+    ),
+    audit: bool = typer.Option(
+        True, "--audit/--no-audit", help="Write per-bucket stage counts to the audit table."
+    ),
+    list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
+) -> None:
+    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end),
+    `bootstrap` reads Hive up to --cutoff and then continues from Kafka (one source).
+
+    The same job code runs in every mode; a backfill writes to the backfill targets
+    (`<table>_backfill` by default) and resumes from its checkpoint when run again; a
+    bootstrap writes the production targets and keeps running on Kafka (run it again
+    with the same --start/--cutoff to resume).
+
+    Ctrl-C or SIGTERM stops cleanly: the micro-batch under way is committed, no new one
+    starts; a second one stops at once (the interrupted batch is redone by the next run).
+    Progress: event time done, rows/s, ETA, state rows, late rows.
+
+    Exit status: 0 done (or a stream stopped by --timeout), 1 failed, 2 bad command line or
+    config, 124 a backfill (or a bootstrap's lake phase) --timeout stopped part way, 130/143
+    stopped by Ctrl-C/SIGTERM (also when sent to the whole process group).
+    """
+    from kappaplus.config import load_config
+    from kappaplus.core.jvm import shutdown_jvm
+    from kappaplus.jobs import load_job
+    from kappaplus.local.metastore import LOCAL_DISCOVERY
+    from kappaplus.runtime.failures import explain
+    from kappaplus.runtime.failures import metastore_uri as metastore_of
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+    from kappaplus.runtime.state.checkpoints import check_before_spark, check_shared_checkpoint
+    from kappaplus.runtime.state.records import exit_code
+    from kappaplus.session import STATE_STORE_SETTINGS, create_session
+
+    if list_jobs:
+        for name, path in REFERENCE_JOBS.items():
+            _console.print(f"{name:16} {path}")
+        return
+    if job is None:
+        raise _fail(ConfigError("JOB", None, "name the job to run (or --list)"))
+    import_from_cwd()
+    try:
+        path = job_path(job)
+        loaded = load_job(path)
+        config_file = config or default_config(path)
+        if config_file is None:
+            raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
+        job_config = load_config(config_file)
+        options = RunOptions(
+            mode=mode,  # type: ignore[arg-type]
+            start=start,
+            end=end,
+            cutoff=cutoff,
+            lateness=lateness,
+            trigger=trigger,
+            until_idle=until_idle,
+            catch_up=catch_up,
+            timeout=timeout,
+            checkpoint_root=checkpoint,
+            fresh=fresh,
+            append=append,
+            replace_range=replace_range,
+            progress=progress,
+            metrics_port=metrics_port,
+            audit=audit,
+        )
+        named_master = master or os.environ.get("KAPPA_SPARK_MASTER")
+        if named_master:  # spark-submit's master is known once the session is up
+            check_shared_checkpoint(job_config, options, named_master)
+        check_before_spark(loaded, job_config, options)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    try:
+        spark = create_session(
+            f"kappa-{loaded.name}-{mode}",
+            master=master,
+            metastore_uri=metastore_uri,
+            metastore_discovery=LOCAL_DISCOVERY,
+            defaults=STATE_STORE_SETTINGS,
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    except KeyboardInterrupt:
+        shutdown_jvm()
+        raise typer.Exit(130) from None
+    try:
+        result = run_job(
+            spark,
+            loaded,
+            job_config,
+            options,
+            job_path=path,
+            config_file=str(Path(config_file).resolve()),
+            console=_console,
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    except Exception as exc:  # a Spark or py4j failure: one line here, the rest in the log
+        log.debug("run failed", exc_info=True)
+        detail = f"{type(exc).__name__}: {exc}"
+        raise _fail(KappaError(explain(detail, metastore_uri=metastore_of(spark)))) from exc
+    finally:
+        _stop_quietly(spark)
+    print_summary(result.record)
+    code = exit_code(result.record)
+    if code:
+        raise typer.Exit(code)
+
+
+def summary_lines(record: Any) -> list[str]:
+    """The end summary of a run as lines of at most 80 columns (but for long names).
+
+    Rows are the rows the job received (end-of-input markers excluded), the same number the
+    live table showed; batches are counted as slices (data) + marker batches; rows/s is the
+    run's own throughput over its data batches.
+    """
+    elapsed = (record.ended_at or time.time()) - record.started_at
+    why = f" ({record.stopped_by})" if record.stopped_by else ""
+    lines = [
+        f"{record.run_id}: {record.status}{why} after {format_seconds(elapsed)}",
+        f"  {record.mode}, trigger {record.trigger}",
+        f"  {'output':<16} {'batches':>9} {'rows':>11} {'rows/s':>9} {'late':>7} "
+        f"{'state':>8} {'done':>6}",
+    ]
+    for name, stats in record.outputs.items():
+        done = stats.get("done")
+        data = stats.get("data_batches", stats.get("batches", 0))
+        markers = stats.get("marker_batches", 0)
+        batches = f"{data}+{markers}" if markers else str(data)
+        rows = stats.get("rows", stats.get("input_rows", 0))
+        rate = stats.get("throughput")
+        lines.append(
+            f"  {name[:16]:<16} {batches:>9} {rows:>11,} "
+            f"{'-' if rate is None else f'{rate:,.0f}':>9} "
+            f"{stats.get('rows_dropped_late', 0):>7,} {stats.get('state_rows', 0):>8,} "
+            f"{'-' if done is None else f'{done:.1%}':>6}"
+        )
+    caught = max((s.get("catch_up_batches") or 0 for s in record.outputs.values()), default=0)
+    if caught:
+        lines.append(f"  caught up: {caught:,} batches back to back before the trigger")
+    if any(stats.get("marker_batches") for stats in record.outputs.values()):
+        lines.append("  batches: slices+end-of-input marker batches; rows/s over the slices")
+    for name, targets in record.targets.items():
+        lines.append(f"  {name} -> {', '.join(targets)}")
+    for name, counts in record.inputs.items():
+        if "dead_letters" in counts:
+            lines.append(
+                f"  input {name}: {counts['dead_letters']:,} rows no slice could place, in "
+                f"{counts.get('dead_letter_table')}"
+            )
+            continue
+        if "dead_letter_error" in counts:
+            lines.append(
+                f"  input {name}: dead letters NOT published: {counts['dead_letter_error']}"
+            )
+            continue
+        lines.append(f"  input {name}: {json.dumps(counts, sort_keys=True)}")
+    counted = {
+        stats.get("late_counted", "spark groups")
+        for stats in record.outputs.values()
+        if stats.get("rows_dropped_late")
+    }
+    if counted <= {"rows"}:
+        lines.append(f"  late rows (dropped by the watermark, kept): {record.rows_dropped_late:,}")
+    else:
+        lines.append(
+            f"  dropped as late by the watermark: {record.rows_dropped_late:,} (Spark's count, "
+            "after partial aggregation: groups, not rows, where late rows are not kept)"
+        )
+    if record.status == "stopped":
+        lines.append("  the checkpoints are intact: the same command resumes this run")
+    return lines
+
+
+def print_summary(record: Any) -> None:
+    """The final summary of a run (:func:`summary_lines`)."""
+    _console.print()
+    for line in summary_lines(record):
+        _console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _dead_letters(inputs: dict[str, dict[str, Any]]) -> int:
+    """Dead letters of a run over its inputs: Kafka decode failures or unplaceable rows."""
+    total = 0
+    for counts in inputs.values():
+        for key in ("dead_letters", "dead_letters_written", "dead"):
+            if isinstance(counts.get(key), int):
+                total += counts[key]
+                break
+    return total
+
+
+def _short_time(epoch: float | None) -> str:
+    return "-" if not epoch else time.strftime("%m-%d %H:%M", time.localtime(epoch))
+
+
+def _count(value: int | None) -> str:
+    """``12``, ``12.3k``, ``4.5M``: counts in at most 6 characters."""
+    if value is None:
+        return "-"
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.1f}{suffix}"
+    return str(value)
+
+
+def compact_status_lines(rows: list[dict[str, Any]], width: int = 80) -> list[str]:
+    """``kappa status`` without ``--wide``: one line per run, at most ``width`` columns
+    (an error or the position of a running backfill on a second, indented line)."""
+    fixed = 9 + 12 + 12 + 7 + 7 + 6 + 6 + 7  # mode, status, started, done, rows, late, dlq
+    job_width = max(8, width - fixed)
+    header = (
+        f"{'JOB':<{job_width}}{'MODE':<9}{'STATUS':<12}{'STARTED':<12}"
+        f"{'DONE':>7}{'ROWS':>7}{'LATE':>6}{'DLQ':>6}"
+    )
+    lines = [header[:width]]
+    for row in rows:
+        job = row["job"] if len(row["job"]) < job_width else row["job"][: job_width - 2] + "~"
+        status = row["status"] + ("*" if row["stopped_by"] else "")
+        done = "-" if row["done"] is None else f"{row['done']:.0%}"
+        line = (
+            f"{job:<{job_width}}{row['mode'][:8]:<9}{status[:11]:<12}"
+            f"{_short_time(row['started_at']):<12}{done:>7}{_count(row['rows']):>7}"
+            f"{_count(row['rows_dropped_late']):>6}{_count(row['dead_letters']):>6}"
+        )
+        lines.append(line[:width])
+        if row["error"]:
+            lines.append(("  " + " ".join(str(row["error"]).split()))[: width - 1])
+    lines.append(
+        "* stopped (ctrl-c, sigterm or timeout: the same command resumes)."[:width]
+        if any(row["stopped_by"] for row in rows)
+        else ""
+    )
+    lines.append("--wide: run ids, ranges, checkpoints; --json for scripts"[:width])
+    return [line for line in lines if line]
+
+
+def _latest_users(records: list[Any]) -> dict[str, str]:
+    """Checkpoint path -> the run id of the latest run (by start) that used it."""
+    users: dict[str, tuple[float, str]] = {}
+    for record in records:
+        for path in record.checkpoints.values():
+            if path not in users or record.started_at >= users[path][0]:
+                users[path] = (record.started_at, record.run_id)
+    return {path: run_id for path, (_, run_id) in users.items()}
+
+
+def status_command(
+    job: str = typer.Option(None, "--job", "-j", help="Only runs of this job (name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (every field) for scripts."),
+    wide: bool = typer.Option(
+        False, "--wide", "-w", help="A wide table: run ids, ranges and checkpoint positions."
+    ),
+    limit: int = typer.Option(20, "--limit", "-n", help="Show the latest N runs."),
+) -> None:
+    """List recorded runs and where they stand (run records + checkpoint offset logs).
+
+    The default fits 80 columns: job, mode, status, start, event time done, rows, rows
+    dropped as late and dead letters. --wide adds run ids, ranges and where each
+    checkpoint stands; --json prints everything.
+    """
+    from kappaplus.runtime.state.records import list_runs, read_checkpoint
+
+    every = list_runs()
+    records = [r for r in every if job is None or r.job == job][-limit:]
+    latest_user = _latest_users(every)
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
+        later = sorted(
+            {latest_user[path] for path in record.checkpoints.values()} - {record.run_id}
+        )
+        # the checkpoints stand where the LAST run over them left them: an earlier run's
+        # fraction done is its own, as its record last said (an interrupted run resumed
+        # later is not 100% done)
+        done = (
+            [] if later else [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+        )
+        rows.append(
+            {
+                "run_id": record.run_id,
+                "job": record.job,
+                "mode": record.mode,
+                "status": record.effective_status(),
+                "stopped_by": record.stopped_by,
+                "range": f"[{record.start or '-'}, {record.end or '-'})",
+                "done": min(done) if done else record.done,
+                "started_at": record.started_at,
+                "ended_at": record.ended_at,
+                "rows": sum(
+                    int(stats.get("rows", stats.get("input_rows", 0)) or 0)
+                    for stats in record.outputs.values()
+                ),
+                "throughput": {
+                    name: stats.get("throughput") for name, stats in record.outputs.items()
+                },
+                "rows_dropped_late": record.rows_dropped_late,
+                "dead_letters": _dead_letters(record.inputs),
+                "checkpoints": {
+                    name: {
+                        "path": state.path,
+                        "last_batch": state.last_offset_batch,
+                        "committed": state.last_commit_batch,
+                        "pending": state.pending,
+                        "position": state.position(),
+                    }
+                    for name, state in checkpoints.items()
+                },
+                "error": record.error,
+                "checkpoints_resumed_by": later,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        _console.print("no runs recorded")
+        return
+    if not wide:
+        for line in compact_status_lines(rows, max(60, _console.width)):
+            print(line)
+        return
+    table = Table()
+    for column in ("run", "job", "mode", "status", "range", "done", "late", "dlq", "checkpoints"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        parts = []
+        for name, state in row["checkpoints"].items():
+            where = state["position"] or "-"
+            pending = " (batch pending)" if state["pending"] else ""
+            parts.append(f"{name}: batch {state['committed']}{pending} {where}")
+        table.add_row(
+            row["run_id"],
+            row["job"],
+            row["mode"],
+            row["status"] + (f" ({row['stopped_by']})" if row["stopped_by"] else ""),
+            row["range"],
+            "-" if row["done"] is None else f"{row['done']:.1%}",
+            str(row["rows_dropped_late"]),
+            str(row["dead_letters"]),
+            "\n".join(parts),
+        )
+    _console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` and ``status`` to the ``kappa`` command line."""
+    app.command("run")(run_command)
+    app.command("status")(status_command)

@@ -1,0 +1,210 @@
+"""``kappa up``, ``kappa down`` and ``kappa metastore start|stop|status``: the local stack.
+
+``kappa up`` starts the embedded Kafka broker and the Hive metastore server of the state
+directory (detached; a running one is reused) and ``kappa down`` stops both. Sessions of
+the same state directory find the metastore server by themselves, so a stream run and a
+backfill run of one job can run side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kappaplus.core.errors import KappaError
+from kappaplus.core.settings import state_dir
+from kappaplus.local.broker import EmbeddedBroker
+from kappaplus.local.metastore import MetastoreServer
+
+_console = Console()
+_HOME = typer.Option(None, "--home", help="State directory (default $KAPPA_HOME or ./.kappa).")
+
+metastore_app = typer.Typer(
+    help="The local Hive metastore server (thrift on 127.0.0.1, Derby under the state dir).",
+    no_args_is_help=True,
+)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    _console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(1)
+
+
+@metastore_app.command("start")
+def metastore_start(
+    port: int = typer.Option(None, "--port", "-p", help="Port (default 9083, else a free one)."),
+    home: Path = _HOME,
+) -> None:
+    """Start the metastore server detached, or report the one already running."""
+    server = MetastoreServer(home, port)
+    before = server.status()
+    try:
+        uri = server.start()
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    verb = f"already running (pid {before.pid})" if before.running else "started"
+    _console.print(f"metastore {verb} at [bold]{uri}[/bold] (log {server.log_file})")
+    _console.print(
+        f"sessions of the state directory {server.home} (kappa run, create_session) use it "
+        "automatically; elsewhere pass --metastore-uri / metastore_uri or set KAPPA_METASTORE_URI"
+    )
+
+
+@metastore_app.command("stop")
+def metastore_stop(home: Path = _HOME) -> None:
+    """Stop the metastore server (tables and data stay under the state directory)."""
+    try:
+        stopped = MetastoreServer(home).stop()
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    _console.print("metastore stopped" if stopped else "no metastore running")
+
+
+@metastore_app.command("status")
+def metastore_status(home: Path = _HOME) -> None:
+    """Show pid, port and URI of the running metastore server."""
+    info = MetastoreServer(home).status()
+    if not info.running:
+        _console.print("no metastore running")
+        raise typer.Exit(1)
+    since = dt.datetime.fromtimestamp(info.started_at or 0).isoformat(timespec="seconds")
+    _console.print(
+        f"metastore running: pid {info.pid}, [bold]{info.uri}[/bold], since {since}\n"
+        f"log: {info.log_file}"
+    )
+
+
+UP_HELP = (
+    "Start the local services, or reuse the running ones: the embedded Kafka broker and the "
+    "Hive metastore server, detached, with their files under the state directory.\n\n"
+    "`kappa run` (any session of the same state directory) uses the metastore server by "
+    "itself, so a stream run and a backfill run of one job can run at the same time. "
+    "The broker keeps topics in memory only. `kappa down` stops both."
+)
+
+
+def up(
+    home: Path = _HOME,
+    broker: bool = typer.Option(
+        True, "--broker/--no-broker", help="Start the embedded Kafka-protocol broker."
+    ),
+    metastore: bool = typer.Option(
+        True, "--metastore/--no-metastore", help="Start the Hive metastore server."
+    ),
+    broker_port: int = typer.Option(
+        None, "--broker-port", help="Broker port (default 9092, else a free one)."
+    ),
+    metastore_port: int = typer.Option(
+        None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
+    ),
+    print_env: bool = typer.Option(
+        False,
+        "--print-env",
+        help='Print only the export lines (for eval "$(kappa up --print-env)").',
+    ),
+) -> None:
+    """Start (or reuse) the embedded broker and the metastore server; see ``UP_HELP``."""
+    if not (broker or metastore):
+        _console.print("[red]error:[/red] nothing to start (--no-broker and --no-metastore)")
+        raise typer.Exit(2)
+    root = state_dir(home)
+    table = Table("service", "state", "address", "pid")
+    logs: list[str] = []
+    addresses: dict[str, str] = {}
+    failed = False
+    wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer, str]] = []
+    if broker:
+        wanted.append(("broker", "kafka broker", EmbeddedBroker(root, broker_port), "the broker"))
+    if metastore:
+        server = MetastoreServer(root, metastore_port)
+        wanted.append(("metastore", "hive metastore", server, "the metastore server (a JVM)"))
+    for key, label, service, what in wanted:
+        try:
+            was_running = service.status().running
+            if print_env:
+                addresses[key] = service.start()
+                continue
+            with _console.status(f"starting {what}"):
+                addresses[key] = service.start()
+            state = "already running" if was_running else "started"
+            table.add_row(label, state, addresses[key], str(service.status().pid))
+            logs.append(f"{key} log: {service.log_file}")
+        except KappaError as exc:
+            _console.print(f"[red]error:[/red] {key}: {exc}")
+            table.add_row(label, "[red]failed[/red]", "-", "-")
+            failed = True
+    exports = export_lines(addresses, root)
+    if print_env:
+        print("\n".join(exports))
+        raise typer.Exit(1 if failed else 0)
+    _console.print(table)
+    _console.print(f"state directory: {root}")
+    if "broker" in addresses:
+        _console.print(
+            f"bootstrap servers: [bold]{addresses['broker']}[/bold] "
+            "(bootstrap_servers in a job config)"
+        )
+    if "metastore" in addresses:
+        _console.print(f"metastore URI: [bold]{addresses['metastore']}[/bold]")
+        _console.print(
+            "kappa run and create_session pick this metastore up automatically when they use "
+            f"the same state directory (KAPPA_HOME={root})"
+        )
+    if exports:
+        _console.print(
+            'for job configs (bootstrap_servers = "${KAPPA_BOOTSTRAP}") and other shells, '
+            'export (or eval "$(kappa up --print-env)"):'
+        )
+        for line in exports:
+            print(f"  {line}")
+    for line in logs:
+        _console.print(line, style="dim")
+    _console.print("stop with: kappa down" + (f" --home {home}" if home else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+def export_lines(addresses: dict[str, str], home: Path) -> list[str]:
+    """The shell lines exporting where the services listen, for configs that say
+    ``${KAPPA_BOOTSTRAP}`` and for processes of other state directories.
+
+    >>> export_lines({"broker": "127.0.0.1:39092"}, Path("/tmp/k"))
+    ['export KAPPA_HOME=/tmp/k', 'export KAPPA_BOOTSTRAP=127.0.0.1:39092']
+    """
+    import shlex
+
+    lines = [f"export KAPPA_HOME={shlex.quote(str(home))}"] if addresses else []
+    if "broker" in addresses:
+        lines.append(f"export KAPPA_BOOTSTRAP={addresses['broker']}")
+    if "metastore" in addresses:
+        lines.append(f"export KAPPA_METASTORE_URI={addresses['metastore']}")
+    return lines
+
+
+def down(home: Path = _HOME) -> None:
+    """Stop the local services: the metastore server and the embedded broker."""
+    failed = False
+    services: list[tuple[str, EmbeddedBroker | MetastoreServer]] = [
+        ("metastore", MetastoreServer(home)),
+        ("broker", EmbeddedBroker(home)),
+    ]
+    for key, service in services:
+        try:
+            stopped = service.stop()
+            _console.print(f"{key} stopped" if stopped else f"no {key} running")
+        except KappaError as exc:
+            _console.print(f"[red]error:[/red] {exc}")
+            failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``kappa up``, ``kappa down`` and the ``kappa metastore`` group to the CLI."""
+    app.command("up", help=UP_HELP)(up)
+    app.command("down")(down)
+    app.add_typer(metastore_app, name="metastore")

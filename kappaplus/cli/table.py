@@ -1,0 +1,245 @@
+"""``kappa table register|describe``: bring a lake table you already have.
+
+Both use the catalog every ``kappa`` command of the state directory uses: the metastore
+server once ``kappa up`` runs, else the embedded one (``docs/runtime.md``, "One catalog").
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from kappaplus.core.errors import ConfigError, KappaError
+from kappaplus.local.metastore import LOCAL_DISCOVERY
+
+app = typer.Typer(
+    help="Lake tables: register a Parquet/ORC directory you have, see what a backfill reads.",
+    no_args_is_help=True,
+)
+_console = Console()
+_METASTORE = typer.Option(
+    None,
+    "--metastore-uri",
+    help="Hive metastore thrift URI (default: the `kappa up` server, else the embedded one).",
+)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    _console.print(f"[red]error:[/red] {exc}")
+    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
+
+
+def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]
+    from kappaplus.session import create_session
+
+    return create_session(name, metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY)
+
+
+def _check_partition_format(partition_format: str | None) -> None:
+    from pydantic import ValidationError
+
+    from kappaplus.config import HiveInput
+
+    if partition_format is None:
+        return
+    try:
+        HiveInput.model_validate(
+            {"table": "t", "event_time_column": "t", "partition_format": partition_format}
+        )
+    except ValidationError as exc:
+        problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ConfigError("--partition-format", partition_format, problem) from None
+
+
+@app.command("register")
+def register_command(
+    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
+    location: str = typer.Option(
+        ..., "--location", "-l", help="Directory of the files (with --delta: the table's)."
+    ),
+    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or orc."),
+    partition_format: str = typer.Option(
+        None,
+        "--partition-format",
+        help="e.g. 'dt=%Y-%m-%d/hr=%H': checks every directory (default: from the names).",
+    ),
+    replace: bool = typer.Option(
+        False, "--replace", help="Point an existing table at this location (files are kept)."
+    ),
+    metastore_uri: str = _METASTORE,
+    delta: bool = typer.Option(
+        False,
+        "--delta",
+        help="--location is a Delta table: record NAME for it in the state directory "
+        "(no Spark started); [inputs.<n>.delta] path and describe --delta accept NAME.",
+    ),
+) -> None:
+    """Register the directory --location as the external table NAME: columns from the
+    files, partition columns (STRING) from the directory names, every partition added.
+
+    Run it again to add partitions that appeared since. Dropping the table later never
+    deletes the files. With --delta: NAME stands for the Delta table at --location.
+    """
+    if delta:
+        _register_delta(name, location, replace)
+        return
+    from rich.progress import Progress
+
+    from kappaplus.core.table.catalogs import describe_catalog
+    from kappaplus.lake.register import list_partitions, register_table
+    from kappaplus.session import stop_session
+
+    try:
+        _check_partition_format(partition_format)
+        list_partitions(location, partition_format)  # before Spark starts
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    spark = _session("kappa-table-register", metastore_uri)
+    try:
+        with Progress(console=_console, transient=True) as bar:
+            task = bar.add_task("adding partitions", total=None)
+
+            def advance(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            result = register_table(
+                spark,
+                name,
+                location,
+                format=fmt,
+                partition_format=partition_format,
+                replace=replace,
+                progress=advance,
+            )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    finally:
+        stop_session(spark)
+    _console.print(
+        f"registered {result.table} ({result.format}) over {result.location} in "
+        f"{describe_catalog(result.catalog)}: {len(result.columns)} columns, "
+        f"{result.partitions} partitions ({result.added} added) in {result.seconds:.1f}s"
+    )
+    _console.print(f"see what a backfill reads: kappa table describe {result.table}")
+
+
+@app.command("describe")
+def describe_command(
+    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
+    event_time: str = typer.Option(
+        None, "--event-time", "-e", help="Event-time column (default: the one timestamp)."
+    ),
+    partition_format: str = typer.Option(
+        None, "--partition-format", help="e.g. 'dt=%Y-%m-%d/hr=%H' (default: inferred)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    metastore_uri: str = _METASTORE,
+    iceberg: bool = typer.Option(
+        False, "--iceberg", help="NAME is an Iceberg table (pyiceberg; no Spark started)."
+    ),
+    catalog: str = typer.Option(
+        None,
+        "--catalog",
+        help='Iceberg catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
+        "(default: the embedded SQL catalog under the state directory).",
+    ),
+    delta: bool = typer.Option(
+        False,
+        "--delta",
+        help="NAME is a Delta table's location or a name registered with register --delta "
+        "(delta-rs; no Spark started).",
+    ),
+    storage_options: str = typer.Option(
+        None,
+        "--storage-options",
+        help="With --delta: delta-rs storage options as JSON, e.g. '{\"AWS_ENDPOINT_URL\": ...}'.",
+    ),
+) -> None:
+    """Show what a backfill of NAME will see, from file metadata only: partitions, files,
+    rows, the event-time range, null event times, and how far event times sit outside
+    their partitions (what max_lateness / max_earliness must cover). With --iceberg: the
+    snapshot, data and delete files, rows, the event-time range from manifest bounds, and
+    how many files a typical slice overlaps. With --delta: the version, partition columns,
+    files, rows, the event-time range from the log's statistics, deletion vectors, and how
+    many files a typical slice overlaps."""
+    if delta:
+        _describe_delta(name, event_time, storage_options, as_json)
+        return
+    if iceberg or catalog is not None:
+        _describe_iceberg(name, event_time, catalog, as_json)
+        return
+    from kappaplus.lake.describe import describe_lines, describe_table
+    from kappaplus.session import stop_session
+
+    spark = _session("kappa-table-describe", metastore_uri)
+    try:
+        found = describe_table(
+            spark, name, event_time_column=event_time, partition_format=partition_format
+        )
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    finally:
+        stop_session(spark)
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in describe_lines(found):
+        print(line)
+
+
+def _describe_iceberg(
+    name: str, event_time: str | None, catalog: str | None, as_json: bool
+) -> None:
+    from kappaplus.lake.iceberg_describe import describe_iceberg, iceberg_lines
+
+    try:
+        props = json.loads(catalog) if catalog else None
+    except json.JSONDecodeError as exc:
+        raise _fail(ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
+    try:
+        found = describe_iceberg(name, props, event_time)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in iceberg_lines(found):
+        print(line)
+
+
+def _register_delta(name: str, location: str, replace: bool) -> None:
+    import os
+
+    from kappaplus.connectors.delta.names import register_delta_name
+    from kappaplus.connectors.delta.table import open_delta
+
+    where = location if "://" in location else os.path.abspath(location)
+    try:
+        table = open_delta(where, None)  # a Delta table there, or a one-line error
+        register_delta_name(name, where, replace=replace)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    _console.print(f"registered Delta table {name} -> {where} (version {table.version()})")
+    _console.print(f"see what a backfill reads: kappa table describe --delta {name}")
+
+
+def _describe_delta(
+    name: str, event_time: str | None, storage_options: str | None, as_json: bool
+) -> None:
+    from kappaplus.lake.delta_describe import delta_lines, describe_delta
+
+    try:
+        props = json.loads(storage_options) if storage_options else None
+    except json.JSONDecodeError as exc:
+        raise _fail(ConfigError("--storage-options", storage_options, f"not JSON: {exc}")) from exc
+    try:
+        found = describe_delta(name, props, event_time)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(found.as_json(), indent=2))
+        return
+    for line in delta_lines(found):
+        print(line)

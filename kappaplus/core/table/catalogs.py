@@ -1,0 +1,79 @@
+"""Which catalog a session uses, and where else a table it cannot find may be.
+
+A session uses the metastore server of its state directory once ``kappa up`` runs, else the
+embedded Derby catalog (:mod:`kappaplus.session`). A table registered through one is not
+visible in the other, although both keep data in the same warehouse. ``kappa table
+register`` notes each registration in ``state_dir()/tables.json``; with that note and the
+warehouse directory, a lookup that fails can say that the table exists in the other catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.core.settings import state_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+EMBEDDED = "embedded"
+
+
+def catalog_of(spark: SparkSession) -> str:
+    """The metastore URI the session uses, or ``"embedded"`` (Derby under the state dir)."""
+    uri = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris", "") or ""
+    return uri or EMBEDDED
+
+
+def describe_catalog(catalog: str) -> str:
+    """Human words for a catalog id."""
+    if catalog == EMBEDDED:
+        return "the embedded catalog (Derby, state_dir()/metastore_db)"
+    return f"the metastore server {catalog}"
+
+
+def _registry(home: str | os.PathLike[str] | None = None) -> Path:
+    return state_dir(home) / "tables.json"
+
+
+def note_registration(spark: SparkSession, table: str, details: dict[str, Any]) -> None:
+    """Remember that ``table`` was registered in the session's catalog."""
+    path = _registry()
+    notes = json.loads(path.read_text()) if path.is_file() else {}
+    notes[_qualified(spark, table)] = {**details, "catalog": catalog_of(spark)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(notes, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def _qualified(spark: SparkSession, table: str) -> str:
+    return table if "." in table else f"{spark.catalog.currentDatabase()}.{table}"
+
+
+def elsewhere(spark: SparkSession, table: str) -> str | None:
+    """Why a table the session cannot find may exist in the other catalog, or None."""
+    current = catalog_of(spark)
+    path = _registry()
+    if path.is_file():
+        note = json.loads(path.read_text()).get(_qualified(spark, table))
+        if note is not None and note.get("catalog") != current:
+            return (
+                f"table {table!r} was registered in {describe_catalog(note['catalog'])}, but "
+                f"this command uses {describe_catalog(current)}: register it again here "
+                f"(kappa table register {table} --location {note.get('location')})"
+            )
+    database, _, name = _qualified(spark, table).rpartition(".")
+    warehouse = state_dir() / "warehouse"
+    folder = warehouse / (name if database == "default" else f"{database}.db/{name}")
+    if folder.is_dir():
+        other = "the embedded catalog" if current != EMBEDDED else "the metastore server"
+        return (
+            f"table {table!r} has data in {folder} but is not in {describe_catalog(current)}; "
+            f"it was probably created through {other} (tables made before or after `kappa up` "
+            f"live in different catalogs): create or register it again (kappa table register "
+            f"{table} --location {folder})"
+        )
+    return None

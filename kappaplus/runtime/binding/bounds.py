@@ -1,0 +1,127 @@
+"""Event-time sanity bounds: rows whose event time cannot be real never reach the watermark.
+
+One event dated 9999-12-31 moves a stream's watermark there; the watermark is
+checkpointed, so every later event of a stateful job is dropped as late, forever. Each
+input has :class:`~kappaplus.config.EventTimeBounds` (``[min, max)`` and ``max_future``
+ahead of processing time, with defaults); the runtime applies them BELOW
+``withWatermark`` (the watermark only ever sees rows within them):
+
+- Kafka inputs (``stream`` mode): :func:`mark_out_of_bounds` turns an out-of-bounds
+  decoded record into a dead letter (reason ``event time ... is ...``) in the output
+  queries, which skip it; the one that publishes the input's dead letters writes it
+  (:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`).
+- A bootstrap's Kafka phase: the hybrid source makes such a record a dead letter itself
+  (:func:`kappaplus.connectors.hybrid.reader.out_of_bounds_reasons`).
+- Every input (all modes): :func:`drop_out_of_bounds` removes what is left out of bounds
+  (in a backfill or bootstrap: rows of the lake; end-of-input markers are kept) and counts
+  it as ``out_of_bounds`` under the observed metric :func:`bounds_metrics_name`.
+
+The filters reference the event-time column: Spark keeps them where they are, below the
+watermark (it only pushes filters that do not reference it down past ``withWatermark``).
+``max_future`` is relative to the micro-batch's timestamp (``current_timestamp()``, the
+same on a replay of the batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kappaplus.core.event_time import MARKER_COLUMN
+from kappaplus.core.timeutil import parse_timestamp
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from kappaplus.config import EventTimeBounds
+
+
+def bounds_metrics_name(input_name: str, prefix: str = "kappa_bounds") -> str:
+    """Name of the observed ``out_of_bounds`` count of an input."""
+    return f"{prefix}_{input_name}"
+
+
+def _violations(column: str, bounds: EventTimeBounds) -> list[tuple[Column, Column]]:
+    """``(condition, reason)`` per bound; conditions are false for a null event time."""
+    from pyspark.sql import functions as F
+
+    col = F.col(f"`{column}`")
+    shown = F.date_format(col, "yyyy-MM-dd'T'HH:mm:ss'Z'")
+    found: list[tuple[Column, Column]] = []
+
+    def reason(text: str) -> Column:
+        return F.concat(F.lit(f"event time {column} = "), shown, F.lit(f" {text}"))
+
+    if bounds.min is not None:
+        low = F.timestamp_micros(F.lit(parse_timestamp(bounds.min, "min")))
+        found.append((col < low, reason(f"is before the bound min = {bounds.min}")))
+    if bounds.max is not None:
+        high = F.timestamp_micros(F.lit(parse_timestamp(bounds.max, "max")))
+        found.append((col >= high, reason(f"is not before the bound max = {bounds.max}")))
+    if bounds.max_future is not None:
+        ahead = bounds.max_future.micros
+        limit = F.timestamp_micros(F.unix_micros(F.current_timestamp()) + F.lit(ahead))
+        found.append(
+            (col > limit, reason(f"is more than max_future = {bounds.max_future} ahead of now"))
+        )
+    return found
+
+
+def out_of_bounds_reason(column: str, bounds: EventTimeBounds) -> Column | None:
+    """Why a row is out of bounds (a string), null when it is within; None if unbounded."""
+    from pyspark.sql import functions as F
+
+    checks = _violations(column, bounds)
+    if not checks:
+        return None
+    reason = F.when(checks[0][0], checks[0][1])
+    for condition, text in checks[1:]:
+        reason = reason.when(condition, text)
+    return reason
+
+
+def mark_out_of_bounds(
+    decoded: DataFrame, column: str, bounds: EventTimeBounds, metrics: str
+) -> DataFrame:
+    """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record whose event
+    time is out of bounds has failed (its reason in the error column): good_events skips
+    it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``),
+    with the records more than ``max_ahead`` ahead of their peers
+    (:mod:`kappaplus.runtime.binding.outliers`), which fail the same way."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.codecs import ERROR_COL
+    from kappaplus.runtime.binding.outliers import PEERS, mark_far_ahead
+
+    reason = out_of_bounds_reason(column, bounds)
+    max_ahead = getattr(bounds, "max_ahead", None)
+    if (reason is None and max_ahead is None) or column not in decoded.columns:
+        return decoded
+    decoded = mark_far_ahead(decoded, column, max_ahead)
+    if reason is None:
+        reason = F.lit(None).cast("string")
+    error = F.col(ERROR_COL)
+    metadata = decoded.schema[ERROR_COL].metadata
+    bad = (error.isNull() & reason.isNotNull()) | F.coalesce(error.contains(PEERS), F.lit(False))
+    counted = decoded.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))
+    marked = F.when(error.isNull(), reason).otherwise(error).alias(ERROR_COL, metadata=metadata)
+    return counted.select(*[marked if c == ERROR_COL else F.col(f"`{c}`") for c in decoded.columns])
+
+
+def drop_out_of_bounds(
+    df: DataFrame, column: str, bounds: EventTimeBounds, metrics: str
+) -> DataFrame:
+    """``df`` without its out-of-bounds rows, counted as ``out_of_bounds`` (observed metric
+    ``metrics``). End-of-input marker rows pass."""
+    from pyspark.sql import functions as F
+
+    checks = _violations(column, bounds)
+    if not checks:
+        return df
+    bad = checks[0][0]
+    for condition, _ in checks[1:]:
+        bad = bad | condition
+    if MARKER_COLUMN in df.columns:
+        bad = bad & (F.col(MARKER_COLUMN).isNull() | ~F.col(MARKER_COLUMN))
+    bad = F.coalesce(bad, F.lit(False))
+    counted = df.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))
+    return counted.where(~bad)

@@ -1,0 +1,804 @@
+"""Bind a job's logical inputs to streaming DataFrames for one mode.
+
+- ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
+  :func:`~kappaplus.codecs.decode_kafka` -> :func:`~kappaplus.codecs.good_events`. The
+  decode counts (``records``, ``good``, ``dead``) are observed under
+  ``kappa_decode_<input>``; when the input has a ``dlq``, the failed records pass through
+  the dead-letter tap, which stages them for the output query that publishes them, in the
+  same micro-batch (:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`).
+- ``backfill``: Hive table -> :func:`~kappaplus.connectors.hive.read_hive_stream` over
+  ``[start, end)`` in slices of the configured event-time span and budgets, with the
+  option ``watermarkDelay`` so a bounded run ends with end-of-input markers.
+- ``bootstrap``: Hive table for ``[start, cutoff)`` in event-time slices, then the Kafka
+  topic from the offsets of ``cutoff - lateness``, as ONE source
+  (:func:`~kappaplus.connectors.hybrid.source.read_hybrid_stream`): the lake owns event times
+  before the cutoff, Kafka the rest; undecodable Kafka records go to a dead-letter path
+  with their reasons (:func:`bootstrap_dead_letter_path`).
+
+Each binding's mapping (``columns``, ``event_time``: :mod:`kappaplus.mapping`) turns the
+source's fields into the job's columns first, checked against the source's schema before
+the query starts. Then, identically in both modes, every input is conformed to the job's
+declared schema (the marker column, if any, rides along) and watermarked with
+:func:`kappaplus.core.event_time.apply_watermark`, which also removes the markers. Job code
+receives exactly the declared columns and never learns the mode (principles 1-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.audit.counts import bucket_histogram, metric_name, observe_kafka
+from kappaplus.connectors.hive import read_hive_stream
+from kappaplus.core.draining import DRAIN_OPTION
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.event_time import MARKER_COLUMN
+from kappaplus.runtime.binding.unify import stored_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kappaplus.codecs import DecoderSpec
+    from kappaplus.config import (
+        DeltaInput,
+        EventTimeBounds,
+        HiveInput,
+        IcebergInput,
+        KafkaInput,
+        ResolvedConfig,
+        ResolvedInput,
+    )
+    from kappaplus.jobs import InputSpec, Job
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
+    from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
+
+
+def input_metrics_name(input_name: str) -> str:
+    """Name of the observation of an input as the job receives it: its ``rows`` and, for
+    the audit, its rows per event-time bucket (``input`` of the stage ``job``)."""
+    return metric_name("job", input_name)
+
+
+@dataclass(frozen=True)
+class BoundInput:
+    """One logical input as the job sees it, plus where it comes from."""
+
+    name: str
+    df: DataFrame
+    source: str
+
+
+def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
+    """How the input's Kafka records decode into the job's declared events."""
+    from kappaplus.codecs import DecoderSpec
+    from kappaplus.runtime.binding.unify import kafka_event_field, kafka_fields
+
+    event = kafka_event_field(spec, kafka)
+    if kafka.format == "avro":
+        return DecoderSpec(
+            format="avro",
+            avro_schema=str(kafka.schema_file),
+            event_time=event,
+            schema_registry_url=kafka.schema_registry_url,
+        )
+    unit = kafka.event_time.unit if kafka.event_time is not None else None
+    return DecoderSpec(
+        format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
+    )
+
+
+def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
+    """Options of ``read_kafka_stream`` for a Kafka input binding."""
+    options: dict[str, Any] = {
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "startingOffsets": kafka.starting_offsets,
+        "maxOffsetsPerTrigger": kafka.max_offsets_per_trigger,
+        "failOnDataLoss": kafka.fail_on_data_loss,
+        "alignPartitions": kafka.align_partitions,
+    }
+    options.update(kafka.options)
+    return options
+
+
+def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 10.0) -> None:
+    """Ask the binding's brokers for the topic's metadata before Spark starts, so a wrong or
+    unreachable ``bootstrap_servers`` (or refused credentials) is one line naming the key
+    in seconds, not a failed query a minute later. Uses the binding's client settings."""
+    from confluent_kafka import Consumer
+
+    from kappaplus.core.errors import KafkaError
+    from kappaplus.core.kafka_conf import client_conf
+    from kappaplus.core.secrets import mask_url
+
+    key = f"inputs.{input_name}.kafka.bootstrap_servers"
+    settings = {**kafka.options, "kafka.bootstrap.servers": kafka.bootstrap_servers}
+    conf: dict[str, Any] = dict(client_conf(settings))
+    conf.update(
+        {
+            "group.id": "kappaplus-preflight",
+            "enable.auto.commit": False,
+            "log_level": 0,
+            "error_cb": lambda error: None,  # reported below as one line
+        }
+    )
+    consumer = Consumer(conf)
+    try:
+        metadata = consumer.list_topics(kafka.topic, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - KafkaException: transport, auth, timeout
+        raise KafkaError(
+            f"{key}: cannot reach Kafka at {mask_url(kafka.bootstrap_servers)} within "
+            f"{timeout:.0f} s ({_reason(exc)}): is the broker up (`kappa up --print-env` "
+            "prints the local one)? are the kafka.* client settings right?"
+        ) from None
+    finally:
+        consumer.close()
+    topic = metadata.topics.get(kafka.topic)
+    if topic is not None and topic.error is not None and topic.error.code() != 3:
+        # 3: UNKNOWN_TOPIC_OR_PART, fine (brokers may create it); others: authorization...
+        raise KafkaError(f"inputs.{input_name}.kafka.topic: {kafka.topic}: {topic.error.str()}")
+
+
+def _reason(exc: BaseException) -> str:
+    """librdkafka's own words (``Local: Broker transport failure``), else the first line."""
+    error: Any = exc.args[0] if exc.args else None
+    text = str(error.str()) if hasattr(error, "str") else str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
+def read_kafka_records(
+    spark: SparkSession, kafka: KafkaInput, drain_file: str | None = None
+) -> DataFrame:
+    """The raw Kafka records of an input binding (Spark's Kafka schema); ``drain_file``:
+    see :mod:`kappaplus.core.draining`."""
+    from kappaplus.connectors.kafka import read_kafka_stream
+
+    options = kafka_options(kafka)
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    return read_kafka_stream(spark, **options)
+
+
+def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict[str, Any]:
+    """Keyword arguments of ``read_hive_stream`` for a Hive input binding in a backfill.
+
+    ``watermark_delay`` stays None (the runtime applies the watermark itself, the same
+    way as for Kafka) while the ``watermarkDelay`` option makes the source end a
+    bounded run with the marker rows that move the watermark to the end bound.
+    """
+    options: dict[str, Any] = {
+        "event_time_column": hive.event_time_column,
+        "start": run.start if run.start is not None else hive.start,
+        "end": run.end if run.end is not None else hive.end,
+        # None: adaptive slices of about targetRowsPerTrigger rows (the source's default)
+        "max_event_time_per_trigger": hive.max_event_time_per_trigger,
+        "watermark_delay": None,
+        "watermarkDelay": watermark_delay,
+        "maxRowsPerTrigger": hive.max_rows_per_trigger,
+        "maxBytesPerTrigger": hive.max_bytes_per_trigger,
+        "targetRowsPerTrigger": hive.target_rows_per_trigger,
+        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
+        "partitionTimeKind": hive.partition_time,
+        "maxLateness": hive.max_lateness,
+        "maxEarliness": hive.max_earliness,
+        "reader": hive.reader,
+    }
+    if hive.partition_format:
+        options["partitionTimeFormat"] = hive.partition_format
+    return options
+
+
+def unplaceable_options(input_name: str, hive: HiveInput, staging: str | None) -> dict[str, Any]:
+    """Source options routing the rows no slice can place as the binding says: the errors
+    advise the binding's keys; with ``unplaceable = "dead_letter"`` the source stages the
+    rows under ``staging`` and the runner moves them into the dead-letter table."""
+    options: dict[str, Any] = {"adviceConfigPrefix": f"inputs.{input_name}.hive"}
+    if hive.dead_letter_table is not None:
+        if staging is None:
+            raise ConfigError(
+                f"inputs.{input_name}.hive.unplaceable", "dead_letter", "needs a staging directory"
+            )
+        options["nullEventTimePolicy"] = "deadLetter"
+        options["deadLetterPath"] = staging
+    return options
+
+
+def bootstrap_dead_letter_path(mode_dir: Path, input_name: str) -> str:
+    """Where a bootstrap stages the Kafka records of ``input_name`` that fail to decode:
+    beside its checkpoints, as a backfill's (:func:`dead_letter_staging`). The executors
+    write them and the driver publishes them, so the path must be one both see: on a
+    cluster the checkpoint's is, the driver's state directory is not."""
+    return dead_letter_staging(mode_dir, input_name)
+
+
+def hybrid_bounds(bounds: EventTimeBounds) -> dict[str, Any]:
+    """The event-time bounds as keywords of ``read_hybrid_stream``: its Kafka phase makes a
+    record outside them a dead letter with the reason, as a stream does (the lake's rows
+    outside them are left out and counted,
+    :func:`~kappaplus.runtime.binding.bounds.drop_out_of_bounds`: the lake keeps them)."""
+    return {
+        "event_time_min": bounds.min,
+        "event_time_max": bounds.max,
+        "max_future": None if bounds.max_future is None else str(bounds.max_future),
+    }
+
+
+def hybrid_options(
+    spec: InputSpec,
+    hive: HiveInput,
+    kafka: KafkaInput,
+    run: RunOptions,
+    job_name: str,
+    dead_letter_path: str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``read_hybrid_stream`` for a bootstrap of one input;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run.
+
+    The lake phase is sliced like a backfill (adaptive slices unless the binding caps them).
+    """
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+
+    cutoff = run.cutoff if run.cutoff is not None else hive.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.hive): the lake "
+            "owns event times before it, Kafka the rest",
+        )
+    lateness = run.lateness or hive.max_lateness or DEFAULT_LATENESS
+    options: dict[str, Any] = {
+        "table": hive.table,
+        "event_time_column": hive.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": run.start if run.start is not None else hive.start,
+        "lateness": lateness,
+        "max_event_time_per_trigger": hive.max_event_time_per_trigger,  # None: adaptive
+        "watermark_delay": None,
+        "dead_letter_path": dead_letter_path,
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "alignPartitions": str(kafka.align_partitions).lower(),
+    }
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    lake = {
+        "partitionTimeKind": hive.partition_time,
+        "maxLateness": hive.max_lateness,
+        "maxEarliness": hive.max_earliness,
+        "maxRowsPerTrigger": hive.max_rows_per_trigger,
+        "maxBytesPerTrigger": hive.max_bytes_per_trigger,
+        "targetRowsPerTrigger": hive.target_rows_per_trigger,
+        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
+        "targetBatchDuration": hive.target_batch_duration,
+        "partitionTimeFormat": hive.partition_format,
+    }
+    options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
+    return options
+
+
+def conform(df: DataFrame, spec: InputSpec) -> DataFrame:
+    """Exactly the declared columns, cast to the declared types (marker kept if present)."""
+    from pyspark.sql import functions as F
+
+    schema = spec.job_struct_type()
+    missing = [f.name for f in schema.fields if f.name not in df.columns]
+    if missing:
+        raise ConfigError(
+            f"inputs.{spec.name}",
+            missing,
+            f"the source lacks declared columns (it has {', '.join(df.columns)})",
+        )
+    columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields]
+    if MARKER_COLUMN in df.columns:
+        columns.append(F.col(MARKER_COLUMN))
+    return df.select(*columns)
+
+
+def with_kafka_metadata(decoded: DataFrame) -> DataFrame:
+    """The good records' event fields plus the Kafka metadata of each record
+    (:data:`~kappaplus.jobs.KAFKA_METADATA_DDL`)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.codecs import ERROR_COL, RECORD_COL, event_field_names
+
+    record = F.col(RECORD_COL)
+    return decoded.where(F.col(ERROR_COL).isNull()).select(
+        *[F.col(f"`{name}`") for name in event_field_names(decoded)],
+        record["topic"].alias("kafka_topic"),
+        record["partition"].alias("kafka_partition"),
+        record["offset"].alias("kafka_offset"),
+        record["timestamp"].alias("kafka_timestamp"),
+    )
+
+
+def check_event_time(spec: InputSpec, hive: HiveInput) -> None:
+    """In a bootstrap the Hive binding's event-time column must be the job's (checked
+    before Spark); a mapped one is refused with the bootstrap's mapping refusal."""
+    if hive.columns or hive.event_time is not None:
+        return
+    if hive.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.hive.event_time_column",
+            hive.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}: the "
+            "watermark is applied on the same column in every mode",
+        )
+
+
+def bind_input(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: ResolvedInput,
+    mode: str,
+    run: RunOptions,
+    watermark_delay: str,
+    job_name: str = "job",
+    dead_letter_staging: str | None = None,
+    source_state: str | None = None,
+    drain_file: str | None = None,
+    late_plans: list[LateRowsPlan] | None = None,
+    dead_letters: DeadLetterPlan | None = None,
+) -> BoundInput:
+    """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
+    holds the source's state (slice manifests; default: under the state directory);
+    ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.core.draining`);
+    ``late_plans``: the outputs that keep their late rows (stream mode,
+    :mod:`kappaplus.runtime.side_outputs.late_rows`); ``dead_letters``: where the input's failed
+    records go (stream mode, :mod:`kappaplus.runtime.side_outputs.dead_letter_tap`)."""
+    from kappaplus.codecs import decode_kafka, good_events
+    from kappaplus.core.event_time import apply_watermark
+    from kappaplus.mapping import apply_mapping, is_identity
+    from kappaplus.runtime.binding.bounds import (
+        bounds_metrics_name,
+        drop_out_of_bounds,
+        mark_out_of_bounds,
+    )
+    from kappaplus.runtime.binding.unify import hive_resolution, kafka_resolution, refuse_mismatches
+    from kappaplus.runtime.side_outputs.dead_letter_tap import decode_metrics_name
+
+    if mode == "stream":
+        kafka = binding.kafka
+        if kafka is None:
+            raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
+        decoder = decoder_spec(spec, kafka)
+        decoded = mark_out_of_bounds(
+            decode_kafka(
+                read_kafka_records(spark, kafka, drain_file),
+                decoder,
+                metrics=decode_metrics_name(spec.name),
+            ),
+            decoder.event_time,
+            binding.bounds,
+            bounds_metrics_name(spec.name),
+        )
+        decoded = observe_kafka(decoded, spec.name, decoder.event_time)
+        if dead_letters is not None:
+            from kappaplus.runtime.side_outputs.dead_letter_tap import tap_dead_letters
+
+            decoded = tap_dead_letters(decoded, dead_letters)
+        raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
+        resolution = kafka_resolution(spark, spec, kafka)  # the records' fields -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
+        if not is_identity(mapping):
+            metadata = [c for c in raw.columns if c.startswith("kafka_")]
+            raw = apply_mapping(raw, mapping, metadata if spec.kafka_metadata else [])
+        source = f"kafka {kafka.topic}"
+    elif mode == "bootstrap" and binding.delta is not None:
+        raw, source = _delta_bootstrap(
+            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
+        )
+    elif mode == "bootstrap" and binding.iceberg is not None:
+        raw, source = _iceberg_bootstrap(
+            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
+        )
+    elif mode == "bootstrap":
+        from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+        hive, kafka = binding.hive, binding.kafka
+        if spec.kafka_metadata:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "kafka_metadata",
+                "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+            )
+        if hive is None or kafka is None:
+            raise ConfigError(
+                f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
+            )
+        check_event_time(spec, hive)
+        if hive.columns or hive.event_time is not None or kafka.columns or kafka.fields:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "columns",
+                "bootstrap mode does not map columns yet: the lake and the topic must carry "
+                "the job's columns (run a backfill up to the cutoff, then stream)",
+            )
+        options = hybrid_options(spec, hive, kafka, run, job_name, dead_letter_staging)
+        options.update(hybrid_bounds(binding.bounds))
+        if source_state is not None:
+            options["manifestDir"] = f"{source_state}/manifests"
+        if drain_file is not None:
+            options[DRAIN_OPTION] = drain_file
+        raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+        source = (
+            f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
+            f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+        )
+    elif binding.delta is not None:
+        raw, source = _delta_backfill(
+            spark, spec, binding.delta, run, watermark_delay, source_state, drain_file
+        )
+    elif binding.iceberg is not None:
+        raw, source = _iceberg_backfill(
+            spark, spec, binding.iceberg, run, watermark_delay, source_state, drain_file
+        )
+    else:
+        hive = binding.hive
+        if hive is None:
+            raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
+        resolution = hive_resolution(spark, spec, hive)  # the table's columns -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
+        options = hive_options(hive, run, watermark_delay)
+        options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
+        options.update(stored_options(hive))
+        if source_state is not None:
+            options["manifestDir"] = f"{source_state}/manifests"
+        if drain_file is not None:
+            options[DRAIN_OPTION] = drain_file
+        # read only the columns the mapping reads from the files (conform keeps nothing else)
+        options["columns"] = ",".join(resolution.reads)
+        lake = read_hive_stream(spark, hive.table, **options)
+        if not is_identity(mapping):
+            lake = apply_mapping(lake, mapping, [MARKER_COLUMN])
+        raw = _observe_source(lake, spec, "lake")
+        source = f"hive {hive.table}"
+        if options["start"] or options["end"]:
+            source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    conformed = conform(raw, spec)
+    if mode != "stream":  # a stream's out-of-bounds records are dead letters already
+        conformed = drop_out_of_bounds(
+            conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
+        )
+    if late_plans and mode == "stream":
+        from kappaplus.runtime.side_outputs.late_rows import tap_input
+
+        conformed = tap_input(conformed, spec.name, spec.event_time_column, late_plans)
+    watermarked = apply_watermark(
+        conformed,
+        spec.event_time_column,
+        watermark_delay,
+        # the job's input counted per bucket for the audit in the same observation as the
+        # rows (after the marker filter, so marker rows are not counted): one operator less
+        observe_as=input_metrics_name(spec.name),
+        also=[bucket_histogram(spec.event_time_column, conformed.columns).alias("input")],
+    )
+    return BoundInput(spec.name, watermarked, source)
+
+
+def iceberg_options(iceberg: IcebergInput, run: RunOptions) -> dict[str, Any]:
+    """Keyword arguments of ``read_iceberg_stream`` / the lake of a bootstrap for an
+    Iceberg binding (adaptive slices unless the binding caps them)."""
+    return {
+        "catalog": iceberg.catalog,
+        "snapshot": iceberg.snapshot,
+        "event_time_column": iceberg.event_time_column,
+        "start": run.start if run.start is not None else iceberg.start,
+        "end": run.end if run.end is not None else iceberg.end,
+        "max_event_time_per_trigger": iceberg.max_event_time_per_trigger,
+        "maxRowsPerTrigger": iceberg.max_rows_per_trigger,
+        "maxBytesPerTrigger": iceberg.max_bytes_per_trigger,
+        "targetRowsPerTrigger": iceberg.target_rows_per_trigger,
+        "targetBytesPerTrigger": iceberg.target_bytes_per_trigger,
+        "targetBatchDuration": iceberg.target_batch_duration,
+    }
+
+
+def _iceberg_backfill(
+    spark: SparkSession,
+    spec: InputSpec,
+    iceberg: IcebergInput,
+    run: RunOptions,
+    watermark_delay: str,
+    source_state: str | None,
+    drain_file: str | None,
+) -> tuple[DataFrame, str]:
+    from kappaplus.connectors.iceberg import read_iceberg_stream
+
+    if iceberg.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.iceberg.event_time_column",
+            iceberg.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+    options = iceberg_options(iceberg, run)
+    # the runtime applies the watermark; the option makes a bounded run end with markers
+    options["watermarkDelay"] = watermark_delay
+    options["adviceConfigPrefix"] = f"inputs.{spec.name}.iceberg"
+    if source_state is not None:
+        options["manifest_dir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
+    raw = _observe_source(read_iceberg_stream(spark, iceberg.table, **options), spec, "lake")
+    source = f"iceberg {iceberg.table}"
+    if options["start"] or options["end"]:
+        source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    return raw, source
+
+
+def _iceberg_bootstrap(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: ResolvedInput,
+    run: RunOptions,
+    job_name: str,
+    source_state: str | None,
+    drain_file: str | None,
+    dead_letter_path: str | None = None,
+) -> tuple[DataFrame, str]:
+    """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+    from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+    iceberg, kafka = binding.iceberg, binding.kafka
+    assert iceberg is not None
+    if spec.kafka_metadata:
+        raise ConfigError(
+            f"inputs.{spec.name}",
+            "kafka_metadata",
+            "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+        )
+    if kafka is None:
+        raise ConfigError(
+            f"inputs.{spec.name}", None, "bootstrap mode needs an Iceberg table and a Kafka topic"
+        )
+    if iceberg.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.iceberg.event_time_column",
+            iceberg.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+    cutoff = run.cutoff if run.cutoff is not None else iceberg.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.iceberg): the "
+            "lake owns event times before it, Kafka the rest",
+        )
+    lake = iceberg_options(iceberg, run)
+    options: dict[str, Any] = {
+        "table": iceberg.table,
+        "event_time_column": iceberg.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": lake.pop("start"),
+        "lateness": run.lateness or iceberg.max_lateness or DEFAULT_LATENESS,
+        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
+        "watermark_delay": None,
+        "dead_letter_path": dead_letter_path,
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "iceberg": {"catalog": lake.pop("catalog"), "snapshot": lake.pop("snapshot")},
+    }
+    for key in ("event_time_column", "end"):
+        lake.pop(key)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
+    if source_state is not None:
+        options["lake.manifestDir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    source = (
+        f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
+        f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+    )
+    return raw, source
+
+
+def delta_options(delta: DeltaInput, run: RunOptions) -> dict[str, Any]:
+    """Keyword arguments of ``read_delta_stream`` / the lake of a bootstrap for a Delta
+    binding (adaptive slices unless the binding caps them)."""
+    return {
+        "storage_options": delta.storage_options,
+        "version": delta.version,
+        "event_time_column": delta.event_time_column,
+        "start": run.start if run.start is not None else delta.start,
+        "end": run.end if run.end is not None else delta.end,
+        "max_event_time_per_trigger": delta.max_event_time_per_trigger,
+        "maxRowsPerTrigger": delta.max_rows_per_trigger,
+        "maxBytesPerTrigger": delta.max_bytes_per_trigger,
+        "targetRowsPerTrigger": delta.target_rows_per_trigger,
+        "targetBytesPerTrigger": delta.target_bytes_per_trigger,
+        "targetBatchDuration": delta.target_batch_duration,
+    }
+
+
+def _check_delta_event_time(spec: InputSpec, delta: DeltaInput) -> None:
+    if delta.event_time_column != spec.event_time_column:
+        raise ConfigError(
+            f"inputs.{spec.name}.delta.event_time_column",
+            delta.event_time_column,
+            f"must be the job's event-time column {spec.event_time_column!r}",
+        )
+
+
+def _delta_backfill(
+    spark: SparkSession,
+    spec: InputSpec,
+    delta: DeltaInput,
+    run: RunOptions,
+    watermark_delay: str,
+    source_state: str | None,
+    drain_file: str | None,
+) -> tuple[DataFrame, str]:
+    """Backfill from a Delta table's pinned version (kept in the run's source state)."""
+    from kappaplus.connectors.delta import read_delta_stream
+
+    _check_delta_event_time(spec, delta)
+    options = delta_options(delta, run)
+    # the runtime applies the watermark; the option makes a bounded run end with markers
+    options["watermarkDelay"] = watermark_delay
+    options["adviceConfigPrefix"] = f"inputs.{spec.name}.delta"
+    if source_state is not None:
+        options["manifest_dir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
+    raw = _observe_source(read_delta_stream(spark, delta.path, **options), spec, "lake")
+    source = f"delta {delta.path}"
+    if options["start"] or options["end"]:
+        source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    return raw, source
+
+
+def _delta_bootstrap(
+    spark: SparkSession,
+    spec: InputSpec,
+    binding: ResolvedInput,
+    run: RunOptions,
+    job_name: str,
+    source_state: str | None,
+    drain_file: str | None,
+    dead_letter_path: str | None = None,
+) -> tuple[DataFrame, str]:
+    """Bootstrap from a Delta table's pinned version up to the cutoff, then Kafka;
+    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
+    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
+    from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+    delta, kafka = binding.delta, binding.kafka
+    assert delta is not None
+    if spec.kafka_metadata:
+        raise ConfigError(
+            f"inputs.{spec.name}",
+            "kafka_metadata",
+            "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+        )
+    if kafka is None:
+        raise ConfigError(
+            f"inputs.{spec.name}", None, "bootstrap mode needs a Delta table and a Kafka topic"
+        )
+    _check_delta_event_time(spec, delta)
+    cutoff = run.cutoff if run.cutoff is not None else delta.end
+    if cutoff is None:
+        raise ConfigError(
+            "cutoff",
+            None,
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.delta): the "
+            "lake owns event times before it, Kafka the rest",
+        )
+    lake = delta_options(delta, run)
+    options: dict[str, Any] = {
+        "table": delta.path,
+        "event_time_column": delta.event_time_column,
+        "cutoff": cutoff,
+        "decoder": decoder_spec(spec, kafka),
+        "start": lake.pop("start"),
+        "lateness": run.lateness or delta.max_lateness or DEFAULT_LATENESS,
+        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
+        "watermark_delay": None,
+        "dead_letter_path": dead_letter_path,
+        "job_name": job_name,
+        "bootstrap": kafka.bootstrap_servers,
+        "subscribe": kafka.topic,
+        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
+        "delta": {
+            "storage_options": lake.pop("storage_options"),
+            "version": lake.pop("version"),
+        },
+    }
+    for key in ("event_time_column", "end"):
+        lake.pop(key)
+    if kafka.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
+    options.update(kafka.options)
+    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
+    if source_state is not None:
+        options["lake.manifestDir"] = f"{source_state}/manifests"
+    if drain_file is not None:
+        options[DRAIN_OPTION] = drain_file
+    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    source = (
+        f"delta {delta.path} [{options['start'] or '-'}, {cutoff}) then kafka "
+        f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+    )
+    return raw, source
+
+
+def _observe_source(df: DataFrame, spec: InputSpec, stage: str, io: str = "delivered") -> DataFrame:
+    """Count the rows of ``df`` per event-time bucket for the audit (markers excluded)."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.audit.counts import observe_rows
+
+    real = ~F.coalesce(F.col(MARKER_COLUMN), F.lit(False)) if MARKER_COLUMN in df.columns else None
+    return observe_rows(df, stage, spec.name, io, spec.event_time_column, where=real)
+
+
+def bind_inputs(
+    spark: SparkSession,
+    job: Job,
+    resolved: ResolvedConfig,
+    run: RunOptions,
+    mode_dir: Path | None = None,
+    drain_file: str | None = None,
+    late_plans: list[LateRowsPlan] | None = None,
+    dead_letters: Mapping[str, DeadLetterPlan] | None = None,
+) -> dict[str, BoundInput]:
+    """Every input of ``job`` bound for ``run.mode`` (see the module docstring);
+    ``dead_letters``: the stream's dead-letter plans by input.
+
+    ``mode_dir``: the run's checkpoint directory. The sources keep their state under it
+    (slice manifests, and a backfill's staged unplaceable rows: :func:`source_state_dir`,
+    :func:`dead_letter_staging`), so ``--fresh`` or a new identity starts all of it over and
+    a checkpoint moved elsewhere takes it along.
+    """
+    delay = resolved.watermark_delay or job.watermark_delay
+    return {
+        spec.name: bind_input(
+            spark,
+            spec,
+            resolved.inputs[spec.name],
+            run.mode,
+            run,
+            delay,
+            job.name,
+            None
+            if mode_dir is None or run.mode == "stream"
+            else dead_letter_staging(mode_dir, spec.name),
+            None if mode_dir is None else source_state_dir(mode_dir, spec.name),
+            drain_file,
+            late_plans,
+            (dead_letters or {}).get(spec.name),
+        )
+        for spec in job.inputs
+    }
+
+
+def source_state_dir(mode_dir: Path, input_name: str) -> str:
+    """Where the source of ``input_name`` keeps its state (slice manifests) for this run."""
+    return str(mode_dir / "_sources" / input_name)
+
+
+def dead_letter_staging(mode_dir: Path, input_name: str) -> str:
+    """Where a backfill stages the unplaceable rows of ``input_name`` before they go to the
+    dead-letter table: beside its checkpoints, so ``--fresh`` starts it over too."""
+    return str(mode_dir / "_dead_letters" / input_name)

@@ -1,0 +1,292 @@
+"""Write a job's outputs: one streaming query per output, to its Kafka topic and/or Hive table.
+
+Every output query uses ``foreachBatch`` with :class:`OutputWriter` (there is no other
+kind of output writer), which per micro-batch computes the rows once (``persist``) and
+writes them to
+
+- the Hive table through :class:`~kappaplus.connectors.hive.sink.HiveTableSink` (exactly once:
+  a replayed batch publishes nothing twice), and/or
+- the Kafka topic through the ``kappa_kafka`` batch writer (at least once): each record's
+  value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
+  carries the same key and consumers (or a compacted topic) drop the second copy.
+
+When the query publishes a Kafka input's dead letters or keeps late rows (its side outputs,
+:mod:`kappaplus.runtime.side_outputs`), the batch runs first (the taps stage what they
+find), the staged dead letters are published, then the rows are written and the late rows
+kept.
+
+The backfill mode writes the backfill targets that :func:`kappaplus.config.resolve`
+chose (``<table>_backfill`` / ``<topic>_backfill`` by default): production output is
+never touched by a backfill.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.core.errors import ConfigError
+from kappaplus.runtime.options import slug, trigger_args
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from kappaplus.config import HiveOutput, IcebergOutput, KafkaOutput, ResolvedOutput
+    from kappaplus.jobs import OutputSpec
+    from kappaplus.runtime.side_outputs import SideOutput
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPublisher
+    from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
+
+log = logging.getLogger(__name__)
+CHECKPOINT_ID_FILE = "_kappa_checkpoint.json"
+
+
+def checkpoint_id(checkpoint: Path) -> str:
+    """A stable id of a checkpoint directory, created with it.
+
+    The Hive sink keys its commit log by query name and batch id; a new checkpoint
+    restarts batch ids at 0, so the query name carries this id: a fresh checkpoint can
+    never be mistaken for one whose batches were already committed.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker = checkpoint / CHECKPOINT_ID_FILE
+    if marker.is_file():
+        return str(json.loads(marker.read_text())["id"])
+    ident = uuid.uuid4().hex[:10]
+    tmp = marker.with_name(f".{marker.name}.tmp")
+    tmp.write_text(json.dumps({"id": ident}))
+    tmp.replace(marker)
+    return ident
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """One output query: what it writes where, its checkpoint and its name."""
+
+    name: str
+    spec: OutputSpec
+    kafka: KafkaOutput | None
+    hive: HiveOutput | None
+    checkpoint: Path
+    query_name: str
+    provenance: dict[str, Any] | None = None
+    """Recorded with every batch committed to the Hive table (run identity, checkpoint)."""
+    late: LateRowsPlan | None = None
+    """Where the rows this output's watermark drops are kept (stream mode)."""
+    iceberg: IcebergOutput | None = None
+    hold: bool = False
+    """Commit the Hive batches without registering them, for a range replacement to swap
+    in when the run finishes (:mod:`kappaplus.runtime.state.range_replace`)."""
+    checkpoint_key: str = ""
+    """The checkpoint's stable id (:func:`checkpoint_id`), the end of ``query_name``: the
+    sinks and side outputs key their commits by it."""
+
+    def targets(self) -> list[str]:
+        found = []
+        if self.hive is not None:
+            found.append(f"hive {self.hive.table}")
+        if self.iceberg is not None:
+            found.append(f"iceberg {self.iceberg.table}")
+        if self.kafka is not None:
+            found.append(f"kafka {self.kafka.topic}")
+        return found
+
+
+def plan_output(
+    job_name: str,
+    mode: str,
+    spec: OutputSpec,
+    binding: ResolvedOutput,
+    run_dir: Path,
+    identity: dict[str, Any] | None = None,
+    late: LateRowsPlan | None = None,
+) -> OutputPlan:
+    """Checkpoint ``<run_dir>/<output>`` and a query name unique to it (``run_dir`` is the
+    run's checkpoint directory, :func:`kappaplus.runtime.state.identity.run_dir`)."""
+    if binding.kafka is not None and binding.kafka.format != "json":
+        raise ConfigError(
+            f"outputs.{spec.name}.kafka.format",
+            binding.kafka.format,
+            "the runtime writes outputs to Kafka as JSON; use format = 'json'",
+        )
+    checkpoint = run_dir / spec.name
+    ident = checkpoint_id(checkpoint)
+    query_name = f"{slug(job_name)}-{mode}-{spec.name}-{ident}"
+    provenance = None
+    if identity is not None:
+        provenance = {**identity, "output": spec.name, "checkpoint": str(checkpoint)}
+    return OutputPlan(
+        spec.name,
+        spec,
+        binding.kafka,
+        binding.hive,
+        checkpoint,
+        query_name,
+        provenance,
+        late,
+        iceberg=binding.iceberg,
+        checkpoint_key=ident,
+    )
+
+
+class OutputWriter:
+    """``foreachBatch`` function writing one output's batch to its Hive table and/or topic."""
+
+    def __init__(
+        self,
+        plan: OutputPlan,
+        on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
+        dead_letters: Sequence[DeadLetterPublisher] = (),
+    ) -> None:
+        from kappaplus.connectors.hive.sink import HiveTableSink
+        from kappaplus.connectors.hive.sink_options import HiveSinkOptions
+
+        self.plan = plan
+        self.hive_sink = None
+        if plan.hive is not None:
+            self.hive_sink = HiveTableSink(
+                HiveSinkOptions.from_config(
+                    plan.hive,
+                    query_name=plan.query_name,
+                    event_time_column=plan.spec.event_time_column,
+                    provenance=plan.provenance,
+                    hold=plan.hold,
+                )
+            )
+        self.iceberg_sink = None
+        if plan.iceberg is not None:
+            from kappaplus.connectors.iceberg.sink import IcebergTableSink
+
+            # the query name carries the checkpoint's id: a fresh checkpoint (batch ids
+            # from 0 again) is never mistaken for one whose batches were committed
+            self.iceberg_sink = IcebergTableSink(
+                plan.iceberg.table, plan.iceberg.catalog, query=plan.query_name
+            )
+        self.late = None
+        if plan.late is not None:
+            from kappaplus.runtime.side_outputs.late_rows import LateRowsPublisher
+
+            self.late = LateRowsPublisher(plan.late, plan.query_name, on_late_kept)
+        self.dead_letters = list(dead_letters)
+
+    def prepare(self, df: DataFrame) -> None:
+        """Create or check the output table while the query plans its first batch
+        (:meth:`HiveTableSink.prepare`); a failure is only logged: the first batch makes
+        the same check and fails the query with it."""
+        if self.hive_sink is None:
+            return
+        try:
+            self.hive_sink.prepare(df)
+        except Exception as exc:  # noqa: BLE001 - the first batch reports it properly
+            log.debug("output %s: table not prepared ahead: %s", self.plan.name, exc)
+
+    def side_outputs(self) -> list[SideOutput]:
+        """The dead-letter publishers, then the late rows' (the order they publish in)."""
+        return [*self.dead_letters, *([self.late] if self.late is not None else [])]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        side = self.side_outputs()
+        for output in side:
+            output.before(batch_id)
+        batch.persist()
+        try:
+            ran = False
+            if side:
+                # run the batch now, whatever the sinks do with it (a sink that staged it
+                # in an earlier attempt does not read it again): the taps stage this
+                # batch's late rows and dead letters; the dead letters are published before
+                # the rows are committed, and Spark commits the batch after both, so a
+                # crash in between replays both
+                batch.count()
+                ran = True
+            for output in side:
+                if output.publish_before_rows:
+                    output.publish(batch, batch_id)
+            written = True
+            if self.hive_sink is not None:
+                written = self.hive_sink.write_batch(batch, batch_id)
+            if self.iceberg_sink is not None:
+                written = self.iceberg_sink.write_batch(batch, batch_id) and written
+            if self.plan.kafka is not None:
+                write_kafka(batch, self.plan.kafka)
+            elif not written and not ran:
+                # a replayed batch the sink had committed: run it once anyway, so its
+                # audit counts (observed on this plan) are reported again for this batch
+                batch.count()
+            for output in side:
+                if not output.publish_before_rows:
+                    output.publish(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+
+def kafka_records(batch: DataFrame) -> DataFrame:
+    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row."""
+    from pyspark.sql import functions as F
+
+    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+    return batch.select(value.alias("value")).select(
+        F.sha2(F.col("value"), 256).alias("key"), F.col("value")
+    )
+
+
+def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
+    """Produce the batch to ``kafka.topic`` (``kappa_kafka`` batch writer, idempotent producer)."""
+    from kappaplus.connectors.kafka import SHORT_NAME, KafkaDataSource
+
+    batch.sparkSession.dataSource.register(KafkaDataSource)
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}
+    options.update(kafka.options)
+    kafka_records(batch).write.format(SHORT_NAME).options(**options).mode("append").save()
+
+
+def start_output(
+    df: DataFrame,
+    plan: OutputPlan,
+    trigger: str,
+    on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
+    dead_letters: Sequence[DeadLetterPublisher] = (),
+) -> StreamingQuery:
+    """Start the streaming query of one output (its rows counted for the audit;
+    ``on_late_kept``: told the late rows it kept per batch and audit bucket;
+    ``dead_letters``: the inputs whose dead letters this query publishes)."""
+    from kappaplus.audit.counts import observe_rows
+
+    counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
+    output = OutputWriter(plan, on_late_kept, dead_letters)
+    writer: Any = (
+        counted.writeStream.queryName(plan.query_name)
+        .outputMode(plan.spec.output_mode)
+        .option("checkpointLocation", str(plan.checkpoint))
+        .foreachBatch(output)
+        .trigger(**trigger_args(trigger))
+    )
+    query = writer.start()
+    output.prepare(counted)
+    return query
+
+
+def check_sql(spark: SparkSession, plans: dict[str, OutputPlan]) -> None:
+    """Parse every SQL expression of the outputs' config (``partition_expr``) now, with
+    Spark's own parser, so a bad one is one line naming its key, not a failure at the
+    first batch."""
+    jspark: Any = spark._jsparkSession  # type: ignore[attr-defined]
+    parser = jspark.sessionState().sqlParser()
+    for name, plan in plans.items():
+        if plan.hive is None or not plan.hive.partition_expr:
+            continue
+        try:
+            parser.parseExpression(plan.hive.partition_expr)
+        except Exception as exc:  # noqa: BLE001 - Spark's ParseException, as one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(
+                f"outputs.{name}.hive.partition_expr",
+                plan.hive.partition_expr,
+                f"not a SQL expression ({first[:200]})",
+            ) from None

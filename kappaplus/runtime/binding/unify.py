@@ -1,0 +1,164 @@
+"""Each binding's mapping (:mod:`kappaplus.mapping`) resolved against its source's schema in
+the caller's process: the Hive table's catalog schema (its stored event time delivered as a
+timestamp), the Kafka records' ``fields`` (or the job's declared schema). Used by binding
+(:mod:`kappaplus.runtime.binding.inputs`), ``kappa check`` and ``kappa run``'s pre-flight."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kappaplus.core.errors import ConfigError
+from kappaplus.mapping import Resolution, job_mapping, resolve_mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from kappaplus.config import HiveInput, JobConfig, KafkaInput
+    from kappaplus.jobs import InputSpec, Job
+
+
+def kafka_event_field(spec: InputSpec, kafka: KafkaInput) -> str:
+    """The records' event-time field: ``event_time.column``, else the job's column."""
+    stored = kafka.event_time
+    return stored.column if stored is not None and stored.column else spec.event_time_column
+
+
+def kafka_fields(spec: InputSpec, kafka: KafkaInput) -> StructType:
+    """The JSON records' schema: ``fields`` when the binding gives it, else the job's."""
+    from pyspark.sql.types import DataType, StructType
+
+    if kafka.fields is None:
+        return spec.struct_type()
+    try:
+        parsed = DataType.fromDDL(kafka.fields)
+    except Exception as exc:  # noqa: BLE001 - the parser's own message
+        raise ConfigError(
+            f"inputs.{spec.name}.kafka.fields", kafka.fields, str(exc).splitlines()[0][:200]
+        ) from None
+    assert isinstance(parsed, StructType)
+    return parsed
+
+
+def kafka_resolution(spark: SparkSession, spec: InputSpec, kafka: KafkaInput) -> Resolution:
+    """The Kafka binding's mapping checked against its records' fields."""
+    binding = f"inputs.{spec.name}.kafka"
+    event = kafka_event_field(spec, kafka)
+    explicit = kafka.event_time is not None and kafka.event_time.column is not None
+    mapping = job_mapping(spec, binding, kafka.columns, event if explicit else None)
+    return resolve_mapping(spark, spec, binding, mapping, kafka_fields(spec, kafka))
+
+
+def hive_source_schema(spark: SparkSession, hive: HiveInput) -> StructType:
+    """The table's columns as its reader delivers them (a stored event time as timestamp)."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    from kappaplus.connectors.hive import resolve_table
+
+    table = resolve_table(spark, hive.table)
+    stored = hive.event_time
+    converted = stored is not None and (stored.unit is not None or stored.format is not None)
+    return StructType(
+        [
+            StructField(f.name, TimestampType(), True)
+            if converted and f.name == hive.event_time_column
+            else f
+            for f in table.schema.fields
+        ]
+    )
+
+
+def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Resolution:
+    """The Hive binding's mapping checked against the table's schema, and the columns it
+    reads against every data file's own schema (an evolved lake: a file lacking a column
+    reads it as null, a narrower type widens; a wider or incompatible type is a mismatch)."""
+    binding = f"inputs.{spec.name}.hive"
+    mapping = job_mapping(spec, binding, hive.columns, hive.event_time_column)
+    resolution = resolve_mapping(spark, spec, binding, mapping, hive_source_schema(spark, hive))
+    resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution))
+    return resolution
+
+
+def file_mismatches(
+    spark: SparkSession, spec: InputSpec, hive: HiveInput, resolution: Resolution
+) -> list[str]:
+    """One line per (file, column) whose stored type does not widen to the type it is read
+    as: the job's type for a column mapped by name, else the table's. Reads footers only."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from kappaplus.connectors.hive import resolve_table
+    from kappaplus.connectors.hive.files import filesystem_for, list_data_files
+    from kappaplus.mapping import quoted, widens
+
+    table = resolve_table(spark, hive.table)
+    if table.format != "parquet":
+        return []
+    wanted = {f.name: f.dataType for f in table.schema.fields}
+    declared = spec.struct_type()
+    for source in resolution.columns:
+        reads = source.reads
+        direct = source.expression == quoted(reads[0]) if len(reads) == 1 else False
+        if direct and reads[0] != hive.event_time_column:
+            wanted[reads[0]] = declared[source.column].dataType
+    read = [c for c in resolution.reads if c not in table.partition_columns]
+    fs, _ = filesystem_for(table.location)
+    partitions = tuple(table.partition_columns)
+    files = list_data_files(table.location, partitions, None, 0, False, table.name)
+    lines: list[str] = []
+    for data_file in files:
+        with fs.open_input_file(data_file.path) as handle:
+            stored = pq.read_schema(handle)
+        for column in read:
+            if column not in stored.names or column == hive.event_time_column:
+                continue
+            try:
+                kind = from_arrow_type(stored.field(column).type)
+            except TypeError:
+                kind = None
+            if kind is None or not widens(kind, wanted[column]):
+                shown = kind.simpleString() if kind is not None else str(stored.field(column).type)
+                lines.append(
+                    f"inputs.{spec.name}.hive: column {column!r} of file {data_file.path!r} is "
+                    f"{shown}, read as {wanted[column].simpleString()}: a narrowing or "
+                    "incompatible change; widen the declared type, or rewrite the file"
+                )
+    return lines
+
+
+def refuse_mismatches(resolution: Resolution) -> None:
+    """:class:`ConfigError` listing the binding's mismatches, one line each (exit 2)."""
+    if resolution.mismatches:
+        raise ConfigError(
+            resolution.binding + ".columns",
+            None,
+            "\n  ".join(["the source does not fit the job's columns:", *resolution.mismatches]),
+        )
+
+
+def stored_options(hive: HiveInput) -> dict[str, str]:
+    """The Hive source options of a stored event time (``eventTimeUnit|Format``)."""
+    stored = hive.event_time
+    if stored is None:
+        return {}
+    if stored.unit is not None:
+        return {"eventTimeUnit": stored.unit}
+    if stored.format is not None:
+        return {"eventTimeFormat": stored.format}
+    return {}
+
+
+def describe_bindings(spark: SparkSession, job: Job, config: JobConfig) -> list[Resolution]:
+    """Every binding of every input of ``job`` resolved (what ``kappa check`` shows and
+    ``kappa run`` refuses): Kafka bindings against their records' fields, Hive bindings
+    against their table and its files."""
+    out: list[Resolution] = []
+    for spec in job.inputs:
+        binding = config.inputs.get(spec.name)
+        if binding is None:
+            continue
+        if binding.kafka is not None:
+            out.append(kafka_resolution(spark, spec, binding.kafka))
+        if binding.hive is not None:
+            out.append(hive_resolution(spark, spec, binding.hive))
+    return out

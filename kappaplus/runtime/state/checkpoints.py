@@ -1,0 +1,103 @@
+"""A run's checkpoint directory, and everything about a run that can be checked before Spark
+starts: the bindings resolve, event-time columns are declared, and the checkpoint belongs to
+this run (its identity; no checkpoint of the earlier layout left behind; no other live run;
+Spark's files readable).
+
+``kappa run`` calls :func:`check_before_spark` before it starts a session, so these errors
+come in a second, not after a JVM start."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kappaplus.config import JobConfig, resolve
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.settings import state_dir
+from kappaplus.runtime.failures import check_checkpoint_files
+from kappaplus.runtime.options import RunOptions
+from kappaplus.runtime.state.identity import (
+    RunIdentity,
+    check_identity,
+    check_unclaimed,
+    run_dir,
+    run_identity,
+)
+from kappaplus.runtime.state.locks import check_free
+
+if TYPE_CHECKING:
+    from kappaplus.jobs import Job
+
+log = logging.getLogger(__name__)
+LOCK_FILE = "_kappa.lock"
+"""The lock a run holds in its checkpoint directory (:mod:`kappaplus.runtime.state.locks`)."""
+
+
+def checkpoint_root(config: JobConfig, run: RunOptions) -> Path:
+    """Where checkpoints of this run live (see :class:`RunOptions`)."""
+    if run.checkpoint_root is not None:
+        return Path(run.checkpoint_root)
+    if config.checkpoint_dir is not None:
+        return Path(config.checkpoint_dir)
+    return state_dir() / "checkpoints"
+
+
+def check_shared_checkpoint(config: JobConfig, run: RunOptions, master: str) -> None:
+    """Refuse the default checkpoint root (under the driver's state directory) on a cluster.
+
+    Executors write the state store, staged dead letters and late rows, and read the slice
+    manifests under a run's checkpoint directory, so on any master but ``local[...]`` it must
+    be a path every executor sees (a shared mount); ``$KAPPA_HOME`` is the driver's own.
+    """
+    from kappaplus.session import is_local_master
+
+    if is_local_master(master) or run.checkpoint_root is not None:
+        return
+    if config.checkpoint_dir is None:
+        raise ConfigError(
+            "checkpoint_dir",
+            None,
+            f"must be on a filesystem the executors see when the master is not local ({master});"
+            f" the default {state_dir() / 'checkpoints'} is the driver's: set checkpoint_dir in"
+            " the job config or pass --checkpoint",
+        )
+
+
+def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity) -> Path:
+    """The run's checkpoint directory (derived from its identity), emptied by ``--fresh``;
+    :class:`~kappaplus.runtime.state.identity.IdentityError` if it belongs to another run.
+
+    Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
+    directory = run_dir(checkpoint_root(config, run), identity)
+    check_free(directory / LOCK_FILE, f"the checkpoint {directory}")
+    if run.fresh and directory.exists():
+        log.warning("--fresh: deleting checkpoints %s", directory)
+        shutil.rmtree(directory)
+    if not run.fresh:
+        check_unclaimed(directory)
+    check_identity(directory, identity)
+    check_checkpoint_files(directory)
+    return directory
+
+
+def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
+    """Everything about a run that can be checked without Spark: bindings resolve, the
+    checkpoint belongs to this run, and the Kafka brokers of the inputs it reads answer.
+    Returns the run's checkpoint directory."""
+    from kappaplus.runtime.binding.inputs import check_event_time, check_kafka_reachable
+
+    resolved = resolve(config, run.mode, job)
+    for spec in job.inputs:
+        hive = resolved.inputs[spec.name].hive
+        # a backfill maps the binding's event time (any name, a unit or a format) to the
+        # job's column; a bootstrap's lake and topic must carry the job's column as it is
+        if hive is not None and run.mode == "bootstrap":
+            check_event_time(spec, hive)
+    directory = prepare_checkpoint(config, run, run_identity(job, resolved, run))
+    for spec in job.inputs:
+        kafka = resolved.inputs[spec.name].kafka
+        if kafka is not None:
+            check_kafka_reachable(spec.name, kafka)
+    return directory

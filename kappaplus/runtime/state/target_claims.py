@@ -1,0 +1,309 @@
+"""Who else wrote this target: no Hive table holds two runs' rows for one event-time range
+unless the user asks for it.
+
+Every batch the Hive sink commits records the run it came from (``provenance``: run
+identity, range, output, checkpoint) and the event-time span of the rows its query has
+committed so far (``span``, from the output's event-time column; see
+:mod:`kappaplus.connectors.hive.sink`). Before its first batch, a run looks at every other
+query (another checkpoint) that committed batches to each of its Hive targets. If one
+covers event times this run will write -- its recorded span, or its configured range when
+it recorded no span, overlaps this run's range (a stream's range is unbounded) -- the run
+is refused with :class:`~kappaplus.runtime.state.identity.IdentityError` (exit 2), naming the
+table, the other run and its range, and the ways out:
+
+- resume that run (its config and range: same checkpoint, same query: never refused);
+- write to another table;
+- ``--replace-range``: replace that run's rows over this run's range with this run's
+  (:mod:`kappaplus.runtime.state.range_replace`);
+- ``--append``: write anyway, deliberately (the rows of both runs stay).
+
+A run that already committed batches to the table is a resumed run: it was checked (or
+allowed by a flag) before its first batch, so it is not checked again and a restart is
+never refused. This covers what a lost checkpoint, ``--fresh`` over a written table, a
+corrected topic (a new binding: a new identity, a new checkpoint), two registered names of
+the same files and a backfill into a table a stream wrote have in common.
+
+Iceberg targets (:mod:`kappaplus.connectors.iceberg.sink`) record each query's last batch
+in a table property but no event-time span: a run is refused when ANOTHER query committed
+batches to the table, whatever their range (stricter than for Hive; ``--append`` writes
+anyway; ``--replace-range`` is for Hive tables only).
+
+Kafka targets are not covered: a topic records no provenance (its records carry a
+deterministic key, so a consumer can drop the second copy).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kappaplus.core.timeutil import iso, parse_timestamp
+from kappaplus.runtime.state.identity import IdentityError, RunIdentity
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import SparkSession
+
+    from kappaplus.connectors.hive.commits import CommittedRun
+    from kappaplus.runtime.binding.outputs import OutputPlan
+
+log = logging.getLogger(__name__)
+
+Span = tuple[int | None, int | None]
+"""``[start, end)`` in epoch microseconds; None is unbounded."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Rows another run committed to a target over event times this run will write."""
+
+    output: str
+    table: str
+    other: CommittedRun
+    extent: Span
+    """What the other run's rows cover: its recorded span (``[min, max]`` as
+    ``[min, max + 1)``), else its configured range."""
+    mine: Span
+    """This run's range."""
+    same_identity: bool = False
+    """The other run is this run from another checkpoint (lost, moved or ``--fresh``)."""
+    from_span: bool = False
+    """``extent`` is the span of the other run's rows (``[min, max]``), not a range."""
+
+    @property
+    def overlap(self) -> Span:
+        """The event times both cover."""
+        return (_max_start(self.extent[0], self.mine[0]), _min_end(self.extent[1], self.mine[1]))
+
+    def shown_extent(self) -> str:
+        """The other run's rows: ``rows over [min, max]`` or ``over [start, end)``."""
+        if self.from_span:
+            return f"rows over {show_span(self.extent, closed=True)}"
+        return f"over {show_span(self.extent)}"
+
+    def shown_overlap(self) -> str:
+        """The event times both cover, closed where the other run's last row ends it."""
+        start, end = self.overlap
+        closed = self.from_span and end is not None and end == self.extent[1]
+        return show_span((start, end), closed=closed)
+
+    def describe(self) -> str:
+        """``query Q (job J, backfill, checkpoint C) with rows over [a, b]``."""
+        prov = self.other.provenance or {}
+        return (
+            f"query {self.other.query} (job {prov.get('job')}, {prov.get('mode')}, checkpoint "
+            f"{prov.get('checkpoint')}) with {self.shown_extent()}"
+        )
+
+
+def _max_start(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _min_end(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def show_span(span: Span, *, closed: bool = False) -> str:
+    """``[2024-03-01T00:00:00Z, 2024-03-02T00:00:00Z)``; ``-`` for an unbounded end;
+    ``closed``: the span of rows, ``[min, max]`` (its end is ``max + 1``)."""
+    start, end = span
+    first = "-" if start is None else iso(start)
+    if closed and end is not None:
+        return f"[{first}, {iso(end - 1)}]"
+    return f"[{first}, {'-' if end is None else iso(end)})"
+
+
+def run_span(range_: Mapping[str, Any] | None) -> Span:
+    """``[start, end)`` of a recorded run range: ``start``/``end`` of a backfill;
+    ``[start, -)`` for a bootstrap (it continues on Kafka past its cutoff) and a stream."""
+    range_ = range_ or {}
+    start, end = range_.get("start"), range_.get("end")
+    return (
+        parse_timestamp(start, "start") if start else None,
+        parse_timestamp(end, "end") if end else None,
+    )
+
+
+def extent_of(other: CommittedRun) -> Span:
+    """What ``other``'s committed rows cover: its span, else its configured range."""
+    if other.span is not None:
+        return (other.span[0], other.span[1] + 1)
+    return run_span((other.provenance or {}).get("range"))
+
+
+def overlaps(a: Span, b: Span) -> bool:
+    """Whether two ``[start, end)`` spans share an event time (None: unbounded).
+
+    >>> overlaps((0, 10), (10, 20)), overlaps((0, 11), (10, None)), overlaps((None, None), (5, 6))
+    (False, True, True)
+    """
+    if a[1] is not None and b[0] is not None and a[1] <= b[0]:
+        return False
+    return not (b[1] is not None and a[0] is not None and b[1] <= a[0])
+
+
+def subtract(span: Span, removed: tuple[tuple[int, int], ...]) -> list[Span]:
+    """What is left of ``span`` once the ``[start, end)`` ranges ``removed`` are taken out.
+
+    >>> subtract((0, 10), ((3, 5),)), subtract((0, 10), ((0, 10),)), subtract((None, 8), ((2, 4),))
+    ([(0, 3), (5, 10)], [], [(None, 2), (4, 8)])
+    """
+    pieces = [span]
+    for start, end in removed:
+        left: list[Span] = []
+        for a, b in pieces:
+            if not overlaps((a, b), (start, end)):
+                left.append((a, b))
+                continue
+            if a is None or a < start:
+                left.append((a, start))
+            if b is None or end < b:
+                left.append((end, b))
+        pieces = left
+    return pieces
+
+
+def find_claims(
+    spark: SparkSession, plans: Mapping[str, OutputPlan], identity: RunIdentity
+) -> list[Claim]:
+    """Every other run's committed rows in this run's Hive targets over event times this
+    run will write; none for a target this run already committed batches to (a resume)."""
+    from kappaplus.connectors.hive.commits import committed_runs
+
+    mine = run_span(identity.range)
+    ours = {plan.query_name for plan in plans.values()}
+    claims: list[Claim] = []
+    for plan in plans.values():
+        if plan.hive is None:
+            continue
+        table = plan.hive.table
+        runs = committed_runs(spark, table)
+        if any(run.query == plan.query_name for run in runs):
+            continue  # resumed: checked before its first batch
+        promoted = identity.mode == "stream" and _promoted_from(spark, table)
+        for other in runs:
+            prov = other.provenance
+            if not prov:
+                continue  # not written by a run (or before provenance was recorded)
+            if other.query in ours:
+                continue  # another output of this very run (same checkpoints)
+            if promoted and prov.get("mode") == "backfill":
+                # `kappa promote` made this backfill the production history, after checking
+                # it finished and reconciles with the stream up to the stream's watermark:
+                # the stream continues after it (the promotion's hand-over)
+                log.info("table %s: rows of %s are its promoted history", table, other.query)
+                continue
+            whole = extent_of(other)
+            left = [piece for piece in subtract(whole, other.replaced) if overlaps(piece, mine)]
+            if not left:
+                continue  # never overlapped, or its rows there were replaced
+            extent = (left[0][0], left[-1][1])
+            same = prov.get("key") == identity.key() and prov.get("output") == plan.name
+            spanned = other.span is not None and extent[1] == whole[1]
+            claims.append(Claim(plan.name, table, other, extent, mine, same, spanned))
+    return claims
+
+
+def _promoted_from(spark: SparkSession, table: str) -> str | None:
+    """The backfill table ``kappa promote`` put in as ``table`` (its property), or None."""
+    try:
+        rows = spark.sql(f"SHOW TBLPROPERTIES {table}").collect()
+    except Exception:  # noqa: BLE001 - a table without properties was not promoted
+        return None
+    found = {str(row[0]): str(row[1]) for row in rows}
+    return found.get("kappa.promote.from") or None
+
+
+def check_iceberg_targets(plans: Mapping[str, OutputPlan], *, append: bool = False) -> None:
+    """Refuse (:class:`IdentityError`) to write an Iceberg target another query committed
+    batches to (see the module docstring), unless ``append``; a resumed query (its own
+    batches in the table) is never refused."""
+    from kappaplus.connectors.iceberg.sink import BATCH_PROPERTY_PREFIX, IcebergTableSink
+
+    for plan in plans.values():
+        if plan.iceberg is None:
+            continue
+        sink = IcebergTableSink(plan.iceberg.table, plan.iceberg.catalog, query=plan.query_name)
+        try:
+            table = sink.load()
+        except Exception:  # noqa: BLE001 - missing (created by the first batch): no claim
+            continue
+        queries = sorted(
+            key[len(BATCH_PROPERTY_PREFIX) :]
+            for key in table.properties
+            if key.startswith(BATCH_PROPERTY_PREFIX)
+        )
+        if not queries or plan.query_name in queries:
+            continue
+        if append:
+            log.warning(
+                "Iceberg table %s holds batches of %s; --append: this run's rows are added",
+                plan.iceberg.table,
+                ", ".join(queries),
+            )
+            continue
+        raise IdentityError(
+            "output",
+            plan.iceberg.table,
+            f"Iceberg table {plan.iceberg.table} already holds batches of another run "
+            f"(query {', '.join(queries)}); this run's rows could repeat theirs. Resume that "
+            "run with its own config, write to another table, or pass --append to add this "
+            "run's rows beside them deliberately (--replace-range is for Hive tables)",
+        )
+
+
+def check_targets(
+    spark: SparkSession,
+    plans: Mapping[str, OutputPlan],
+    identity: RunIdentity,
+    *,
+    append: bool = False,
+    replace_range: bool = False,
+) -> list[Claim]:
+    """Refuse (:class:`IdentityError`) a run whose Hive targets hold another run's rows
+    over event times it will write (module docstring), unless ``append`` or
+    ``replace_range`` says what to do; the claims that flag allowed."""
+    check_iceberg_targets(plans, append=append)
+    claims = find_claims(spark, plans, identity)
+    if not claims:
+        return []
+    if append or replace_range:
+        for claim in claims:
+            log.warning(
+                "table %s holds rows of %s; %s",
+                claim.table,
+                claim.describe(),
+                "--append: this run's rows are added beside them"
+                if append
+                else f"--replace-range: this run replaces them over {claim.shown_overlap()}",
+            )
+        return claims
+    claim = claims[0]
+    others = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
+    ways = (
+        "write to another table, pass --replace-range to replace those rows over "
+        f"{claim.shown_overlap()} with this run's, or --append to add this run's rows "
+        "beside them deliberately"
+    )
+    if claim.same_identity:
+        prov = claim.other.provenance or {}
+        raise IdentityError(
+            "output",
+            claim.table,
+            f"table {claim.table} already holds {claim.other.batches} batch(es) this run "
+            f"committed ({claim.shown_extent()}) from the checkpoint "
+            f"{prov.get('checkpoint')} (query {claim.other.query}), which is gone or was "
+            f"started over (--fresh): running again would write those rows twice. Restore "
+            f"that checkpoint, drop the table (DROP TABLE {claim.table}) to rewrite it, "
+            f"or {ways}",
+        )
+    raise IdentityError(
+        "output",
+        claim.table,
+        f"table {claim.table} already holds rows of another run{others}: "
+        f"{claim.describe()}, and this run covers {show_span(claim.mine)}: those event times "
+        f"would be written twice. Resume that run with its own config and range, or {ways}",
+    )
