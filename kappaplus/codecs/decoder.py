@@ -93,10 +93,10 @@ class _Decoder:
 
     def _decode_avro(self, value: bytes) -> dict[str, Any]:
         spec = self.spec
-        mode = spec.wire_format
-        if mode == "plain":
+        wire_format = spec.wire_format
+        if wire_format == "plain":
             record = self._read_avro(value, 0, "")
-        elif mode == "confluent":
+        elif wire_format == "confluent":
             record = self._read_confluent(value)
         else:
             if len(value) >= 5 and value[0] == 0:

@@ -147,7 +147,7 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
     for name, out in config.outputs.items():
         patch_out = override.outputs.get(name, OutputOverride())
         kafka_out, hive_out = out.kafka, out.hive
-        if mode == "backfill":
+        if run_mode.writes_backfill_targets:
             if kafka_out is not None:
                 kafka_out = _update(
                     kafka_out, {"topic": kafka_out.backfill_topic or f"{kafka_out.topic}_backfill"}
@@ -163,12 +163,12 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
             hive_out = _update(hive_out, dict(patch_out.hive))
             note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
         iceberg_out = out.iceberg
-        if mode == "backfill" and iceberg_out is not None:
+        if run_mode.writes_backfill_targets and iceberg_out is not None:
             iceberg_out = _update(
                 iceberg_out,
                 {"table": iceberg_out.backfill_table or f"{iceberg_out.table}_backfill"},
             )
-        late = out.late_target() if mode == "stream" else None
+        late = out.late_target() if run_mode.keeps_late_rows else None
         outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out)
 
     watermark = override.watermark_delay or config.watermark_delay

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.core.errors import ConfigError, StateError
+from kappaplus.core.modes import Mode
 
 if TYPE_CHECKING:
     from kappaplus.config import JobConfig
@@ -140,7 +141,8 @@ def check_backfill_finished(plan: PromotePlan, command: str = "kappa run <job>")
     runs = [
         r
         for r in list_runs()
-        if r.mode == "backfill" and (r.identity or {}).get("key") == plan.identity_key
+        if Mode(r.mode).writes_backfill_targets
+        and (r.identity or {}).get("key") == plan.identity_key
     ]
     run_id = runs[-1].run_id if runs else None
     state = read_checkpoint(directory / plan.output)

@@ -154,14 +154,14 @@ class RunOptions:
                 "--append adds this run's rows beside another run's, --replace-range replaces "
                 "them: pass one of the two",
             )
-        if self.replace_range and self.mode != "backfill":
+        if self.replace_range and not self.mode.has_end:
             raise ConfigError(
                 "replace_range",
                 True,
                 f"is an option of --mode backfill (a bounded [start, end) to replace); a "
                 f"{self.mode} run has no end: write to another table, or pass --append",
             )
-        if self.mode != "bootstrap":
+        if self.mode.lake_bound != "cutoff":
             for name in ("cutoff", "lateness"):
                 if getattr(self, name) is not None:
                     raise ConfigError(
@@ -177,7 +177,7 @@ class RunOptions:
             cutoff = parse_timestamp(self.cutoff, "cutoff")
             if self.start is not None and parse_timestamp(self.start, "start") >= cutoff:
                 raise ConfigError("start", self.start, f"must be before cutoff {self.cutoff!r}")
-        if self.mode == "stream" and (self.start is not None or self.end is not None):
+        if not self.mode.reads_lake and (self.start is not None or self.end is not None):
             raise ConfigError(
                 "start" if self.start is not None else "end",
                 self.start if self.start is not None else self.end,
@@ -196,6 +196,12 @@ class RunOptions:
     @property
     def end_micros(self) -> int | None:
         return parse_timestamp(self.end, "end") if self.end is not None else None
+
+    def lake_bound(self) -> str | None:
+        """The value of the option that ends the lake's range in this mode (``end`` of a
+        backfill, ``cutoff`` of a bootstrap), or None (not given, or a stream)."""
+        name = self.mode.lake_bound
+        return None if name is None else getattr(self, name)
 
     def effective_trigger(self, configured: str) -> str:
         """The trigger of this run given the configuration's ``trigger_interval``."""

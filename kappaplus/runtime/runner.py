@@ -41,10 +41,8 @@ from kappaplus.config import AVAILABLE_NOW, JobConfig, resolve
 from kappaplus.core.draining import DrainSignal
 from kappaplus.core.settings import state_dir
 from kappaplus.runtime.binding.bounds import bounds_metrics_name
-from kappaplus.runtime.binding.inputs import (
-    BoundInput,
-    bind_inputs,
-)
+from kappaplus.runtime.binding.inputs import BoundInput, bind_inputs
+from kappaplus.runtime.binding.modes import run_mode
 from kappaplus.runtime.binding.outputs import (
     OutputPlan,
     check_sql,
@@ -66,13 +64,8 @@ from kappaplus.runtime.side_outputs.dead_letter_tap import (
     DeadLetterPublisher,
     dead_letter_publishers,
     decode_metrics_name,
-    stream_dead_letter_plans,
 )
 from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
-from kappaplus.runtime.side_outputs.staged_dead_letters import (
-    publish_bootstrap_dead_letters,
-    publish_run_dead_letters,
-)
 from kappaplus.runtime.state.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
@@ -170,7 +163,7 @@ def run_job(
     check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)
 
-    staging = mode_dir if run.mode == "backfill" else None
+    strategy = run_mode(run.mode)
     drain = DrainSignal.under(mode_dir / "_drain")
     late = {
         plan.output: plan
@@ -178,9 +171,9 @@ def run_job(
             job, params, {n: o.late for n, o in resolved.outputs.items()}, mode_dir
         )
     }
-    dead = stream_dead_letter_plans(job, resolved, mode_dir) if run.mode == "stream" else {}
+    dead = strategy.dead_letter_plans(job, resolved, mode_dir)
     inputs: dict[str, BoundInput] = bind_inputs(
-        spark, job, resolved, run, mode_dir, drain.path, list(late.values()), dead
+        spark, job, resolved, run, strategy, mode_dir, drain.path, list(late.values()), dead
     )
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
@@ -307,13 +300,7 @@ def run_job(
         try:
             flush_audit(auditor, final=True)
             stop_metrics(spark, metrics)
-            extra = _bootstrap_counts(job, run, mode_dir)
-            if run.mode == "bootstrap":
-                published = publish_bootstrap_dead_letters(spark, job, resolved, mode_dir)
-                for name, written in published.items():
-                    extra.setdefault(name, {}).update(written)
-            if staging is not None:
-                extra.update(publish_run_dead_letters(spark, job, resolved, run, staging))
+            extra = strategy.publish_set_aside(spark, job, resolved, run, mode_dir)
             _finish(record, tracker, plans, publishers, status, extra)
         finally:
             _remove_listener(spark, events)
@@ -379,27 +366,6 @@ def _lock_paths(mode_dir: Path, plans: dict[str, OutputPlan]) -> tuple[list[Path
         paths.append(state_dir() / "locks" / f"{kind}-{slug(name.lower())}.lock")
         names.append(f"the output {kind} {name}")
     return paths, names
-
-
-def _bootstrap_counts(job: Job, run: RunOptions, mode_dir: Path) -> dict[str, dict[str, Any]]:
-    """What the Kafka phase of a bootstrap did per input: records read, delivered,
-    skipped (owned by the lake), dead letters, and where the dead letters are."""
-    if run.mode != "bootstrap":
-        return {}
-    from kappaplus.connectors.hybrid.source import hybrid_counts
-    from kappaplus.runtime.binding.inputs import bootstrap_dead_letter_path
-
-    out: dict[str, dict[str, Any]] = {}
-    for spec in job.inputs:
-        path = bootstrap_dead_letter_path(mode_dir, spec.name)
-        try:
-            counts: dict[str, Any] = hybrid_counts(path, job.name).as_dict()
-        except Exception as exc:  # noqa: BLE001 - counts must not hide the run's outcome
-            log.warning("reading the bootstrap counts of %s: %s", spec.name, exc)
-            continue
-        counts["dead_letter_path"] = path
-        out[spec.name] = counts
-    return out
 
 
 def _pid() -> int:

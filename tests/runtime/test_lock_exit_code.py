@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kappaplus.cli.run import _fail
-from kappaplus.runtime import locks
+from kappaplus.runtime.state import locks
 
 
 def test_a_run_refused_by_a_held_lock_exits_2(tmp_path: Path) -> None:

@@ -4,9 +4,12 @@ config is loaded, and carry their value (``.micros``) to every user of the confi
 from __future__ import annotations
 
 import pickle
+import re
+from pathlib import Path
 
 import pytest
 
+import kappaplus
 from kappaplus.config import parse_config, resolve
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import MODES, Mode
@@ -29,6 +32,46 @@ table = "agg.sessions"
 [mode.backfill]
 watermark_delay = 0
 """
+
+
+MODE_COMPARISON = re.compile(
+    r"\bmode\s*(==|!=|\bin\s*[(\[{])"  # mode == "stream", run.mode in ("backfill", ...)
+    r"|(==|!=|\bis\b|\bis not\b)\s*Mode\.[A-Z]"  # x is Mode.STREAM
+    r"|Mode\.[A-Z]+\s*(==|!=|\bis\b)"  # Mode.STREAM == x
+    r"|[\"'](stream|backfill|bootstrap)[\"']\s*(==|!=)"  # "stream" == mode
+)
+STRATEGIES = {"kappaplus/core/modes.py", "kappaplus/runtime/binding/modes.py"}
+
+
+def mode_comparisons(package: Path) -> list[str]:
+    """Every line outside the strategies that compares a run mode with a name."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package.parent).as_posix()
+        if relative in STRATEGIES:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if MODE_COMPARISON.search(code):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    return found
+
+
+def test_only_the_strategies_ask_which_mode_a_run_is_in(tmp_path: Path) -> None:
+    package = Path(kappaplus.__file__).parent
+    assert mode_comparisons(package) == []
+    # the check sees each way of asking (it cannot pass by seeing nothing)
+    probe = tmp_path / "kappaplus" / "probe.py"
+    probe.parent.mkdir()
+    probe.write_text(
+        'if run.mode == "backfill": pass\n'
+        'late = x if mode != "stream" else y\n'
+        'if record.mode in ("backfill", "bootstrap"): pass\n'
+        "ok = run.mode is Mode.STREAM\n"
+        'ok = "bootstrap" == mode\n'
+        'if output_mode == "append": pass\n'
+    )
+    assert [f.split(":")[1] for f in mode_comparisons(probe.parent)] == ["1", "2", "3", "4", "5"]
 
 
 def test_modes_decide_what_a_run_reads() -> None:

@@ -152,12 +152,13 @@ def refuse_unreadable(
     from kappaplus.connectors.delta.lister import add_actions, deletion_masks
 
     config = table.metadata().configuration or {}
-    mode = config.get("delta.columnMapping.mode", "none")
-    if mode != "none":
+    column_mapping = config.get("delta.columnMapping.mode", "none")
+    if column_mapping != "none":
         adds = add_actions(table)
         first = adds.column("path")[0].as_py() if adds.num_rows else "-"
         raise DataError(
-            f"Delta table {pin.table!r} version {pin.version}: column mapping mode {mode!r} "
+            f"Delta table {pin.table!r} version {pin.version}: column mapping mode "
+            f"{column_mapping!r} "
             f"(file {first!r} stores physical column names) is not read by this source; "
             "rewrite the table without column mapping"
         )

@@ -1,5 +1,9 @@
 """Bind a job's logical inputs to streaming DataFrames for one mode.
 
+How each mode reads an input is its strategy's (:mod:`kappaplus.runtime.binding.modes`,
+with the source options built here); what follows is the same in every mode
+(:func:`bind_input`). In short:
+
 - ``stream``: Kafka topic -> :func:`~kappaplus.connectors.kafka.read_kafka_stream` ->
   :func:`~kappaplus.codecs.decode_kafka` -> :func:`~kappaplus.codecs.good_events`. The
   decode counts (``records``, ``good``, ``dead``) are observed under
@@ -25,17 +29,15 @@ receives exactly the declared columns and never learns the mode (principles 1-3)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kappaplus.audit.counts import bucket_histogram, metric_name, observe_kafka
-from kappaplus.connectors.hive import read_hive_stream
+from kappaplus.audit.counts import bucket_histogram, metric_name
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.event_time import MARKER_COLUMN
-from kappaplus.runtime.binding.unify import stored_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -334,150 +336,62 @@ def check_event_time(spec: InputSpec, hive: HiveInput) -> None:
         )
 
 
-def bind_input(
-    spark: SparkSession,
-    spec: InputSpec,
-    binding: ResolvedInput,
-    mode: str,
-    run: RunOptions,
-    watermark_delay: str,
-    job_name: str = "job",
-    dead_letter_staging: str | None = None,
-    source_state: str | None = None,
-    drain_file: str | None = None,
-    late_plans: list[LateRowsPlan] | None = None,
-    dead_letters: DeadLetterPlan | None = None,
-) -> BoundInput:
-    """The watermarked, conformed streaming DataFrame of one input in ``mode``; ``source_state``
-    holds the source's state (slice manifests; default: under the state directory);
-    ``drain_file`` lets the run stop its source at a clean point (:mod:`kappaplus.core.draining`);
-    ``late_plans``: the outputs that keep their late rows (stream mode,
-    :mod:`kappaplus.runtime.side_outputs.late_rows`); ``dead_letters``: where the input's failed
-    records go (stream mode, :mod:`kappaplus.runtime.side_outputs.dead_letter_tap`)."""
-    from kappaplus.codecs import decode_kafka, good_events
+@dataclass(frozen=True)
+class InputContext:
+    """What binding one input needs, whatever the mode: the session, the job's declared
+    input and its resolved binding, the run, and where the run keeps the input's state.
+
+    ``source_state``: the source's state (slice manifests; default under the state
+    directory); ``dead_letter_staging``: where a lake source stages the rows it cannot
+    place; ``drain_file``: lets the run stop the source at a clean point
+    (:mod:`kappaplus.core.draining`); ``late_plans``: the outputs that keep their late rows
+    (:mod:`kappaplus.runtime.side_outputs.late_rows`); ``dead_letters``: where a stream's
+    failed records go (:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`)."""
+
+    spark: SparkSession
+    spec: InputSpec
+    binding: ResolvedInput
+    run: RunOptions
+    watermark_delay: str
+    job_name: str = "job"
+    dead_letter_staging: str | None = None
+    source_state: str | None = None
+    drain_file: str | None = None
+    late_plans: Sequence[LateRowsPlan] = ()
+    dead_letters: DeadLetterPlan | None = None
+
+
+class SourceReader(Protocol):
+    """How a run mode reads one input (:mod:`kappaplus.runtime.binding.modes`)."""
+
+    def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
+        """The input's rows in the job's column names, before they are conformed to its
+        declared types, and a description of where they come from."""
+        ...
+
+
+def bind_input(ctx: InputContext, reader: SourceReader) -> BoundInput:
+    """The watermarked, conformed streaming DataFrame of one input: ``reader`` (the run
+    mode) reads it; then, the same in every mode, its rows are conformed to the job's
+    declared schema, bounded, tapped for late rows where kept, and watermarked."""
     from kappaplus.core.event_time import apply_watermark
-    from kappaplus.mapping import apply_mapping, is_identity
-    from kappaplus.runtime.binding.bounds import (
-        bounds_metrics_name,
-        drop_out_of_bounds,
-        mark_out_of_bounds,
-    )
-    from kappaplus.runtime.binding.unify import hive_resolution, kafka_resolution, refuse_mismatches
-    from kappaplus.runtime.side_outputs.dead_letter_tap import decode_metrics_name
+    from kappaplus.runtime.binding.bounds import bounds_metrics_name, drop_out_of_bounds
 
-    if mode == "stream":
-        kafka = binding.kafka
-        if kafka is None:
-            raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
-        decoder = decoder_spec(spec, kafka)
-        decoded = mark_out_of_bounds(
-            decode_kafka(
-                read_kafka_records(spark, kafka, drain_file),
-                decoder,
-                metrics=decode_metrics_name(spec.name),
-            ),
-            decoder.event_time,
-            binding.bounds,
-            bounds_metrics_name(spec.name),
-        )
-        decoded = observe_kafka(decoded, spec.name, decoder.event_time)
-        if dead_letters is not None:
-            from kappaplus.runtime.side_outputs.dead_letter_tap import tap_dead_letters
-
-            decoded = tap_dead_letters(decoded, dead_letters)
-        raw = with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
-        resolution = kafka_resolution(spark, spec, kafka)  # the records' fields -> the job's
-        refuse_mismatches(resolution)
-        mapping = {c.column: c.expression for c in resolution.columns}
-        if not is_identity(mapping):
-            metadata = [c for c in raw.columns if c.startswith("kafka_")]
-            raw = apply_mapping(raw, mapping, metadata if spec.kafka_metadata else [])
-        source = f"kafka {kafka.topic}"
-    elif mode == "bootstrap" and binding.delta is not None:
-        raw, source = _delta_bootstrap(
-            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
-        )
-    elif mode == "bootstrap" and binding.iceberg is not None:
-        raw, source = _iceberg_bootstrap(
-            spark, spec, binding, run, job_name, source_state, drain_file, dead_letter_staging
-        )
-    elif mode == "bootstrap":
-        from kappaplus.connectors.hybrid.source import read_hybrid_stream
-
-        hive, kafka = binding.hive, binding.kafka
-        if spec.kafka_metadata:
-            raise ConfigError(
-                f"inputs.{spec.name}",
-                "kafka_metadata",
-                "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
-            )
-        if hive is None or kafka is None:
-            raise ConfigError(
-                f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
-            )
-        check_event_time(spec, hive)
-        if hive.columns or hive.event_time is not None or kafka.columns or kafka.fields:
-            raise ConfigError(
-                f"inputs.{spec.name}",
-                "columns",
-                "bootstrap mode does not map columns yet: the lake and the topic must carry "
-                "the job's columns (run a backfill up to the cutoff, then stream)",
-            )
-        options = hybrid_options(spec, hive, kafka, run, job_name, dead_letter_staging)
-        options.update(hybrid_bounds(binding.bounds))
-        if source_state is not None:
-            options["manifestDir"] = f"{source_state}/manifests"
-        if drain_file is not None:
-            options[DRAIN_OPTION] = drain_file
-        raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
-        source = (
-            f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
-            f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
-        )
-    elif binding.delta is not None:
-        raw, source = _delta_backfill(
-            spark, spec, binding.delta, run, watermark_delay, source_state, drain_file
-        )
-    elif binding.iceberg is not None:
-        raw, source = _iceberg_backfill(
-            spark, spec, binding.iceberg, run, watermark_delay, source_state, drain_file
-        )
-    else:
-        hive = binding.hive
-        if hive is None:
-            raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
-        resolution = hive_resolution(spark, spec, hive)  # the table's columns -> the job's
-        refuse_mismatches(resolution)
-        mapping = {c.column: c.expression for c in resolution.columns}
-        options = hive_options(hive, run, watermark_delay)
-        options.update(unplaceable_options(spec.name, hive, dead_letter_staging))
-        options.update(stored_options(hive))
-        if source_state is not None:
-            options["manifestDir"] = f"{source_state}/manifests"
-        if drain_file is not None:
-            options[DRAIN_OPTION] = drain_file
-        # read only the columns the mapping reads from the files (conform keeps nothing else)
-        options["columns"] = ",".join(resolution.reads)
-        lake = read_hive_stream(spark, hive.table, **options)
-        if not is_identity(mapping):
-            lake = apply_mapping(lake, mapping, [MARKER_COLUMN])
-        raw = _observe_source(lake, spec, "lake")
-        source = f"hive {hive.table}"
-        if options["start"] or options["end"]:
-            source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+    spec, mode = ctx.spec, ctx.run.mode
+    raw, source = reader.read_input(ctx)
     conformed = conform(raw, spec)
-    if mode != "stream":  # a stream's out-of-bounds records are dead letters already
+    if mode.reads_lake:  # a stream's out-of-bounds records are dead letters already
         conformed = drop_out_of_bounds(
-            conformed, spec.event_time_column, binding.bounds, bounds_metrics_name(spec.name)
+            conformed, spec.event_time_column, ctx.binding.bounds, bounds_metrics_name(spec.name)
         )
-    if late_plans and mode == "stream":
+    if ctx.late_plans and mode.keeps_late_rows:
         from kappaplus.runtime.side_outputs.late_rows import tap_input
 
-        conformed = tap_input(conformed, spec.name, spec.event_time_column, late_plans)
+        conformed = tap_input(conformed, spec.name, spec.event_time_column, list(ctx.late_plans))
     watermarked = apply_watermark(
         conformed,
         spec.event_time_column,
-        watermark_delay,
+        ctx.watermark_delay,
         # the job's input counted per bucket for the audit in the same observation as the
         # rows (after the marker filter, so marker rows are not counted): one operator less
         observe_as=input_metrics_name(spec.name),
@@ -758,36 +672,40 @@ def bind_inputs(
     job: Job,
     resolved: ResolvedConfig,
     run: RunOptions,
+    reader: SourceReader,
     mode_dir: Path | None = None,
     drain_file: str | None = None,
-    late_plans: list[LateRowsPlan] | None = None,
+    late_plans: Sequence[LateRowsPlan] = (),
     dead_letters: Mapping[str, DeadLetterPlan] | None = None,
 ) -> dict[str, BoundInput]:
-    """Every input of ``job`` bound for ``run.mode`` (see the module docstring);
-    ``dead_letters``: the stream's dead-letter plans by input.
+    """Every input of ``job`` bound for ``run.mode``, read by ``reader`` (the mode's
+    strategy; see the module docstring); ``dead_letters``: the stream's dead-letter plans by
+    input.
 
     ``mode_dir``: the run's checkpoint directory. The sources keep their state under it
-    (slice manifests, and a backfill's staged unplaceable rows: :func:`source_state_dir`,
+    (slice manifests, and a lake's staged unplaceable rows: :func:`source_state_dir`,
     :func:`dead_letter_staging`), so ``--fresh`` or a new identity starts all of it over and
     a checkpoint moved elsewhere takes it along.
     """
     delay = resolved.watermark_delay or job.watermark_delay
     return {
         spec.name: bind_input(
-            spark,
-            spec,
-            resolved.inputs[spec.name],
-            run.mode,
-            run,
-            delay,
-            job.name,
-            None
-            if mode_dir is None or run.mode == "stream"
-            else dead_letter_staging(mode_dir, spec.name),
-            None if mode_dir is None else source_state_dir(mode_dir, spec.name),
-            drain_file,
-            late_plans,
-            (dead_letters or {}).get(spec.name),
+            InputContext(
+                spark,
+                spec,
+                resolved.inputs[spec.name],
+                run,
+                delay,
+                job_name=job.name,
+                dead_letter_staging=None
+                if mode_dir is None or not run.mode.reads_lake
+                else dead_letter_staging(mode_dir, spec.name),
+                source_state=None if mode_dir is None else source_state_dir(mode_dir, spec.name),
+                drain_file=drain_file,
+                late_plans=late_plans,
+                dead_letters=(dead_letters or {}).get(spec.name),
+            ),
+            reader,
         )
         for spec in job.inputs
     }

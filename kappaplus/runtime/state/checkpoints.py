@@ -93,7 +93,7 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
         hive = resolved.inputs[spec.name].hive
         # a backfill maps the binding's event time (any name, a unit or a format) to the
         # job's column; a bootstrap's lake and topic must carry the job's column as it is
-        if hive is not None and run.mode == "bootstrap":
+        if hive is not None and run.mode.hands_over:
             check_event_time(spec, hive)
     directory = prepare_checkpoint(config, run, run_identity(job, resolved, run))
     for spec in job.inputs:

@@ -105,10 +105,8 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             entry["hive.partition_format"] = hive.partition_format
             entry["hive.partition_time"] = hive.partition_time
             start = start if start is not None else hive.start
-            if run.mode == "backfill":
-                last = run.end if run.end is not None else (last or hive.end)
-            else:
-                last = run.cutoff if run.cutoff is not None else (last or hive.end)
+            bound = run.lake_bound()
+            last = bound if bound is not None else (last or hive.end)
         iceberg = binding.iceberg
         if run.mode.reads_lake and iceberg is not None:
             # the snapshot a new run pins: the one given, else the current one at the first
@@ -117,7 +115,7 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             entry["iceberg.event_time_column"] = iceberg.event_time_column
             entry["iceberg.snapshot"] = iceberg.snapshot if iceberg.snapshot else "pinned"
             start = start if start is not None else iceberg.start
-            bound = run.end if run.mode == "backfill" else run.cutoff
+            bound = run.lake_bound()
             last = bound if bound is not None else (last or iceberg.end)
         delta = binding.delta
         if run.mode.reads_lake and delta is not None:
@@ -127,7 +125,7 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             entry["delta.event_time_column"] = delta.event_time_column
             entry["delta.version"] = delta.version if delta.version is not None else "pinned"
             start = start if start is not None else delta.start
-            bound = run.end if run.mode == "backfill" else run.cutoff
+            bound = run.lake_bound()
             last = bound if bound is not None else (last or delta.end)
         entry["event_time_column"] = spec.event_time_column
         inputs[spec.name] = entry
@@ -143,10 +141,8 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             targets.append(f"kafka {out.kafka.topic}")
         outputs[output.name] = targets
     span: dict[str, str | None] = {}
-    if run.mode == "backfill":
-        span = {"start": start, "end": last}
-    elif run.mode == "bootstrap":
-        span = {"start": start, "cutoff": last}
+    if run.mode.lake_bound is not None:
+        span = {"start": start, run.mode.lake_bound: last}
     return RunIdentity(job.name, run.mode, inputs, outputs, span)
 
 

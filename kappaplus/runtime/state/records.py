@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kappaplus.core.modes import Mode
 from kappaplus.core.procs import pid_alive
 from kappaplus.core.settings import state_dir
 
@@ -127,7 +128,7 @@ def exit_code(record: RunRecord) -> int:
         return 130
     if record.stopped_by == "sigterm":
         return 143
-    if record.mode in ("backfill", "bootstrap") and (record.done is None or record.done < 1.0):
+    if Mode(record.mode).reads_lake and (record.done is None or record.done < 1.0):
         return 124  # a bootstrap still in its lake phase has not reached the live stream
     return 0
 

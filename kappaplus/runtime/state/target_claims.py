@@ -38,6 +38,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kappaplus.core.modes import Mode
 from kappaplus.core.timeutil import iso, parse_timestamp
 from kappaplus.runtime.state.identity import IdentityError, RunIdentity
 
@@ -183,7 +184,7 @@ def find_claims(
         runs = committed_runs(spark, table)
         if any(run.query == plan.query_name for run in runs):
             continue  # resumed: checked before its first batch
-        promoted = identity.mode == "stream" and _promoted_from(spark, table)
+        promoted = Mode(identity.mode).follows_promoted_backfill and _promoted_from(spark, table)
         for other in runs:
             prov = other.provenance
             if not prov:

@@ -1,0 +1,302 @@
+"""The run modes as strategies: where a run's modes differ, one object per mode says what it
+does, so the run loop and the binding never ask which mode they are in.
+
+A mode decides how each input is read (:meth:`RunMode.read_input`), which dead letters the
+output queries publish batch by batch (:meth:`RunMode.dead_letter_plans`) and what the run
+publishes when it ends (:meth:`RunMode.publish_set_aside`). What a mode implies for every
+layer (reads the lake or Kafka, has an end, writes the backfill targets, keeps late rows)
+are the properties of :class:`kappaplus.core.modes.Mode`. A test keeps comparisons of a
+mode with a name out of every other module (``tests/unit/test_modes_and_durations.py``).
+
+- :class:`StreamMode`: Kafka, decoded, out-of-bounds records and undecodable ones tapped as
+  dead letters for the output queries, mapped to the job's columns;
+- :class:`BackfillMode`: the lake over ``[start, end)`` as a stream of event-time slices
+  (a Hive, Iceberg or Delta binding), unplaceable rows staged and published at the end;
+- :class:`BootstrapMode`: the lake up to the cutoff, then Kafka, as one source (the
+  lambda source); its dead letters and counts collected at the end.
+
+>>> run_mode("backfill").mode.has_end, type(run_mode(Mode.STREAM)).__name__
+(True, 'StreamMode')
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kappaplus.core.draining import DRAIN_OPTION
+from kappaplus.core.errors import ConfigError
+from kappaplus.core.event_time import MARKER_COLUMN
+from kappaplus.core.modes import Mode
+from kappaplus.runtime.binding import inputs as bind
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kappaplus.config import ResolvedConfig
+    from kappaplus.jobs import Job
+    from kappaplus.runtime.binding.inputs import InputContext
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
+
+log = logging.getLogger(__name__)
+
+
+class RunMode(ABC):
+    """What one mode does at the points of a run where the modes differ."""
+
+    mode: ClassVar[Mode]
+
+    @abstractmethod
+    def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
+        """One input's rows in the job's column names (before they are conformed to its
+        declared types) and a description of where they come from."""
+
+    def dead_letter_plans(
+        self, job: Job, resolved: ResolvedConfig, mode_dir: Path
+    ) -> dict[str, DeadLetterPlan]:
+        """The dead letters the output queries publish batch by batch, by input."""
+        return {}
+
+    def publish_set_aside(
+        self,
+        spark: SparkSession,
+        job: Job,
+        resolved: ResolvedConfig,
+        run: RunOptions,
+        mode_dir: Path,
+    ) -> dict[str, dict[str, Any]]:
+        """Publish what the sources set aside during the run (when it ends, whatever its
+        status); what was published and counted, by input, for the run record."""
+        return {}
+
+
+class StreamMode(RunMode):
+    """Production: each input from its Kafka topic."""
+
+    mode = Mode.STREAM
+
+    def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
+        from kappaplus.audit.counts import observe_kafka
+        from kappaplus.codecs import decode_kafka, good_events
+        from kappaplus.mapping import apply_mapping, is_identity
+        from kappaplus.runtime.binding.bounds import bounds_metrics_name, mark_out_of_bounds
+        from kappaplus.runtime.binding.unify import kafka_resolution, refuse_mismatches
+        from kappaplus.runtime.side_outputs.dead_letter_tap import (
+            decode_metrics_name,
+            tap_dead_letters,
+        )
+
+        spec, kafka = ctx.spec, ctx.binding.kafka
+        if kafka is None:
+            raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
+        decoder = bind.decoder_spec(spec, kafka)
+        decoded = mark_out_of_bounds(
+            decode_kafka(
+                bind.read_kafka_records(ctx.spark, kafka, ctx.drain_file),
+                decoder,
+                metrics=decode_metrics_name(spec.name),
+            ),
+            decoder.event_time,
+            ctx.binding.bounds,
+            bounds_metrics_name(spec.name),
+        )
+        decoded = observe_kafka(decoded, spec.name, decoder.event_time)
+        if ctx.dead_letters is not None:
+            decoded = tap_dead_letters(decoded, ctx.dead_letters)
+        raw = bind.with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
+        resolution = kafka_resolution(ctx.spark, spec, kafka)  # the records' fields -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
+        if not is_identity(mapping):
+            metadata = [c for c in raw.columns if c.startswith("kafka_")]
+            raw = apply_mapping(raw, mapping, metadata if spec.kafka_metadata else [])
+        return raw, f"kafka {kafka.topic}"
+
+    def dead_letter_plans(
+        self, job: Job, resolved: ResolvedConfig, mode_dir: Path
+    ) -> dict[str, DeadLetterPlan]:
+        from kappaplus.runtime.side_outputs.dead_letter_tap import stream_dead_letter_plans
+
+        return stream_dead_letter_plans(job, resolved, mode_dir)
+
+
+class BackfillMode(RunMode):
+    """History: each input from its lake table, ``[start, end)`` in event-time slices."""
+
+    mode = Mode.BACKFILL
+
+    def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
+        binding, spec, run = ctx.binding, ctx.spec, ctx.run
+        if binding.delta is not None:
+            return bind._delta_backfill(
+                ctx.spark,
+                spec,
+                binding.delta,
+                run,
+                ctx.watermark_delay,
+                ctx.source_state,
+                ctx.drain_file,
+            )
+        if binding.iceberg is not None:
+            return bind._iceberg_backfill(
+                ctx.spark,
+                spec,
+                binding.iceberg,
+                run,
+                ctx.watermark_delay,
+                ctx.source_state,
+                ctx.drain_file,
+            )
+        return self._hive(ctx)
+
+    @staticmethod
+    def _hive(ctx: InputContext) -> tuple[DataFrame, str]:
+        from kappaplus.connectors.hive import read_hive_stream
+        from kappaplus.mapping import apply_mapping, is_identity
+        from kappaplus.runtime.binding.unify import (
+            hive_resolution,
+            refuse_mismatches,
+            stored_options,
+        )
+
+        spec, hive = ctx.spec, ctx.binding.hive
+        if hive is None:
+            raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
+        resolution = hive_resolution(ctx.spark, spec, hive)  # the table's columns -> the job's
+        refuse_mismatches(resolution)
+        mapping = {c.column: c.expression for c in resolution.columns}
+        options = bind.hive_options(hive, ctx.run, ctx.watermark_delay)
+        options.update(bind.unplaceable_options(spec.name, hive, ctx.dead_letter_staging))
+        options.update(stored_options(hive))
+        if ctx.source_state is not None:
+            options["manifestDir"] = f"{ctx.source_state}/manifests"
+        if ctx.drain_file is not None:
+            options[DRAIN_OPTION] = ctx.drain_file
+        # read only the columns the mapping reads from the files (conform keeps nothing else)
+        options["columns"] = ",".join(resolution.reads)
+        lake = read_hive_stream(ctx.spark, hive.table, **options)
+        if not is_identity(mapping):
+            lake = apply_mapping(lake, mapping, [MARKER_COLUMN])
+        source = f"hive {hive.table}"
+        if options["start"] or options["end"]:
+            source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
+        return bind._observe_source(lake, spec, "lake"), source
+
+    def publish_set_aside(
+        self,
+        spark: SparkSession,
+        job: Job,
+        resolved: ResolvedConfig,
+        run: RunOptions,
+        mode_dir: Path,
+    ) -> dict[str, dict[str, Any]]:
+        from kappaplus.runtime.side_outputs.staged_dead_letters import publish_run_dead_letters
+
+        return publish_run_dead_letters(spark, job, resolved, run, mode_dir)
+
+
+class BootstrapMode(RunMode):
+    """The lambda source: each input from its lake table up to the cutoff, then from its
+    Kafka topic, as one source with one watermark."""
+
+    mode = Mode.BOOTSTRAP
+
+    def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
+        binding, spec = ctx.binding, ctx.spec
+        lake_args = (
+            ctx.spark,
+            spec,
+            binding,
+            ctx.run,
+            ctx.job_name,
+            ctx.source_state,
+            ctx.drain_file,
+            ctx.dead_letter_staging,
+        )
+        if binding.delta is not None:
+            return bind._delta_bootstrap(*lake_args)
+        if binding.iceberg is not None:
+            return bind._iceberg_bootstrap(*lake_args)
+        return self._hive(ctx)
+
+    @staticmethod
+    def _hive(ctx: InputContext) -> tuple[DataFrame, str]:
+        from kappaplus.connectors.hybrid.source import read_hybrid_stream
+
+        spec, hive, kafka = ctx.spec, ctx.binding.hive, ctx.binding.kafka
+        if spec.kafka_metadata:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "kafka_metadata",
+                "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+            )
+        if hive is None or kafka is None:
+            raise ConfigError(
+                f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
+            )
+        bind.check_event_time(spec, hive)
+        if hive.columns or hive.event_time is not None or kafka.columns or kafka.fields:
+            raise ConfigError(
+                f"inputs.{spec.name}",
+                "columns",
+                "bootstrap mode does not map columns yet: the lake and the topic must carry "
+                "the job's columns (run a backfill up to the cutoff, then stream)",
+            )
+        options = bind.hybrid_options(
+            spec, hive, kafka, ctx.run, ctx.job_name, ctx.dead_letter_staging
+        )
+        options.update(bind.hybrid_bounds(ctx.binding.bounds))
+        if ctx.source_state is not None:
+            options["manifestDir"] = f"{ctx.source_state}/manifests"
+        if ctx.drain_file is not None:
+            options[DRAIN_OPTION] = ctx.drain_file
+        raw = bind._observe_source(read_hybrid_stream(ctx.spark, **options), spec, "source")
+        source = (
+            f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
+            f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
+        )
+        return raw, source
+
+    def publish_set_aside(
+        self,
+        spark: SparkSession,
+        job: Job,
+        resolved: ResolvedConfig,
+        run: RunOptions,
+        mode_dir: Path,
+    ) -> dict[str, dict[str, Any]]:
+        """What the Kafka phase did per input (records read, delivered, skipped as owned by
+        the lake, dead letters and where they are), then its dead letters published."""
+        from kappaplus.connectors.hybrid.source import hybrid_counts
+        from kappaplus.runtime.side_outputs.staged_dead_letters import (
+            publish_bootstrap_dead_letters,
+        )
+
+        out: dict[str, dict[str, Any]] = {}
+        for spec in job.inputs:
+            path = bind.bootstrap_dead_letter_path(mode_dir, spec.name)
+            try:
+                counts: dict[str, Any] = hybrid_counts(path, job.name).as_dict()
+            except Exception as exc:  # noqa: BLE001 - counts must not hide the run's outcome
+                log.warning("reading the bootstrap counts of %s: %s", spec.name, exc)
+                continue
+            counts["dead_letter_path"] = path
+            out[spec.name] = counts
+        published = publish_bootstrap_dead_letters(spark, job, resolved, mode_dir)
+        for name, written in published.items():
+            out.setdefault(name, {}).update(written)
+        return out
+
+
+_STRATEGIES: dict[Mode, RunMode] = {
+    m.mode: m for m in (StreamMode(), BackfillMode(), BootstrapMode())
+}
+
+
+def run_mode(mode: Mode | str) -> RunMode:
+    """The strategy of ``mode``."""
+    return _STRATEGIES[Mode(mode)]
