@@ -26,6 +26,7 @@ run record under ``state_dir()/runs`` follows the run throughout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import logging
@@ -93,10 +94,12 @@ from kappaplus.runtime.waiting import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from kappaplus.config import ResolvedConfig
     from kappaplus.jobs import Job
+    from kappaplus.runtime.binding.modes import RunMode
 
 log = logging.getLogger(__name__)
 
@@ -144,17 +147,40 @@ def _late_kept(
         auditor.add_late_kept(output, dataset, batch_id, counts)
 
 
-def run_job(
+@dataclass
+class _PreparedRun:
+    """A run bound and checked, before anything is started or locked: its inputs read by
+    the job, one plan per output, the dead-letter publishers and the run record."""
+
+    spark: SparkSession
+    job: Job
+    run: RunOptions
+    resolved: ResolvedConfig
+    strategy: RunMode
+    mode_dir: Path
+    drain: DrainSignal
+    trigger: str
+    frames: dict[str, DataFrame]
+    plans: dict[str, OutputPlan]
+    publishers: dict[str, DeadLetterPublisher]
+    record: RunRecord
+    tracker: ProgressTracker = field(init=False)
+    queries: dict[str, StreamingQuery] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tracker = ProgressTracker([*self.plans])
+
+
+def _prepare(
     spark: SparkSession,
     job: Job,
     config: JobConfig,
     run: RunOptions,
-    *,
-    job_path: str | None = None,
-    config_file: str | None = None,
-    console: Console | None = None,
-) -> RunResult:
-    """Run ``job`` in ``run.mode`` until the run ends (see the module docstring)."""
+    job_path: str | None,
+    config_file: str | None,
+) -> _PreparedRun:
+    """Resolve the config for the mode, make the checkpoint, bind the inputs, call the job,
+    plan the outputs and check their targets: every refusal comes before a query starts."""
     resolved = resolve(config, run.mode, job)
     params = job.make_params(dict(resolved.params))
     delay = resolved.watermark_delay or job.watermark_delay
@@ -193,7 +219,6 @@ def run_job(
         spark, plans, identity, append=run.append, replace_range=run.replace_range
     )
     plans = hold_for_replacement(plans, mode_dir, claims, run)
-    publishers = dead_letter_publishers(dead, frames, plans)
     record = RunRecord(
         run_id=run.run_id or new_run_id(slug(job.name), run.mode),
         job=job.name,
@@ -216,31 +241,98 @@ def run_job(
         targets={name: plan.targets() for name, plan in plans.items()},
         checkpoints={name: str(plan.checkpoint) for name, plan in plans.items()},
     )
-    queries: dict[str, StreamingQuery] = {}
-    tracker = ProgressTracker([*plans])
-    auditor = audit_recorder(spark, job, run, resolved, plans) if run.audit else None
+    return _PreparedRun(
+        spark,
+        job,
+        run,
+        resolved,
+        strategy,
+        mode_dir,
+        drain,
+        trigger,
+        frames,
+        plans,
+        dead_letter_publishers(dead, frames, plans),
+        record,
+    )
+
+
+def run_job(
+    spark: SparkSession,
+    job: Job,
+    config: JobConfig,
+    run: RunOptions,
+    *,
+    job_path: str | None = None,
+    config_file: str | None = None,
+    console: Console | None = None,
+) -> RunResult:
+    """Run ``job`` in ``run.mode`` until the run ends (see the module docstring).
+
+    Prepared first (:func:`_prepare`: nothing started, nothing locked), then run holding
+    the run's locks, with its stop signals and progress listener, all released in reverse
+    order whatever happens; the run record is final when it returns or raises."""
+    prepared = _prepare(spark, job, config, run, job_path, config_file)
+    record, plans, tracker = prepared.record, prepared.plans, prepared.tracker
+    auditor = audit_recorder(spark, job, run, prepared.resolved, plans) if run.audit else None
     metrics = serve_metrics(spark, run, plans)
     status = FAILED
-    paths, names = _lock_paths(mode_dir, plans)
-    locks = hold(paths, record.run_id, names)
-    locks.__enter__()
-    stopping = signals_stop()
-    request = stopping.__enter__()
-    events = ProgressListener()
-    spark.streams.addListener(events)
+    with contextlib.ExitStack() as held:
+        paths, names = _lock_paths(prepared.mode_dir, plans)
+        held.enter_context(hold(paths, record.run_id, names))
+        request = held.enter_context(signals_stop())
+        held.callback(prepared.drain.clear)
+        events = ProgressListener()
+        spark.streams.addListener(events)
+        held.callback(_remove_listener, spark, events)
+        try:
+            status = _execute(prepared, request, events, auditor, metrics, console)
+        except KeyboardInterrupt:
+            status, record.stopped_by = STOPPED, "ctrl-c"
+        except Exception as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+            status = FAILED
+            raise
+        finally:
+            _stop_queries(prepared, events, auditor)
+            flush_audit(auditor, final=True)
+            stop_metrics(spark, metrics)
+            extra = prepared.strategy.publish_set_aside(
+                spark, job, prepared.resolved, run, prepared.mode_dir
+            )
+            _finish(record, tracker, plans, prepared.publishers, status, extra)
+    return RunResult(record, job, status, plans, tracker, prepared.queries)
+
+
+def _execute(
+    prepared: _PreparedRun,
+    request: Any,
+    events: ProgressListener,
+    auditor: Any,
+    metrics: tuple[Any, Any] | None,
+    console: Console | None,
+) -> str:
+    """Start the queries (catching up first where the run is behind), wait for the run's
+    end, swap a range replacement in; how the run ended."""
+    run, record, tracker, queries = (
+        prepared.run,
+        prepared.record,
+        prepared.tracker,
+        prepared.queries,
+    )
     began = time.monotonic()
 
     def start_queries(chosen: str) -> None:
         """Start every output's query with the trigger ``chosen`` (on its checkpoint)."""
-        for name, plan in plans.items():
+        for name, plan in prepared.plans.items():
             kept = None
             if plan.late is not None:
                 kept = functools.partial(
                     _late_kept, tracker, name, auditor, plan.late.dataset if auditor else None
                 )
                 tracker.stats[name].keep_late_rows()
-            mine = [p for p in publishers.values() if p.output == name]
-            queries[name] = start_output(frames[name], plan, chosen, kept, mine)
+            mine = [p for p in prepared.publishers.values() if p.output == name]
+            queries[name] = start_output(prepared.frames[name], plan, chosen, kept, mine)
         tracker.restarted()
         record.save()
         log.info(
@@ -260,54 +352,41 @@ def run_job(
             console,
             request,
             auditor,
-            drain,
+            prepared.drain,
             events,
-            metastore_uri(spark),
+            metastore_uri(prepared.spark),
             started=began,
             idle_stops=tracker.phase != CATCHING_UP,
         )
 
-    try:
-        for publisher in publishers.values():
-            publisher.claim()
-        status = FINISHED
-        catching_up = catches_up(run, trigger)
+    for publisher in prepared.publishers.values():
+        publisher.claim()
+    status = FINISHED
+    catching_up = catches_up(run, prepared.trigger)
+    if catching_up:
+        status = _catch_up(start_queries, wait, queries, tracker, events, auditor, metrics)
+    if status == FINISHED and not any(q.isActive for q in queries.values()):
         if catching_up:
-            status = _catch_up(start_queries, wait, queries, tracker, events, auditor, metrics)
-        if status == FINISHED and not any(q.isActive for q in queries.values()):
-            if catching_up:
-                _phase(tracker, metrics, LIVE)
-            start_queries(trigger)
-            status = wait()
-        if status == FINISHED:
-            replace_held(spark, plans, mode_dir)  # --replace-range: swap the held batches in
-    except KeyboardInterrupt:
-        status, record.stopped_by = STOPPED, "ctrl-c"
-    except Exception as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
-        status = FAILED
-        raise
-    finally:
-        for query in queries.values():
-            stop_quietly(query)
-        for name, query in queries.items():
-            # events still on Spark's listener bus, and the query's own recent progress:
-            # folding is idempotent per batch id, so a batch seen twice counts once
-            entries = [*events.take(query_name(query)), *progress_of(query)]
-            tracker.update(name, entries)
-            if auditor is not None:
-                auditor.collect(name, entries)
-        try:
-            flush_audit(auditor, final=True)
-            stop_metrics(spark, metrics)
-            extra = strategy.publish_set_aside(spark, job, resolved, run, mode_dir)
-            _finish(record, tracker, plans, publishers, status, extra)
-        finally:
-            _remove_listener(spark, events)
-            drain.clear()
-            stopping.__exit__(None, None, None)
-            locks.__exit__(None, None, None)
-    return RunResult(record, job, status, plans, tracker, queries)
+            _phase(tracker, metrics, LIVE)
+        start_queries(prepared.trigger)
+        status = wait()
+    if status == FINISHED:
+        # --replace-range: swap the held batches in
+        replace_held(prepared.spark, prepared.plans, prepared.mode_dir)
+    return status
+
+
+def _stop_queries(prepared: _PreparedRun, events: ProgressListener, auditor: Any) -> None:
+    """Stop every query and fold in its last progress: the events still on Spark's
+    listener bus and the query's own recent progress (folding is idempotent per batch id,
+    so a batch seen twice counts once)."""
+    for query in prepared.queries.values():
+        stop_quietly(query)
+    for name, query in prepared.queries.items():
+        entries = [*events.take(query_name(query)), *progress_of(query)]
+        prepared.tracker.update(name, entries)
+        if auditor is not None:
+            auditor.collect(name, entries)
 
 
 def _phase(tracker: ProgressTracker, metrics: tuple[Any, Any] | None, phase: str) -> None:
