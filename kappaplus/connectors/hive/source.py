@@ -9,7 +9,9 @@ resolves the table through the catalog and hides the end-of-input marker.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -23,10 +25,17 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.connectors.hive.planner import SlicePlanner
-from kappaplus.connectors.hive.reader import SlicePartition, read_partition
+from kappaplus.connectors.hive.reader import (
+    SlicePartition,
+    deliver,
+    marker_batch,
+    output_arrow_schema,
+    read_partition,
+)
 from kappaplus.core.draining import drain_requested
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
+from kappaplus.slicing.planner import FileLister
 from kappaplus.slicing.planner import SlicePlanner as CorePlanner
 
 TARGET_PARTITIONS = 8
@@ -125,6 +134,70 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release (manifests are kept for replays from older checkpoints); the
         batch's duration sizes the next slice under ``targetBatchDuration``."""
         self.planner.batch_committed(end)
+
+
+class ListedFilesStreamReader(HiveStreamReader):
+    """The Hive source's reader over another format's files: a lake format that lists its
+    data files with event-time statistics (Iceberg manifests, the Delta log) gets the same
+    offsets, manifests, slice sizing, markers and routing of unplaceable rows, and says
+    only how its files are listed (:meth:`file_lister`) and read (:meth:`read_file`)."""
+
+    @abstractmethod
+    def file_lister(self) -> FileLister:
+        """The lister of the table's data files with their statistics (driver side)."""
+
+    @abstractmethod
+    def read_file(
+        self, entry: ManifestEntry, columns: list[str], lo: int | None, hi: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of one data file in the source's columns, those with event time in
+        ``[lo, hi)`` where the bounds are given (executor side)."""
+
+    @property
+    def planner(self) -> CorePlanner:
+        if self._planner is None:
+            self._planner = CorePlanner(self.options, self.file_lister())
+        return self._planner
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of one input partition of a slice, as record batches of the source
+        schema: each file read with the slice's filter, or whole by the file's owner (which
+        also looks for the rows no slice can place)."""
+        assert isinstance(partition, SlicePartition)
+        options = self.options
+        if partition.marker_time is not None:
+            yield marker_batch(options, partition.marker_time)
+            return
+        schema = output_arrow_schema(options)
+        for entry in partition.entries:
+            if entry.route_row_groups:  # the owner reads the whole file
+                batches = self.read_file(entry, options.table_data_columns, None, None)
+            else:
+                batches = self.read_file(entry, options.data_columns, partition.lo, partition.hi)
+            yield from deliver(options, partition, entry, batches, schema)
+
+
+class ListedFilesDataSource(DataSource):
+    """A ``kappa_<format>`` data source of a :class:`ListedFilesStreamReader`: the options
+    parsed once by ``options_class``, the reader made by ``reader_class``."""
+
+    format_name: ClassVar[str]
+    options_class: ClassVar[type[HiveSourceOptions]]
+    reader_class: ClassVar[type[ListedFilesStreamReader]]
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = self.options_class.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format_name
+
+    def schema(self) -> StructType:
+        return source_schema(self.parsed)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return self.reader_class(self.parsed)
 
 
 def split_slice(

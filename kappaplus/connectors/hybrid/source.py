@@ -70,9 +70,9 @@ from pyspark.sql.types import StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.delta.options import DeltaSourceOptions
-from kappaplus.connectors.delta.source import DeltaStreamReader, read_delta_partition
+from kappaplus.connectors.delta.source import DeltaStreamReader
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
-from kappaplus.connectors.hive.reader import SlicePartition, read_partition
+from kappaplus.connectors.hive.reader import SlicePartition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
     DEFAULT_LATENESS,
@@ -88,7 +88,7 @@ from kappaplus.connectors.hybrid.reader import (
     read_kafka_range,
 )
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
-from kappaplus.connectors.iceberg.source import IcebergStreamReader, read_iceberg_partition
+from kappaplus.connectors.iceberg.source import IcebergStreamReader
 from kappaplus.connectors.kafka.offsets import PARTITION_EOF, from_json
 from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
@@ -289,11 +289,7 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, SlicePartition):
-            if isinstance(self.options.lake, IcebergSourceOptions):
-                return read_iceberg_partition(self.options.lake, partition)
-            if isinstance(self.options.lake, DeltaSourceOptions):
-                return read_delta_partition(self.options.lake, partition)
-            return read_partition(self.options.lake, partition)
+            return self.lake.read(partition)
         if isinstance(partition, KafkaInputPartition):
             return read_kafka_range(self.options, partition.range, partition.planned_micros)
         return iter(())  # Spark reads a placeholder partition when there are none
