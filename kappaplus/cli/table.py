@@ -212,8 +212,8 @@ def _describe_iceberg(
 def _register_delta(name: str, location: str, replace: bool) -> None:
     import os
 
+    from kappaplus.connectors.delta.log import open_delta
     from kappaplus.connectors.delta.names import register_delta_name
-    from kappaplus.connectors.delta.table import open_delta
 
     where = location if "://" in location else os.path.abspath(location)
     try:

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
+from kappaplus.connectors.delta.log import add_actions, open_delta
 from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.core.errors import DataError
 from kappaplus.slicing.files import TS_UTC, DataFile, RowGroupStats, to_micros_array
@@ -40,13 +41,6 @@ _MISSING_LOGGED: set[tuple[str, str]] = set()
 STATS_TRUNCATION_US = 999
 """Delta's timestamp statistics are truncated to milliseconds: the true maximum may be up to
 999 microseconds above the recorded one."""
-
-
-def add_actions(table: Any) -> pa.Table:
-    """The table's ``add`` actions, flattened (``path``, ``size_bytes``,
-    ``modification_time``, ``num_records``, ``min.<col>``, ``max.<col>``,
-    ``null_count.<col>``, ``partition.<col>``) as a pyarrow table."""
-    return pa.table(table.get_add_actions(flatten=True))
 
 
 def file_uri(location: str, path: str) -> str:
@@ -82,8 +76,6 @@ def version_files(
     storage: tuple[tuple[str, str], ...],
 ) -> dict[str, tuple[DataFile, RowGroupStats]]:
     """The data files of ``version`` and their statistics, by full path; cached per process."""
-    from kappaplus.connectors.delta.table import open_delta
-
     delta = open_delta(location, dict(storage), version)
     adds = add_actions(delta)
     names = adds.column_names
@@ -165,8 +157,6 @@ def deletion_masks(
 ) -> dict[str, np.ndarray]:
     """Per data file with a deletion vector (by :func:`_local` location), the rows to keep
     (a boolean array by row position; rows past its end are kept); cached per process."""
-    from kappaplus.connectors.delta.table import open_delta
-
     delta = open_delta(location, dict(storage), version)
     try:
         vectors = pa.table(delta.deletion_vectors())

@@ -32,10 +32,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from kappaplus.connectors.delta.log import open_delta
 from kappaplus.connectors.delta.names import resolve_delta_location
 from kappaplus.connectors.delta.options import DeltaSourceOptions
-from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
-from kappaplus.core.errors import ConfigError, DataError, TableError, TableNotFound
+from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
+from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
 from kappaplus.core.timeutil import parse_duration
@@ -51,25 +52,6 @@ class PinnedVersion:
     location: str
     version: int
     newer_versions: int = 0
-
-
-def open_delta(
-    location: str, storage_options: dict[str, str] | None, version: int | None = None
-) -> Any:
-    """The ``deltalake.DeltaTable`` at ``location`` (at ``version``); one-line errors."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(location, version=version, storage_options=storage_options or None)
-    except TableNotFoundError as exc:
-        raise TableNotFound(
-            f"no Delta table at {location!r} ({exc}); check the path ([inputs.<name>.delta] "
-            "path) or register the name with kappa table register --delta"
-        ) from exc
-    except Exception as exc:  # a version the log no longer has, an unreachable store
-        what = f" version {version}" if version is not None else ""
-        raise TableError(f"Delta table {location!r}{what} cannot be opened: {exc}") from exc
 
 
 def _pin_path(pin_dir: str, location: str) -> Path:
@@ -149,7 +131,8 @@ def refuse_unreadable(
 ) -> None:
     """Column mapping (the files store physical column names) is refused in one line naming
     the table, version and a file; deletion vectors that cannot be read too."""
-    from kappaplus.connectors.delta.lister import add_actions, deletion_masks
+    from kappaplus.connectors.delta.lister import deletion_masks
+    from kappaplus.connectors.delta.log import add_actions
 
     config = table.metadata().configuration or {}
     column_mapping = config.get("delta.columnMapping.mode", "none")
@@ -195,14 +178,7 @@ def delta_stream_options(
         "storageOptions": json.dumps(storage_options or {}),
         "deletionVectors": str(has_deletion_vectors(table)).lower(),
     }
-    for key, value in (
-        ("maxEventTimePerTrigger", max_event_time_per_trigger),
-        ("startingTimestamp", start),
-        ("endingTimestamp", end),
-        ("watermarkDelay", watermark_delay),
-    ):
-        if value is not None:
-            resolved[key] = str(value)
+    resolved.update(range_options(start, end, max_event_time_per_trigger, watermark_delay))
     resolved.update({k: str(v) for k, v in options.items() if v is not None})
     DeltaSourceOptions.parse(resolved)  # fail here, in the caller, with a clear message
     return resolved

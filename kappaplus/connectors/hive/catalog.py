@@ -18,7 +18,11 @@ from pyspark.sql.types import StructType
 
 from kappaplus.connectors.hive.jvm_reader import choose_reader
 from kappaplus.connectors.hive.layout import infer_layout
-from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, HiveSourceOptions
+from kappaplus.connectors.hive.options import (
+    DEFAULT_TARGET_ROWS,
+    HiveSourceOptions,
+    range_options,
+)
 from kappaplus.core.errors import TableError, TableNotFound
 from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
@@ -118,14 +122,7 @@ def hive_stream_options(
         "eventTimeColumn": event_time_column,
         "manifestDir": manifest_dir or str(state_dir() / "hive-source" / "manifests"),
     }
-    if max_event_time_per_trigger is not None:
-        resolved["maxEventTimePerTrigger"] = str(max_event_time_per_trigger)
-    if start is not None:
-        resolved["startingTimestamp"] = str(start)
-    if end is not None:
-        resolved["endingTimestamp"] = str(end)
-    if watermark_delay is not None:
-        resolved["watermarkDelay"] = str(watermark_delay)
+    resolved.update(range_options(start, end, max_event_time_per_trigger, watermark_delay))
     layout = options.pop("partitionTimeFormat", None) or infer_layout(table.partition_types())
     if layout:
         resolved["partitionTimeFormat"] = layout

@@ -43,6 +43,28 @@ __all__ = [
 ]
 
 
+def range_options(
+    start: Any = None,
+    end: Any = None,
+    max_event_time_per_trigger: Any = None,
+    watermark_delay: Any = None,
+) -> dict[str, str]:
+    """The string options of a slicing source's range and pace that are given: its
+    ``[start, end)`` in event time, the event time per slice, the watermark delay (the same
+    for ``kappa_hive``, ``kappa_iceberg`` and ``kappa_delta``).
+
+    >>> range_options(start="2024-03-01", watermark_delay="10 minutes")
+    {'startingTimestamp': '2024-03-01', 'watermarkDelay': '10 minutes'}
+    """
+    given = {
+        "startingTimestamp": start,
+        "endingTimestamp": end,
+        "maxEventTimePerTrigger": max_event_time_per_trigger,
+        "watermarkDelay": watermark_delay,
+    }
+    return {key: str(value) for key, value in given.items() if value is not None}
+
+
 def _struct(value: Any) -> StructType:
     return value if isinstance(value, StructType) else StructType.fromJson(value)
 

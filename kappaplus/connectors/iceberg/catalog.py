@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
+from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.core.errors import ConfigError, TableError, TableNotFound
 from kappaplus.core.event_time import apply_watermark
@@ -188,14 +188,7 @@ def iceberg_stream_options(
         "snapshotId": str(pin.snapshot_id),
         "ioProperties": json.dumps(io_properties or {}),
     }
-    for key, value in (
-        ("maxEventTimePerTrigger", max_event_time_per_trigger),
-        ("startingTimestamp", start),
-        ("endingTimestamp", end),
-        ("watermarkDelay", watermark_delay),
-    ):
-        if value is not None:
-            resolved[key] = str(value)
+    resolved.update(range_options(start, end, max_event_time_per_trigger, watermark_delay))
     resolved.update({k: str(v) for k, v in options.items() if v is not None})
     IcebergSourceOptions.parse(resolved)  # fail here, in the caller, with a clear message
     return resolved
