@@ -122,3 +122,19 @@ def test_a_delta_archive_at_a_location_needs_a_dead_letter_table() -> None:
     assert archive_job(named)[1].inputs["records"].kafka.dlq.table == "lake.rides_dead_letters"
     with pytest.raises(ConfigError, match="table"):
         ArchiveOptions(**{**common, "table_format": "hive"}, table="/lake/rides")
+
+
+def test_cli_delta_archive_options_are_checked_before_spark_starts() -> None:
+    from typer.testing import CliRunner
+
+    from kappaplus.cli import app
+
+    base = ["archive", "t", "--table-format", "delta", "-e", "event_time"]
+    base += ["--schema", RIDER_EVENT_DDL, "--bootstrap", "127.0.0.1:9"]
+    runner = CliRunner()
+    bad_json = runner.invoke(
+        app, [*base, "--table", "lake.rides", "--delta-storage-options", "{nope"]
+    )
+    assert bad_json.exit_code == 2 and "--delta-storage-options" in bad_json.output
+    no_dlq = runner.invoke(app, [*base, "--table", "/lake/rides"])
+    assert no_dlq.exit_code == 2 and "--dlq-table" in no_dlq.output
