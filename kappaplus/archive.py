@@ -1,4 +1,5 @@
-"""The archiver: a kappaplus job that writes a Kafka topic into a Hive table, exactly once.
+"""The archiver: a kappaplus job that writes a Kafka topic into a Hive table (or an Iceberg or
+Delta table: ``table_format``), exactly once.
 
 Kappa+ backfills read the lake, so the lake must hold every event: Uber archives every
 Kafka topic (SIGMOD'21 section 4.4). The archiver is an ordinary job run by the same
@@ -62,7 +63,7 @@ INPUT = "records"
 OUTPUT = "archive"
 ARRIVAL_COLUMN = "kafka_timestamp"
 PartitionBy = Literal["event", "arrival"]
-TableFormat = Literal["hive", "iceberg"]
+TableFormat = Literal["hive", "iceberg", "delta"]
 _TABLE = matching(TABLE_NAME, "a Hive table name like 'db.table'")
 
 
@@ -74,6 +75,7 @@ def _settings(value: Any) -> Mapping[str, str]:
 
 KAFKA_SETTINGS = json_value(_settings, dict, "Kafka client settings")
 CATALOG_PROPERTIES = json_value(_settings, dict, "Iceberg catalog properties")
+STORAGE_OPTIONS = json_value(_settings, dict, "delta-rs storage options")
 
 
 @options_class
@@ -89,7 +91,9 @@ class ArchiveOptions:
 
     topic: str = option("topic", NAME)
     bootstrap_servers: str = option("bootstrapServers", NAME)
-    table: str = option("table", _TABLE)
+    table: str = option("table", TEXT)
+    """A Hive or Iceberg table name (``db.table``); for ``table_format="delta"`` the Delta
+    table's location or a name registered with ``kappa table register --delta``."""
     event_time_column: str = option("eventTimeColumn", NAME)
     schema: str | None = option("schema", TEXT, default=None)
     format: Format = option("format", choice(get_args(Format)), default="json")
@@ -105,16 +109,32 @@ class ArchiveOptions:
     checkpoint_dir: Path | None = option("checkpointDir", PATH, default=None)
     kafka_options: Mapping[str, str] | None = option("kafkaOptions", KAFKA_SETTINGS, default=None)
     table_format: TableFormat = option("tableFormat", choice(get_args(TableFormat)), default="hive")
-    """``hive`` (Parquet partitions, the default) or ``iceberg`` (one snapshot per
-    micro-batch through pyiceberg, exactly once: :mod:`kappaplus.connectors.iceberg.sink`;
-    unpartitioned: a backfill slices it by its files' statistics)."""
+    """``hive`` (Parquet partitions, the default), ``iceberg`` (one snapshot per
+    micro-batch through pyiceberg, exactly once: :mod:`kappaplus.connectors.iceberg.sink`)
+    or ``delta`` (one version per micro-batch through delta-rs, exactly once by application
+    transactions: :mod:`kappaplus.connectors.delta.sink`). Iceberg and Delta archives are
+    unpartitioned: a backfill slices them by their files' statistics."""
     iceberg_catalog: Mapping[str, str] | None = option(
         "icebergCatalog", CATALOG_PROPERTIES, default=None
     )
     """pyiceberg catalog properties of an ``iceberg`` archive (default the embedded one)."""
+    delta_storage_options: Mapping[str, str] | None = option(
+        "deltaStorageOptions", STORAGE_OPTIONS, default=None
+    )
+    """delta-rs storage options of a ``delta`` archive (``AWS_ENDPOINT_URL``...)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.table_format != "delta":
+            _TABLE.parse(self.table, "table")
+        elif self.dead_letter_table is None and not TABLE_NAME.match(self.table):
+            raise ConfigError(
+                "dead_letter_table",
+                None,
+                f"a Delta archive at a location ({self.table!r}) needs a Hive table for its "
+                "dead letters (--dlq-table db.table); a registered name defaults to "
+                "<name>_dead_letters",
+            )
         if self.format == "json" and not self.schema:
             raise ConfigError("schema", self.schema, "a JSON topic needs the event schema (DDL)")
         if self.format == "avro":
@@ -189,6 +209,9 @@ def archive_job(options: ArchiveOptions) -> tuple[Job, JobConfig]:
             )
         catalog = dict(options.iceberg_catalog) if options.iceberg_catalog else None
         output = {"iceberg": {"table": options.table, "catalog": catalog}}
+    if options.table_format == "delta":
+        storage = dict(options.delta_storage_options) if options.delta_storage_options else None
+        output = {"delta": {"path": options.table, "storage_options": storage}}
     raw: dict[str, Any] = {
         "name": options.job_name,
         "trigger_interval": options.trigger_interval,

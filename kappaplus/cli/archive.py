@@ -29,8 +29,9 @@ def default_bootstrap() -> str:
     return status.bootstrap if status.running and status.bootstrap else "127.0.0.1:9092"
 
 
-def _catalog_json(text: str | None) -> dict[str, str] | None:
-    """``--iceberg-catalog`` as a dict (ConfigError naming the option when not JSON)."""
+def _json_object(text: str | None, option: str) -> dict[str, str] | None:
+    """``--iceberg-catalog`` / ``--delta-storage-options`` as a dict (ConfigError naming the
+    option when not a JSON object)."""
     if text is None:
         return None
     import json
@@ -38,15 +39,21 @@ def _catalog_json(text: str | None) -> dict[str, str] | None:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise ConfigError("--iceberg-catalog", text, f"not JSON: {exc}") from exc
+        raise ConfigError(option, text, f"not JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise ConfigError("--iceberg-catalog", text, "expected a JSON object")
+        raise ConfigError(option, text, "expected a JSON object")
     return {str(k): str(v) for k, v in value.items()}
 
 
 def archive_command(
     topic: str = typer.Argument(..., help="The Kafka topic to archive."),
-    table: str = typer.Option(..., "--table", "-t", help="The Hive table to write (db.table)."),
+    table: str = typer.Option(
+        ...,
+        "--table",
+        "-t",
+        help="The table to write: db.table (Hive, Iceberg); for Delta its location or a "
+        "registered name.",
+    ),
     event_time: str = typer.Option(
         ..., "--event-time", "-e", help="The event-time column (a timestamp field)."
     ),
@@ -88,15 +95,21 @@ def archive_command(
     table_format: str = typer.Option(
         "hive",
         "--table-format",
-        help="hive (Parquet partitions) or iceberg (one snapshot per micro-batch, pyiceberg).",
+        help="hive (Parquet partitions), iceberg (one snapshot per micro-batch, pyiceberg) "
+        "or delta (one version per micro-batch, delta-rs application transactions).",
     ),
     iceberg_catalog: str = typer.Option(
         None,
         "--iceberg-catalog",
         help="Iceberg catalog properties as JSON (default: the embedded SQL catalog).",
     ),
+    delta_storage_options: str = typer.Option(
+        None,
+        "--delta-storage-options",
+        help="delta-rs storage options as JSON (AWS_ENDPOINT_URL...), for --table-format delta.",
+    ),
 ) -> None:
-    """Archive TOPIC into a Hive table (or an Iceberg table: --table-format iceberg),
+    """Archive TOPIC into a Hive table (or an Iceberg or Delta table: --table-format),
     exactly once, keeping each record's Kafka topic, partition, offset and timestamp; bad
     records go to the dead letter table with reasons.
 
@@ -128,7 +141,8 @@ def archive_command(
             dead_letter_table=dead_letter_table,
             checkpoint_dir=checkpoint,
             table_format=table_format,  # type: ignore[arg-type]
-            iceberg_catalog=_catalog_json(iceberg_catalog),
+            iceberg_catalog=_json_object(iceberg_catalog, "--iceberg-catalog"),
+            delta_storage_options=_json_object(delta_storage_options, "--delta-storage-options"),
         )
         job, config = archive_job(options)
         run = RunOptions(
@@ -156,9 +170,10 @@ def archive_command(
         stop_session(spark)
     print_summary(result.record)
     kind = "arrival" if partition_by == "arrival" else "event"
-    if table_format == "iceberg":
+    if table_format in ("iceberg", "delta"):
+        key = "table" if table_format == "iceberg" else "path"
         _console.print(
-            f"backfills read it with: [inputs.<name>.iceberg] table = {table!r}, "
+            f"backfills read it with: [inputs.<name>.{table_format}] {key} = {table!r}, "
             f"event_time_column = {event_time!r}"
         )
         code = exit_code(result.record)

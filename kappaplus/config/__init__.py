@@ -39,6 +39,7 @@ from __future__ import annotations
 from kappaplus.config.bindings import (
     DeadLetterQueue,
     DeltaInput,
+    DeltaOutput,
     EventTimeBounds,
     HiveDeadLetters,
     HiveInput,
@@ -112,6 +113,7 @@ __all__ = [
     "LateRowsTarget",
     "HiveOutput",
     "IcebergOutput",
+    "DeltaOutput",
     "ReconcileKeys",
     "OutputBinding",
     "ModeOverride",

@@ -1,5 +1,6 @@
 """How a job's logical inputs and outputs bind to Kafka topics, Hive, Iceberg and Delta
-tables: the ``[inputs.<name>.kafka|hive|iceberg|delta]`` and ``[outputs.<name>.kafka|hive]``
+tables: the ``[inputs.<name>.kafka|hive|iceberg|delta]`` and
+``[outputs.<name>.kafka|hive|iceberg|delta]``
 tables of a job config."""
 
 from __future__ import annotations
@@ -517,19 +518,36 @@ class IcebergOutput(StrictModel):
     catalog: dict[str, str] | None = None
 
 
+class DeltaOutput(StrictModel):
+    """An output written to a Delta table through delta-rs, exactly once per micro-batch
+    (application transactions: appId = the output query, version = the batch id;
+    :mod:`kappaplus.connectors.delta.sink`).
+
+    ``path``: the table's location (a local path, ``s3://...``) or a name registered with
+    ``kappa table register --delta``; a backfill writes ``backfill_path`` (default
+    ``<path>_backfill``; for a registered name, its location + ``_backfill``).
+    ``storage_options``: delta-rs storage options as for a Delta input. Created
+    unpartitioned when missing."""
+
+    path: str = Field(min_length=1)
+    backfill_path: str | None = Field(None, min_length=1)
+    storage_options: dict[str, str] | None = None
+
+
 class OutputBinding(StrictModel):
     kafka: KafkaOutput | None = None
     hive: HiveOutput | None = None
     iceberg: IcebergOutput | None = None
+    delta: DeltaOutput | None = None
     reconcile: ReconcileKeys | None = None
     late: LateRowsTarget | None = None
 
     @model_validator(mode="after")
     def _some(self) -> OutputBinding:
-        if self.kafka is None and self.hive is None and self.iceberg is None:
+        if all(t is None for t in (self.kafka, self.hive, self.iceberg, self.delta)):
             raise ValueError(
-                "write the output to a Kafka topic ([...kafka]), a Hive table ([...hive]) or "
-                "an Iceberg table ([...iceberg])"
+                "write the output to a Kafka topic ([...kafka]), a Hive table ([...hive]), "
+                "an Iceberg table ([...iceberg]) or a Delta table ([...delta])"
             )
         late = self.late
         needs_brokers = late is not None and late.topic is not None and not late.bootstrap_servers

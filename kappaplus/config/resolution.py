@@ -14,6 +14,7 @@ from pydantic import (
 
 from kappaplus.config.bindings import (
     DeltaInput,
+    DeltaOutput,
     EventTimeBounds,
     HiveInput,
     HiveOutput,
@@ -65,6 +66,7 @@ class ResolvedOutput:
     late: LateRowsTarget | None = None
     """Stream mode only (:class:`~kappaplus.config.bindings.LateRowsTarget`)."""
     iceberg: IcebergOutput | None = None
+    delta: DeltaOutput | None = None
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,12 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
                 iceberg_out,
                 {"table": iceberg_out.backfill_table or f"{iceberg_out.table}_backfill"},
             )
+        delta_out = out.delta
+        if run_mode.writes_backfill_targets and delta_out is not None:
+            backfill = delta_out.backfill_path or delta_out.path.rstrip("/") + "_backfill"
+            delta_out = _update(delta_out, {"path": backfill})
         late = out.late_target() if run_mode.keeps_late_rows else None
-        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out)
+        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out, delta_out)
 
     watermark = override.watermark_delay or config.watermark_delay
     if watermark is None and job is not None:

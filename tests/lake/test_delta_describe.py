@@ -60,3 +60,59 @@ def test_cli_register_and_describe_delta(tmp_path: Path, monkeypatch: pytest.Mon
         app, ["table", "register", "lake.rides", "--delta", "--location", other.path]
     )
     assert taken.exit_code == 2 and "--replace" in taken.output
+
+
+def test_describe_an_output_table_the_delta_sink_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: ``kappa table describe --delta`` of a job's Delta output, named by the name
+    registered for the output (its backfill table: the location + ``_backfill``): rows and
+    event-time range from the log equal those of the batches written."""
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+
+    from kappaplus.connectors.delta.sink import DeltaTableSink
+
+    monkeypatch.setenv("KAPPA_HOME", str(tmp_path / "home"))
+    runner = CliRunner()
+    location = str(tmp_path / "lake" / "sessions")
+    t0 = datetime(2024, 3, 1, tzinfo=UTC)
+    first = pa.table(
+        {"rider_id": ["r"], "session_start": pa.array([t0], pa.timestamp("us", "UTC"))}
+    )
+    DeltaTableSink(location, None, query="q-0").write_arrow(first, 0)  # the production table
+    registered = runner.invoke(
+        app, ["table", "register", "lake.sessions", "--delta", "--location", location]
+    )
+    assert registered.exit_code == 0, registered.output
+    assert DeltaTableSink("lake.sessions", None, query="q-0").committed_batch() == 0
+    sink = DeltaTableSink("lake.sessions_backfill", None, query="q-1")
+    assert sink.location == location + "_backfill"
+    starts = []
+    for batch_id in range(3):
+        times = [t0 + timedelta(hours=batch_id, minutes=7 * i) for i in range(5)]
+        starts += times
+        rows = pa.table(
+            {
+                "rider_id": [f"r{i}" for i in range(5)],
+                "session_start": pa.array(times, pa.timestamp("us", tz="UTC")),
+                "session_end": pa.array(
+                    [t + timedelta(minutes=30) for t in times], pa.timestamp("us", tz="UTC")
+                ),
+            }
+        )
+        assert sink.write_arrow(rows, batch_id) is True
+    d = describe_delta(sink.location, None, "session_start", slice_rows=100)
+    assert d.rows == 15 and d.data_files == 3 and d.version == 3
+    assert d.ts_min == int(min(starts).timestamp() * 1_000_000)
+    assert d.ts_max == int(max(starts).timestamp() * 1_000_000)
+    shown = runner.invoke(
+        app, ["table", "describe", location + "_backfill", "--delta", "-e", "session_start"]
+    )
+    assert shown.exit_code == 0 and "15 rows" in shown.output, shown.output
+    ambiguous = runner.invoke(app, ["table", "describe", location + "_backfill", "--delta"])
+    assert ambiguous.exit_code == 2 and "session_start, session_end" in ambiguous.output
+    unregistered = DeltaTableSink.__new__(DeltaTableSink)
+    with pytest.raises(Exception, match="not a registered Delta table name"):
+        unregistered.__init__("lake.nope", None, query="q")  # type: ignore[misc]

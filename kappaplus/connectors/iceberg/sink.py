@@ -15,6 +15,9 @@ and committed as ONE snapshot, in one transaction with the table property
 - A concurrent commit by another writer makes pyiceberg's commit fail; the table is
   reloaded and the check made again (at most ``COMMIT_RETRIES`` times).
 
+The protocol is :class:`kappaplus.connectors.lake_sink.LakeTableSink`'s (shared with the
+Delta sink); this module supplies Iceberg's table, marker and commit.
+
 The property lives in the table metadata, so snapshot expiry does not forget it (a marker
 kept only in snapshot summaries would be expired with its snapshot).
 
@@ -26,36 +29,29 @@ True
 from __future__ import annotations
 
 import logging
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from kappaplus.connectors.iceberg.catalog import load_catalog
-from kappaplus.core.errors import TableError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from kappaplus.connectors.lake_sink import (
+    COMMIT_RETRIES,
+    CommitConflict,
+    InjectedFault,
+    LakeTableSink,
+    fit_arrow,
+    inject_fault,
+)
 
 log = logging.getLogger(__name__)
 
+__all__ = ["COMMIT_RETRIES", "FAULT_ENV", "IcebergTableSink", "InjectedFault", "batch_property"]
+
 BATCH_PROPERTY_PREFIX = "kappa.batch."
-COMMIT_RETRIES = 5
 FAULT_ENV = "KAPPA_ICEBERG_SINK_FAULT"
 """Tests only: ``before-commit`` fails a batch after its data files are written, before the
 commit; ``after-commit`` fails it after the commit, before Spark records the batch;
 ``<step>:<batch id>`` only that batch."""
-
-
-class InjectedFault(RuntimeError):
-    """A failure injected by :data:`FAULT_ENV` (tests of the commit protocol)."""
-
-
-def _fault(step: str, batch_id: int) -> None:
-    wanted = os.environ.get(FAULT_ENV, "")
-    name, _, only = wanted.partition(":")
-    if name == step and (not only or int(only) == batch_id):
-        raise InjectedFault(f"injected {step} of batch {batch_id}")
 
 
 def batch_property(query: str) -> str:
@@ -63,13 +59,14 @@ def batch_property(query: str) -> str:
     return f"{BATCH_PROPERTY_PREFIX}{query}"
 
 
-class IcebergTableSink:
+class IcebergTableSink(LakeTableSink):
     """Writes one output query's micro-batches into the Iceberg table ``table``."""
 
+    FORMAT = "Iceberg"
+
     def __init__(self, table: str, catalog: dict[str, str] | None, *, query: str) -> None:
-        self.table_name = table
+        super().__init__(table, query=query)
         self.catalog_properties = catalog
-        self.query = query
         self._catalog: Any = None
 
     def catalog(self) -> Any:
@@ -97,61 +94,19 @@ class IcebergTableSink:
         table = table if table is not None else self.load()
         return int(table.properties.get(batch_property(self.query), -1))
 
-    def write_batch(self, batch: DataFrame, batch_id: int) -> bool:
-        """Write ``batch`` as batch ``batch_id``; False when an earlier attempt committed it."""
-        rows = batch.toArrow()
-        return self.write_arrow(rows, batch_id)
-
-    def write_arrow(self, rows: pa.Table, batch_id: int) -> bool:
-        """The commit protocol over an Arrow table (see the module docstring)."""
+    def commit(self, table: Any, rows: pa.Table, batch_id: int) -> None:
+        """One transaction: the data files appended as one snapshot and the property
+        ``kappa.batch.<query>`` set to ``batch_id``."""
         from pyiceberg.exceptions import CommitFailedException
 
-        table = self.load(rows.schema)
-        for attempt in range(1, COMMIT_RETRIES + 1):
-            done = self.committed_batch(table)
-            if batch_id <= done:
-                log.info(
-                    "Iceberg table %s: batch %d of %s was committed before (last %d): skipped",
-                    self.table_name,
-                    batch_id,
-                    self.query,
-                    done,
-                )
-                return False
-            try:
-                with table.transaction() as tx:
-                    if rows.num_rows:
-                        summary = {"kappa.query": self.query, "kappa.batch": str(batch_id)}
-                        tx.append(
-                            _fit(rows, table.schema().as_arrow()), snapshot_properties=summary
-                        )
-                    _fault("before-commit", batch_id)
-                    tx.set_properties({batch_property(self.query): str(batch_id)})
-            except CommitFailedException as exc:
-                log.warning(
-                    "Iceberg table %s: commit of batch %d conflicted (attempt %d): %s",
-                    self.table_name,
-                    batch_id,
-                    attempt,
-                    exc,
-                )
-                table = self.load()
-                continue
-            _fault("after-commit", batch_id)
-            return True
-        raise TableError(
-            f"Iceberg table {self.table_name!r}: batch {batch_id} of {self.query} could not be "
-            f"committed after {COMMIT_RETRIES} conflicting commits; run the same command again"
-        )
-
-
-def _fit(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``rows`` in the table's column order and types (by name; a missing column is null)."""
-    arrays = []
-    for field in schema:
-        if field.name in rows.column_names:
-            column = rows.column(field.name)
-            arrays.append(column if column.type == field.type else column.cast(field.type))
-        else:
-            arrays.append(pa.nulls(rows.num_rows, field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+        try:
+            with table.transaction() as tx:
+                if rows.num_rows:
+                    summary = {"kappa.query": self.query, "kappa.batch": str(batch_id)}
+                    fitted = fit_arrow(rows, table.schema().as_arrow(), self.table_name)
+                    tx.append(fitted, snapshot_properties=summary)
+                inject_fault(FAULT_ENV, "before-commit", batch_id)
+                tx.set_properties({batch_property(self.query): str(batch_id)})
+        except CommitFailedException as exc:
+            raise CommitConflict(str(exc)) from exc
+        inject_fault(FAULT_ENV, "after-commit", batch_id)

@@ -1,4 +1,5 @@
-"""Write a job's outputs: one streaming query per output, to its Kafka topic and/or Hive table.
+"""Write a job's outputs: one streaming query per output, to its Kafka topic and/or its Hive,
+Iceberg or Delta table.
 
 Every output query uses ``foreachBatch`` with :class:`OutputWriter` (there is no other
 kind of output writer), which per micro-batch computes the rows once (``persist``) and
@@ -6,6 +7,9 @@ writes them to
 
 - the Hive table through :class:`~kappaplus.connectors.hive.sink.HiveTableSink` (exactly once:
   a replayed batch publishes nothing twice), and/or
+- the Iceberg or Delta table through :mod:`kappaplus.connectors.iceberg.sink` /
+  :mod:`kappaplus.connectors.delta.sink` (exactly once: one table version per batch, the
+  batch id recorded in it), and/or
 - the Kafka topic through the ``kappa_kafka`` batch writer (at least once): each record's
   value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
   carries the same key and consumers (or a compacted topic) drop the second copy.
@@ -37,7 +41,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from kappaplus.config import HiveOutput, IcebergOutput, KafkaOutput, ResolvedOutput
+    from kappaplus.config import (
+        DeltaOutput,
+        HiveOutput,
+        IcebergOutput,
+        KafkaOutput,
+        ResolvedOutput,
+    )
     from kappaplus.jobs import OutputSpec
     from kappaplus.runtime.side_outputs import SideOutput
     from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPublisher
@@ -80,6 +90,7 @@ class OutputPlan:
     late: LateRowsPlan | None = None
     """Where the rows this output's watermark drops are kept (stream mode)."""
     iceberg: IcebergOutput | None = None
+    delta: DeltaOutput | None = None
     hold: bool = False
     """Commit the Hive batches without registering them, for a range replacement to swap
     in when the run finishes (:mod:`kappaplus.runtime.state.range_replace`)."""
@@ -93,6 +104,8 @@ class OutputPlan:
             found.append(f"hive {self.hive.table}")
         if self.iceberg is not None:
             found.append(f"iceberg {self.iceberg.table}")
+        if self.delta is not None:
+            found.append(f"delta {self.delta.path}")
         if self.kafka is not None:
             found.append(f"kafka {self.kafka.topic}")
         return found
@@ -131,6 +144,7 @@ def plan_output(
         provenance,
         late,
         iceberg=binding.iceberg,
+        delta=binding.delta,
         checkpoint_key=ident,
     )
 
@@ -167,6 +181,14 @@ class OutputWriter:
             # from 0 again) is never mistaken for one whose batches were committed
             self.iceberg_sink = IcebergTableSink(
                 plan.iceberg.table, plan.iceberg.catalog, query=plan.query_name
+            )
+        self.delta_sink = None
+        if plan.delta is not None:
+            from kappaplus.connectors.delta.sink import DeltaTableSink
+
+            # appId = the query name, which carries the checkpoint's id (as above)
+            self.delta_sink = DeltaTableSink(
+                plan.delta.path, plan.delta.storage_options, query=plan.query_name
             )
         self.late = None
         if plan.late is not None:
@@ -213,6 +235,8 @@ class OutputWriter:
                 written = self.hive_sink.write_batch(batch, batch_id)
             if self.iceberg_sink is not None:
                 written = self.iceberg_sink.write_batch(batch, batch_id) and written
+            if self.delta_sink is not None:
+                written = self.delta_sink.write_batch(batch, batch_id) and written
             if self.plan.kafka is not None:
                 write_kafka(batch, self.plan.kafka)
             elif not written and not ran:

@@ -137,6 +137,8 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             targets.append(f"hive {out.hive.table}")
         if out.iceberg is not None:
             targets.append(f"iceberg {out.iceberg.table}")
+        if out.delta is not None:
+            targets.append(f"delta {out.delta.path}")
         if out.kafka is not None:
             targets.append(f"kafka {out.kafka.topic}")
         outputs[output.name] = targets

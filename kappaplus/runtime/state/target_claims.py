@@ -28,6 +28,10 @@ in a table property but no event-time span: a run is refused when ANOTHER query 
 batches to the table, whatever their range (stricter than for Hive; ``--append`` writes
 anyway; ``--replace-range`` is for Hive tables only).
 
+Delta targets (:mod:`kappaplus.connectors.delta.sink`) likewise, by the application
+transactions in the table's log (one ``txn`` appId per query that committed batches):
+another query's appId in the table refuses the run unless ``--append``.
+
 Kafka targets are not covered: a topic records no provenance (its records carry a
 deterministic key, so a consumer can drop the second copy).
 """
@@ -218,10 +222,36 @@ def _promoted_from(spark: SparkSession, table: str) -> str | None:
     return found.get("kappa.promote.from") or None
 
 
+def refuse_other_queries(
+    kind: str, table: str, queries: list[str], mine: str, *, append: bool
+) -> None:
+    """The lake-table rule (Iceberg, Delta): ``queries`` committed batches to ``table``; a
+    run is refused (:class:`IdentityError`) when one of them is not its own query ``mine``
+    and it has none there (a resume is never refused), unless ``append``."""
+    if not queries or mine in queries:
+        return
+    if append:
+        log.warning(
+            "%s table %s holds batches of %s; --append: this run's rows are added",
+            kind,
+            table,
+            ", ".join(queries),
+        )
+        return
+    raise IdentityError(
+        "output",
+        table,
+        f"{kind} table {table} already holds batches of another run "
+        f"(query {', '.join(queries)}); this run's rows could repeat theirs. Resume that "
+        "run with its own config, write to another table, or pass --append to add this "
+        "run's rows beside them deliberately (--replace-range is for Hive tables)",
+    )
+
+
 def check_iceberg_targets(plans: Mapping[str, OutputPlan], *, append: bool = False) -> None:
     """Refuse (:class:`IdentityError`) to write an Iceberg target another query committed
-    batches to (see the module docstring), unless ``append``; a resumed query (its own
-    batches in the table) is never refused."""
+    batches to (its ``kappa.batch.<query>`` table properties; see the module docstring),
+    unless ``append``; a resumed query (its own batches in the table) is never refused."""
     from kappaplus.connectors.iceberg.sink import BATCH_PROPERTY_PREFIX, IcebergTableSink
 
     for plan in plans.values():
@@ -237,22 +267,21 @@ def check_iceberg_targets(plans: Mapping[str, OutputPlan], *, append: bool = Fal
             for key in table.properties
             if key.startswith(BATCH_PROPERTY_PREFIX)
         )
-        if not queries or plan.query_name in queries:
+        refuse_other_queries("Iceberg", plan.iceberg.table, queries, plan.query_name, append=append)
+
+
+def check_delta_targets(plans: Mapping[str, OutputPlan], *, append: bool = False) -> None:
+    """Refuse (:class:`IdentityError`) to write a Delta target whose log holds another
+    query's application transactions (``txn`` appIds; see the module docstring), unless
+    ``append``; a resumed query (its own appId in the log) is never refused."""
+    from kappaplus.connectors.delta.sink import app_transactions, output_location
+
+    for plan in plans.values():
+        if plan.delta is None:
             continue
-        if append:
-            log.warning(
-                "Iceberg table %s holds batches of %s; --append: this run's rows are added",
-                plan.iceberg.table,
-                ", ".join(queries),
-            )
-            continue
-        raise IdentityError(
-            "output",
-            plan.iceberg.table,
-            f"Iceberg table {plan.iceberg.table} already holds batches of another run "
-            f"(query {', '.join(queries)}); this run's rows could repeat theirs. Resume that "
-            "run with its own config, write to another table, or pass --append to add this "
-            "run's rows beside them deliberately (--replace-range is for Hive tables)",
+        found = app_transactions(output_location(plan.delta.path), plan.delta.storage_options)
+        refuse_other_queries(
+            "Delta", plan.delta.path, sorted(found), plan.query_name, append=append
         )
 
 
@@ -268,6 +297,7 @@ def check_targets(
     over event times it will write (module docstring), unless ``append`` or
     ``replace_range`` says what to do; the claims that flag allowed."""
     check_iceberg_targets(plans, append=append)
+    check_delta_targets(plans, append=append)
     claims = find_claims(spark, plans, identity)
     if not claims:
         return []
