@@ -71,3 +71,22 @@ def test_ranges_are_read_from_the_config_oldest_first() -> None:
         config_from_dict(binding([{"from": "2024-03-05"}, {"from": "2024-03-01"}]))
     with pytest.raises(ConfigError, match="mappings"):
         config_from_dict(binding([{"from": "not a date"}]))
+
+
+def test_the_readme_block_on_a_renamed_column_is_a_valid_config() -> None:
+    """The README's ``[[inputs.rides.hive.mappings]]`` example loads as written and says
+    what its comment says (``city_name`` before 2024-03-05, ``city`` from then on)."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### My lake's columns differ from my stream's") :]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    (block,) = [b for b in blocks if "[[inputs.rides.hive.mappings]]" in b]
+    written = tomllib.loads(block)
+    written["outputs"] = {"counts": {"hive": {"table": "agg.counts"}}}
+    hive = config_from_dict(written).inputs["rides"].hive
+    assert hive.columns["city"] == "city_name"
+    (entry,) = hive.mappings
+    assert entry.micros == FROM and entry.columns == {"city": "city"}
