@@ -508,3 +508,15 @@ def test_mappings_must_rise_and_name_their_range_in_errors(
     with pytest.raises(ConfigError) as unknown:
         describe_bindings(spark, JOB, cfg)
     assert "inputs.rides.hive.mappings[0].columns.city" in str(unknown.value), unknown.value
+
+    # an incompatible type in one range only: one line naming that range, column, types;
+    # the run refuses it with the same line before any query starts
+    incompatible = [{"from": "2013-01-01T03:30", "columns": {"tip": "city"}}]
+    cfg = config(table, "o", scratch, mappings=incompatible)
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    (line,) = shown.mismatches
+    assert line.startswith("inputs.rides.hive.mappings[0]: column 'tip' <- city is string"), line
+    assert "the job declares double" in line, line
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), RENAMED_AT.isoformat()))
+    assert line in str(refused.value)
