@@ -66,18 +66,26 @@ def lake_rows(seed: int = 3) -> pd.DataFrame:
     )
 
 
-def write_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) -> None:
-    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float)."""
+def write_lake(
+    spark: SparkSession, root: Path, table: str, rows: pd.DataFrame, text: bool = False
+) -> None:
+    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float).
+    ``text``: the event time stored as ``ts_text`` ('2013-01-01 05:17:00'), not ``ts_ms``."""
     hour = pd.to_datetime(rows["ts_ms"], unit="ms", utc=True).dt.floor("h")
+    stamp = "ts_text" if text else "ts_ms"
     for i, (moment, part) in enumerate(rows.groupby(hour)):
         folder = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
         folder.mkdir(parents=True)
-        columns = ["ride_no", "city_name", "ts_ms"] + (["tip"] if i >= HOURS // 2 else [])
+        if text:
+            at = pd.to_datetime(part["ts_ms"], unit="ms", utc=True)
+            part = part.assign(ts_text=at.dt.strftime("%Y-%m-%d %H:%M:%S"))
+        columns = ["ride_no", "city_name", stamp] + (["tip"] if i >= HOURS // 2 else [])
         pq.write_table(
             pa.Table.from_pandas(part[columns], preserve_index=False), folder / "part-0.parquet"
         )
+    kind = "string" if text else "bigint"
     spark.sql(
-        f"CREATE TABLE {table} (ride_no bigint, city_name string, ts_ms bigint, tip double, "
+        f"CREATE TABLE {table} (ride_no bigint, city_name string, {stamp} {kind}, tip double, "
         f"dt string, hr string) USING parquet PARTITIONED BY (dt, hr) LOCATION '{root}'"
     )
     spark.sql(f"MSCK REPAIR TABLE {table}")
@@ -409,6 +417,63 @@ def test_the_readme_step_on_differing_columns_works_as_written(
         (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in got
     } == truth(rows)
     spark.sql("DROP TABLE lake.rides_raw")
+
+
+def test_bootstrap_of_a_lake_with_text_event_times_hands_over_exactly(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """The same bootstrap over a lake keeping its event time as text
+    (``event_time = { column = "ts_text", format = "yyyy-MM-dd HH:mm:ss" }``): the planner
+    converts the cutoff to the stored text, the rows are read as they are. Rides 1 s before
+    and exactly at the cutoff (the format's resolution) are each delivered once."""
+    cutoff = START + timedelta(hours=5, minutes=17)
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    rows = lake_rows(seed=4)
+    rows["ts_ms"] = rows["ts_ms"] // 1000 * 1000  # the text keeps seconds
+    edge = pd.DataFrame(
+        {
+            "ride_no": np.array([99_998, 99_999], dtype=np.int64),
+            "city_name": ["la", "la"],
+            "ts_ms": np.array([cutoff_ms - 1000, cutoff_ms], dtype=np.int64),
+            "tip": np.array([0.5, 0.75], dtype=np.float32),
+        }
+    )
+    rows = pd.concat([rows, edge]).sort_values("ts_ms", kind="stable").reset_index(drop=True)
+    topic = new_topic(prefix="nested-text")
+    produced = produce_nested(kafka_bootstrap, topic, rows)
+    table, out = f"rides_text_{uid()}", f"text_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows, text=True)
+    cfg = both_bindings(spark, scratch, table, out, topic, kafka_bootstrap)
+    hive = cfg.inputs["rides"].hive.model_dump(exclude_none=True, by_alias=True)
+    hive.pop("event_time_column")
+    hive["event_time"] = {"column": "ts_text", "format": "yyyy-MM-dd HH:mm:ss"}
+    kafka = cfg.inputs["rides"].kafka.model_dump(exclude_none=True, by_alias=True)
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "rides": {"hive": hive, "kafka": kafka, "event_time_bounds": {"max_future": "none"}}
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    result = run_job(
+        spark,
+        JOB,
+        cfg,
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            trigger="available-now",
+        ),
+    )
+    assert result.status == "finished"
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    assert read_counts(spark, out, end) == truth(rows)
+    counts = result.record.inputs["rides"]
+    owned = int((rows["ts_ms"] < cutoff_ms).sum())
+    assert counts["skipped"] == owned and counts["delivered"] == produced - owned, counts
 
 
 RENAMED_AT = START + timedelta(hours=3, minutes=30)
