@@ -38,8 +38,16 @@ class ColumnSource:
     reads: tuple[str, ...]
     source_type: str
     job_type: str
+    ranges: tuple[tuple[str, ColumnSource], ...] = ()
+    """For a mapping per date range (``mappings``): each range's label (``before ...``,
+    ``from ...``) and its own source; ``expression`` then chooses by event time."""
 
     def line(self) -> str:
+        if self.ranges:
+            parts = "; ".join(
+                f"{label}: {c.expression} ({c.source_type})" for label, c in self.ranges
+            )
+            return f"{self.column} {self.job_type} <- {parts}"
         return f"{self.column} {self.job_type} <- {self.expression} ({self.source_type})"
 
 
@@ -160,6 +168,39 @@ def resolve_mapping(
     return Resolution(binding, columns, mismatches)
 
 
+def by_date_range(
+    event: str, ranges: list[tuple[int | None, str, Resolution]], binding: str
+) -> Resolution:
+    """One resolution of a mapping per date range: ``ranges`` are (the event time from
+    which it holds in microseconds, None for the first; its label; its resolution), oldest
+    first. A column mapped alike in every range stays as it is; else its expression picks
+    each range's (cast to the job's type) by the row's event time ``event`` (an expression
+    over the source), so a slice spanning a date maps each row by its own range. The
+    mismatches of every range are kept, each naming its range's key."""
+    first = ranges[0][2]
+    columns: list[ColumnSource] = []
+    for i, base in enumerate(first.columns):
+        sources = [(label, r.columns[i]) for _, label, r in ranges]
+        if len({c.expression for _, c in sources}) == 1:
+            columns.append(base)
+            continue
+        whens = " ".join(
+            f"WHEN {event} < timestamp_micros({ranges[k + 1][0]}) "
+            f"THEN cast(({c.expression}) as {base.job_type})"
+            for k, (_, c) in enumerate(sources[:-1])
+        )
+        last = sources[-1][1]
+        composite = f"CASE {whens} ELSE cast(({last.expression}) as {base.job_type}) END"
+        reads = tuple(sorted({r for _, c in sources for r in c.reads}))
+        columns.append(
+            ColumnSource(
+                base.column, composite, reads, base.job_type, base.job_type, tuple(sources)
+            )
+        )
+    mismatches = [line for _, _, r in ranges for line in r.mismatches]
+    return Resolution(binding, columns, mismatches)
+
+
 def _references(projected: DataFrame) -> tuple[str, ...]:
     """The top-level source columns an analyzed projection reads."""
     plan = projected._jdf.queryExecution().analyzed()
@@ -179,3 +220,52 @@ def apply_mapping(df: DataFrame, mapping: Mapping[str, str], keep: list[str]) ->
 def is_identity(mapping: Mapping[str, str]) -> bool:
     """Every column read by its own name: nothing to map."""
     return all(expression == quoted(name) for name, expression in mapping.items())
+
+
+def apply_phase_mappings(
+    df: DataFrame,
+    target: StructType,
+    lake: Mapping[str, str],
+    kafka: Mapping[str, str],
+    *,
+    phase: str,
+    lake_phase: str,
+    lake_prefix: str,
+    kafka_prefix: str,
+) -> DataFrame:
+    """The rows of a mapped bootstrap as the job's ``target`` columns.
+
+    Lake rows and Kafka rows come side by side, each side's fields under its prefix, the
+    ``phase`` column equal to ``lake_phase`` for a lake row. A lake row goes through the
+    lake binding's mapping, a Kafka row through the Kafka binding's: each mapping is
+    evaluated with its own side's fields at top level (as the binding's expressions are
+    written), then each column is chosen by the phase and cast to the job's type. One
+    scan: Spark collapses the projections."""
+    from pyspark.sql import functions as F
+
+    lake_fields = [c for c in df.columns if c.startswith(lake_prefix)]
+    kafka_fields = [c for c in df.columns if c.startswith(kafka_prefix)]
+    held = {name: f"__kappa_lake_value_{i}" for i, name in enumerate(target.fieldNames())}
+    keep_kafka = [F.col(quoted(c)) for c in kafka_fields]
+    lake_side = df.select(
+        F.col(phase),
+        *[F.col(quoted(c)).alias(c[len(lake_prefix) :]) for c in lake_fields],
+        *keep_kafka,
+    )
+    lake_done = lake_side.select(
+        F.col(phase), *[F.expr(lake[n]).alias(held[n]) for n in target.fieldNames()], *keep_kafka
+    )
+    kafka_side = lake_done.select(
+        F.col(phase),
+        *[F.col(held[n]) for n in target.fieldNames()],
+        *[F.col(quoted(c)).alias(c[len(kafka_prefix) :]) for c in kafka_fields],
+    )
+    from_lake = F.col(phase) == F.lit(lake_phase)
+    return kafka_side.select(
+        *[
+            F.when(from_lake, F.col(held[f.name]).cast(f.dataType))
+            .otherwise(F.expr(kafka[f.name]).cast(f.dataType))
+            .alias(f.name)
+            for f in target.fields
+        ]
+    )

@@ -89,6 +89,34 @@ column -> a Spark SQL expression over the source's fields (a name, a nested path
 expression); a declared column not listed is read by its own name."""
 
 
+class RangeMapping(StrictModel):
+    """``[[inputs.<n>.hive.mappings]] from = "2024-03-05", columns = { ... }``: from this
+    event time on (until the next entry's ``from``), these ``columns`` replace the same
+    columns of the binding's own (which hold before the first ``from``) and of the entries
+    before: a column renamed at a known date. Rows are mapped by their own event time, so a
+    slice (or a file) spanning the date maps each row by its range."""
+
+    from_: str = Field(alias="from", min_length=1)
+    columns: Columns = Field(default_factory=dict)
+
+    @field_validator("from_")
+    @classmethod
+    def _moment(cls, value: str) -> str:
+        from kappaplus.core.timeutil import parse_timestamp
+
+        try:
+            parse_timestamp(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+        return value
+
+    @property
+    def micros(self) -> int:
+        from kappaplus.core.timeutil import parse_timestamp
+
+        return parse_timestamp(self.from_)
+
+
 class KafkaInput(StrictModel):
     """A logical input bound to a Kafka topic.
 
@@ -162,6 +190,8 @@ class HiveInput(StrictModel):
     """``{ column, unit | format }``: the stored event time (sets ``event_time_column``)."""
     columns: Columns = Field(default_factory=dict)
     """Job column -> Spark SQL expression over the table's columns (see ``Columns``)."""
+    mappings: list[RangeMapping] = Field(default_factory=list)
+    """Other ``columns`` from a date on (see ``RangeMapping``); ``from`` strictly rising."""
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
     max_lateness: DurationField | None = None
@@ -227,6 +257,12 @@ class HiveInput(StrictModel):
                 strptime_format(stored.format)
             except ConfigError as exc:
                 raise ValueError(exc.problem) from None
+        moments = [m.micros for m in self.mappings]
+        if any(b <= a for a, b in zip(moments, moments[1:], strict=False)):
+            raise ValueError(
+                "mappings: each 'from' must be later than the one before (they are ranges "
+                "of event time, oldest first)"
+            )
         if self.partition_time == "arrival" and self.max_lateness is None:
             raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
         if self.dlq is not None and self.unplaceable != "dead_letter":

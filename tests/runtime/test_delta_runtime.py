@@ -123,3 +123,52 @@ def test_bootstrap_delta_then_kafka_equals_truth(  # type: ignore[no-untyped-def
     counts = result.record.inputs["rider_events"]
     before_cutoff = sum(1 for e in kafka if e["event_time"] < CUTOFF)
     assert counts["skipped"] == before_cutoff, "Kafka's records the lake owns are skipped"
+
+
+def test_bootstrap_delta_then_a_nested_topic_maps_the_topic_by_its_own_columns(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    """The topic of a Delta bootstrap carries nested records under other names (``ids.rider``,
+    ``type``, ``at``) and a field the job lacks; the Kafka binding's ``fields``, ``columns``
+    and ``event_time`` map them while the lake is read by name: the sessions equal the
+    truth, and Kafka's records the lake owns are skipped by their own event-time field."""
+    events = rider_events(riders=20, start=START, hours=8, seed=7, late_fraction=0.0)
+    lake = [e for e in events if e["event_time"] < LAKE_UNTIL]
+    kafka = [e for e in arrival_order(events) if e["arrival_time"] >= RETAINED_FROM]
+    path, out, topic = scratch / "lake" / "rides", f"sessions_{uid()}", new_topic(prefix="dnest")
+    write_events(path, lake, by_day=False)
+    flush = flush_events(events[-1]["event_time"] + timedelta(days=1), 3)
+    nested = [
+        {
+            "ids": {"event": e["event_id"], "rider": e["rider_id"]},
+            "type": e["event_type"],
+            "area": e["area"],
+            "at": e["event_time"],
+            "device": "ios",
+        }
+        for e in kafka + flush
+    ]
+    produce(kafka_bootstrap, topic, nested)
+    binding = {
+        "topic": topic,
+        "bootstrap_servers": kafka_bootstrap,
+        "fields": "ids struct<event:string, rider:string>, type string, area string, "
+        "at timestamp, device string",
+        "event_time": {"column": "at"},
+        "columns": {"event_id": "ids.event", "rider_id": "ids.rider", "event_type": "type"},
+    }
+    config = delta_config(scratch, path, out, binding)
+    result = run_job(
+        spark,
+        sessionization.JOB,
+        config,
+        RunOptions("bootstrap", start=START, cutoff=CUTOFF.isoformat(), trigger="available-now"),
+    )
+    assert result.status == "finished"
+    rows = [r for r in table_rows(spark, out, COLUMNS) if r[0] != FLUSH_RIDER]
+    assert len(rows) == len(set(rows)), "no duplicate sessions"
+    assert set(rows) == sessions_by_hand(events, GAP)
+    counts = result.record.inputs["rider_events"]
+    before_cutoff = sum(1 for e in kafka if e["event_time"] < CUTOFF)
+    assert counts["skipped"] == before_cutoff and counts["dead"] == 0, counts
+    assert counts["delivered"] == len(kafka) - before_cutoff + len(flush), counts

@@ -66,18 +66,26 @@ def lake_rows(seed: int = 3) -> pd.DataFrame:
     )
 
 
-def write_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) -> None:
-    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float)."""
+def write_lake(
+    spark: SparkSession, root: Path, table: str, rows: pd.DataFrame, text: bool = False
+) -> None:
+    """Hourly partitions; the first half has no ``tip`` column (added half-way, as float).
+    ``text``: the event time stored as ``ts_text`` ('2013-01-01 05:17:00'), not ``ts_ms``."""
     hour = pd.to_datetime(rows["ts_ms"], unit="ms", utc=True).dt.floor("h")
+    stamp = "ts_text" if text else "ts_ms"
     for i, (moment, part) in enumerate(rows.groupby(hour)):
         folder = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
         folder.mkdir(parents=True)
-        columns = ["ride_no", "city_name", "ts_ms"] + (["tip"] if i >= HOURS // 2 else [])
+        if text:
+            at = pd.to_datetime(part["ts_ms"], unit="ms", utc=True)
+            part = part.assign(ts_text=at.dt.strftime("%Y-%m-%d %H:%M:%S"))
+        columns = ["ride_no", "city_name", stamp] + (["tip"] if i >= HOURS // 2 else [])
         pq.write_table(
             pa.Table.from_pandas(part[columns], preserve_index=False), folder / "part-0.parquet"
         )
+    kind = "string" if text else "bigint"
     spark.sql(
-        f"CREATE TABLE {table} (ride_no bigint, city_name string, ts_ms bigint, tip double, "
+        f"CREATE TABLE {table} (ride_no bigint, city_name string, {stamp} {kind}, tip double, "
         f"dt string, hr string) USING parquet PARTITIONED BY (dt, hr) LOCATION '{root}'"
     )
     spark.sql(f"MSCK REPAIR TABLE {table}")
@@ -214,44 +222,44 @@ def test_kappa_check_is_a_command() -> None:
     assert result.exit_code == 0 and "--config" in result.output, result.output
 
 
-def test_stream_of_nested_iso_json_equals_the_truth_and_the_backfill_where_they_overlap(
-    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
-) -> None:
-    """The topic carries nested records with ISO timestamps and a field the lake lacks
-    (``driver``); the stream maps them to the same columns as the lake's binding."""
+def produce_nested(bootstrap: str, topic: str, rows: pd.DataFrame) -> int:
+    """Every row as a nested JSON record with an ISO timestamp and a field the lake lacks
+    (``driver``), then one flush record at 09:30 that moves the watermark past the last
+    window; returns how many records were produced."""
     import json
 
     from confluent_kafka import Producer
 
-    rows = lake_rows()
-    topic = new_topic(prefix="nested")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    last = 0
+    producer = Producer({"bootstrap.servers": bootstrap})
     for r in rows.itertuples():
-        at = datetime.fromtimestamp(r.ts_ms / 1000, tz=UTC)
+        ms = int(r.ts_ms)  # exactly, not through a float
+        at = datetime.fromtimestamp(ms // 1000, tz=UTC) + timedelta(milliseconds=ms % 1000)
         record = {
             "ride": {"no": int(r.ride_no), "city": r.city_name},
-            "at": at.isoformat().replace("+00:00", "Z"),
+            "at": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "tip": float(r.tip),
             "driver": f"d{int(r.ride_no) % 7}",
         }
         producer.produce(topic, json.dumps(record).encode())
-        last = int(r.ts_ms)
     flush = {"ride": {"no": 1, "city": "zz"}, "at": "2013-01-01T09:30:00Z", "tip": 0.0}
     producer.produce(topic, json.dumps(flush).encode())
     producer.flush(30)
-    assert last < START.timestamp() * 1000 + HOURS * 3_600_000
+    assert rows["ts_ms"].max() < START.timestamp() * 1000 + HOURS * 3_600_000
+    return len(rows) + 1
 
-    table, out = f"rides_both_{uid()}", f"both_counts_{uid()}"
-    write_lake(spark, scratch / "lake", table, rows)
-    cfg = config_from_dict(
+
+def both_bindings(
+    spark: SparkSession, scratch: Path, table: str, out: str, topic: str, bootstrap: str
+) -> Any:
+    """The nested topic's binding and the flattened lake's, mapped to the same columns."""
+    return config_from_dict(
         {
             "checkpoint_dir": str(scratch / "checkpoints"),
             "inputs": {
                 "rides": {
                     "kafka": {
                         "topic": topic,
-                        "bootstrap_servers": kafka_bootstrap,
+                        "bootstrap_servers": bootstrap,
                         "starting_offsets": "earliest",
                         "fields": "ride struct<no:bigint, city:string>, at timestamp, "
                         "tip double, driver string",
@@ -267,27 +275,106 @@ def test_stream_of_nested_iso_json_equals_the_truth_and_the_backfill_where_they_
             "outputs": {"counts": {"hive": {"table": out}}},
         }
     )
+
+
+def read_counts(
+    spark: SparkSession, name: str, end: str
+) -> dict[tuple[int, str], tuple[int, float | None, str]]:
+    """An output table's windows before ``end`` (each once), as :func:`truth` has them."""
+    got = spark.table(name).where(F.col("start") < F.lit(end).cast("timestamp"))
+    collected = got.select(F.unix_seconds("start"), "city", "rides", "tips", "last").collect()
+    result = {
+        (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in collected
+    }
+    assert len(result) == len(collected), f"a window twice in {name}"
+    return result
+
+
+def test_stream_of_nested_iso_json_equals_the_truth_and_the_backfill_where_they_overlap(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """The topic carries nested records with ISO timestamps and a field the lake lacks
+    (``driver``); the stream maps them to the same columns as the lake's binding."""
+    rows = lake_rows()
+    topic = new_topic(prefix="nested")
+    produce_nested(kafka_bootstrap, topic, rows)
+    table, out = f"rides_both_{uid()}", f"both_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    cfg = both_bindings(spark, scratch, table, out, topic, kafka_bootstrap)
     stream = run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now"))
     assert stream.status == "finished"
     end = (START + timedelta(hours=HOURS)).isoformat()
     backfill = run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
     assert backfill.status == "finished"
 
-    def read(name: str) -> dict[tuple[int, str], tuple[int, float | None, str]]:
-        got = spark.table(name).where(F.col("start") < F.lit(end).cast("timestamp"))
-        collected = got.select(F.unix_seconds("start"), "city", "rides", "tips", "last").collect()
-        result = {
-            (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in collected
-        }
-        assert len(result) == len(collected)
-        return result
-
-    streamed, backfilled = read(out), read(f"{out}_backfill")
+    streamed, backfilled = read_counts(spark, out, end), read_counts(spark, f"{out}_backfill", end)
     assert streamed == truth(rows, tips_from_hour=0)
     assert backfilled == truth(rows)
     half = int(START.timestamp()) + HOURS // 2 * 3600
     overlap = {k: v for k, v in backfilled.items() if k[0] >= half}
     assert overlap and overlap == {k: v for k, v in streamed.items() if k[0] >= half}
+
+
+def test_bootstrap_of_a_mapped_lake_then_a_nested_topic_equals_the_truth_and_both_modes(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """Bootstrap over the flattened, renamed, epoch-ms lake (``tip`` added half-way) up to a
+    cutoff inside an hourly partition and a 30-minute window, then the nested ISO topic:
+    each side through its own binding's mapping. Two rides sit 1 ms before and exactly at
+    the cutoff, so a bound converted to the wrong unit duplicates or loses one. The result
+    equals the pandas truth, the backfill over the whole range and the stream after the
+    lake's ``tip`` appears; the Kafka records the lake owns are counted as skipped."""
+    cutoff = START + timedelta(hours=5, minutes=17)
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    rows = lake_rows()
+    edge = pd.DataFrame(
+        {
+            "ride_no": np.array([99_998, 99_999], dtype=np.int64),
+            "city_name": ["sf", "sf"],
+            "ts_ms": np.array([cutoff_ms - 1, cutoff_ms], dtype=np.int64),
+            "tip": np.array([1.25, 2.5], dtype=np.float32),
+        }
+    )
+    rows = pd.concat([rows, edge]).sort_values("ts_ms", kind="stable").reset_index(drop=True)
+    topic = new_topic(prefix="nested-boot")
+    produced = produce_nested(kafka_bootstrap, topic, rows)
+    table, out, early = f"rides_boot_{uid()}", f"boot_counts_{uid()}", f"early_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    end = (START + timedelta(hours=HOURS)).isoformat()
+
+    boot_cfg = both_bindings(spark, scratch / "boot", table, out, topic, kafka_bootstrap)
+    result = run_job(
+        spark,
+        JOB,
+        boot_cfg,
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            trigger="available-now",
+        ),
+    )
+    assert result.status == "finished"
+    booted = read_counts(spark, out, end)
+    assert booted == truth(rows)
+    counts = result.record.inputs["rides"]
+    owned = int((rows["ts_ms"] < cutoff_ms).sum())
+    assert counts["skipped"] == owned, counts
+    assert counts["delivered"] == produced - owned and counts["dead"] == 0, counts
+
+    cfg = both_bindings(spark, scratch / "other", table, early, topic, kafka_bootstrap)
+    assert run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end)).status == (
+        "finished"
+    )
+    assert run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now")).status == (
+        "finished"
+    )
+    assert booted == read_counts(spark, f"{early}_backfill", end)
+    half = int(START.timestamp()) + HOURS // 2 * 3600
+    streamed = read_counts(spark, early, end)
+    assert streamed == truth(rows, tips_from_hour=0)
+    after = {k: v for k, v in booted.items() if k[0] >= half}
+    assert after and after == {k: v for k, v in streamed.items() if k[0] >= half}
 
 
 def test_the_readme_step_on_differing_columns_works_as_written(
@@ -330,3 +417,171 @@ def test_the_readme_step_on_differing_columns_works_as_written(
         (r[0], r[1]): (r[2], None if r[3] is None else round(r[3], 6), r[4]) for r in got
     } == truth(rows)
     spark.sql("DROP TABLE lake.rides_raw")
+
+
+def test_bootstrap_of_a_lake_with_text_event_times_hands_over_exactly(
+    spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path
+) -> None:
+    """The same bootstrap over a lake keeping its event time as text
+    (``event_time = { column = "ts_text", format = "yyyy-MM-dd HH:mm:ss" }``): the planner
+    converts the cutoff to the stored text, the rows are read as they are. Rides 1 s before
+    and exactly at the cutoff (the format's resolution) are each delivered once."""
+    cutoff = START + timedelta(hours=5, minutes=17)
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    rows = lake_rows(seed=4)
+    rows["ts_ms"] = rows["ts_ms"] // 1000 * 1000  # the text keeps seconds
+    edge = pd.DataFrame(
+        {
+            "ride_no": np.array([99_998, 99_999], dtype=np.int64),
+            "city_name": ["la", "la"],
+            "ts_ms": np.array([cutoff_ms - 1000, cutoff_ms], dtype=np.int64),
+            "tip": np.array([0.5, 0.75], dtype=np.float32),
+        }
+    )
+    rows = pd.concat([rows, edge]).sort_values("ts_ms", kind="stable").reset_index(drop=True)
+    topic = new_topic(prefix="nested-text")
+    produced = produce_nested(kafka_bootstrap, topic, rows)
+    table, out = f"rides_text_{uid()}", f"text_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows, text=True)
+    cfg = both_bindings(spark, scratch, table, out, topic, kafka_bootstrap)
+    hive = cfg.inputs["rides"].hive.model_dump(exclude_none=True, by_alias=True)
+    hive.pop("event_time_column")
+    hive["event_time"] = {"column": "ts_text", "format": "yyyy-MM-dd HH:mm:ss"}
+    kafka = cfg.inputs["rides"].kafka.model_dump(exclude_none=True, by_alias=True)
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "rides": {"hive": hive, "kafka": kafka, "event_time_bounds": {"max_future": "none"}}
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    result = run_job(
+        spark,
+        JOB,
+        cfg,
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            trigger="available-now",
+        ),
+    )
+    assert result.status == "finished"
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    assert read_counts(spark, out, end) == truth(rows)
+    counts = result.record.inputs["rides"]
+    owned = int((rows["ts_ms"] < cutoff_ms).sum())
+    assert counts["skipped"] == owned and counts["delivered"] == produced - owned, counts
+
+
+RENAMED_AT = START + timedelta(hours=3, minutes=30)
+
+
+def write_renamed_lake(spark: SparkSession, root: Path, table: str, rows: pd.DataFrame) -> None:
+    """The city column renamed at :data:`RENAMED_AT`: rows before it are written with
+    ``city_name`` (and a legacy ``city`` code that is not the city), rows from it on with
+    ``city`` only. The hour holding the date has one file of each kind."""
+    renamed_ms = int(RENAMED_AT.timestamp() * 1000)
+    hour = pd.to_datetime(rows["ts_ms"], unit="ms", utc=True).dt.floor("h")
+    for moment, part in rows.groupby(hour):
+        folder = root / f"dt={moment:%Y-%m-%d}" / f"hr={moment:%H}"
+        folder.mkdir(parents=True)
+        old, new = part[part["ts_ms"] < renamed_ms], part[part["ts_ms"] >= renamed_ms]
+        if len(old):
+            legacy = old.assign(city=[f"code-{n % 13}" for n in old["ride_no"]])
+            columns = ["ride_no", "city_name", "city", "ts_ms", "tip"]
+            pq.write_table(
+                pa.Table.from_pandas(legacy[columns], preserve_index=False),
+                folder / "part-old.parquet",
+            )
+        if len(new):
+            renamed = new.rename(columns={"city_name": "city"})
+            pq.write_table(
+                pa.Table.from_pandas(
+                    renamed[["ride_no", "city", "ts_ms", "tip"]], preserve_index=False
+                ),
+                folder / "part-new.parquet",
+            )
+    spark.sql(
+        f"CREATE TABLE {table} (ride_no bigint, city_name string, city string, ts_ms bigint, "
+        f"tip double, dt string, hr string) USING parquet PARTITIONED BY (dt, hr) "
+        f"LOCATION '{root}'"
+    )
+    spark.sql(f"MSCK REPAIR TABLE {table}")
+
+
+def test_a_column_renamed_at_a_known_date_is_mapped_per_range(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """``mappings = [{ from, columns }]``: before the date ``city`` is read from
+    ``city_name``, from it on from ``city``; a slice and an hour spanning the date map each
+    row by its own event time. The backfill equals the pandas truth; either mapping alone
+    does not (the legacy ``city`` codes, or nulls); ``kappa check`` shows both ranges."""
+    from kappaplus.runtime.binding.unify import describe_bindings
+
+    rows = lake_rows(seed=5)
+    table, out = f"rides_renamed_{uid()}", f"renamed_counts_{uid()}"
+    write_renamed_lake(spark, scratch / "lake", table, rows)
+    ranges = [{"from": RENAMED_AT.isoformat(), "columns": {"city": "city"}}]
+    cfg = config(table, out, scratch, mappings=ranges, maxEventTimePerTrigger="2 hours")
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    city = next(c for c in shown.columns if c.column == "city")
+    assert city.line() == (
+        "city string <- before 2013-01-01T03:30:00Z: city_name (string); "
+        "from 2013-01-01T03:30:00Z: city (string)"
+    ), city.line()
+    assert not shown.mismatches, shown.mismatches
+
+    end = (START + timedelta(hours=HOURS)).isoformat()
+    result = run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), end))
+    assert result.status == "finished"
+    got = read_counts(spark, f"{out}_backfill", end)
+    expected = truth(rows, tips_from_hour=0)
+    assert got == expected
+    # the per-range mapping is what makes it equal: one mapping for the whole range is not
+    legacy = config(table, f"one_{out}", scratch / "one", maxEventTimePerTrigger="2 hours")
+    run_job(spark, JOB, legacy, RunOptions("backfill", START.isoformat(), end))
+    assert read_counts(spark, f"one_{out}_backfill", end) != expected
+
+
+def test_mappings_must_rise_and_name_their_range_in_errors(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """Out-of-order ``from`` is refused at load; a range's unknown column names its key."""
+    with pytest.raises(ConfigError) as disorder:
+        config(
+            "t",
+            "o",
+            scratch,
+            mappings=[
+                {"from": "2013-01-02", "columns": {}},
+                {"from": "2013-01-01", "columns": {}},
+            ],
+        )
+    assert "mappings" in str(disorder.value) and "later" in str(disorder.value)
+
+    from kappaplus.runtime.binding.unify import describe_bindings
+
+    rows = lake_rows(seed=6)
+    table = f"rides_badrange_{uid()}"
+    write_renamed_lake(spark, scratch / "lake", table, rows)
+    cfg = config(
+        table, "o", scratch, mappings=[{"from": "2013-01-01T03:30", "columns": {"city": "town"}}]
+    )
+    with pytest.raises(ConfigError) as unknown:
+        describe_bindings(spark, JOB, cfg)
+    assert "inputs.rides.hive.mappings[0].columns.city" in str(unknown.value), unknown.value
+
+    # an incompatible type in one range only: one line naming that range, column, types;
+    # the run refuses it with the same line before any query starts
+    incompatible = [{"from": "2013-01-01T03:30", "columns": {"tip": "city"}}]
+    cfg = config(table, "o", scratch, mappings=incompatible)
+    (shown,) = describe_bindings(spark, JOB, cfg)
+    (line,) = shown.mismatches
+    assert line.startswith("inputs.rides.hive.mappings[0]: column 'tip' <- city is string"), line
+    assert "the job declares double" in line, line
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), RENAMED_AT.isoformat()))
+    assert line in str(refused.value)

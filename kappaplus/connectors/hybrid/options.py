@@ -7,7 +7,8 @@ here, into :class:`HybridSourceOptions`:
   ``lake.schema``, ``lake.eventTimeColumn``, ``lake.startingTimestamp``,
   ``lake.maxEventTimePerTrigger``, ...). ``lake.endingTimestamp`` is the cutoff and
   ``lake.watermarkDelay`` would end the stream after the lake, so both are refused.
-- ``cutoff``, ``lateness``, ``decoder``, ``deadLetterPath``, ``jobName``: the hybrid's own.
+- ``cutoff``, ``lateness``, ``decoder``, ``deadLetterPath``, ``jobName``, ``mapped``: the
+  hybrid's own.
 - everything else: options of the Kafka source (``kafka.bootstrap.servers``,
   ``subscribe``, ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ...). The hybrid chooses
   where Kafka starts, so ``startingOffsets`` / ``startingTimestamp`` are refused.
@@ -22,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pyspark.sql.types import DataType
+from pyspark.sql.types import DataType, StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.delta.options import DeltaSourceOptions
@@ -37,6 +38,7 @@ from kappaplus.connectors.kafka.options import (
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.options import (
+    BOOL,
     MICROS,
     TIMESTAMP,
     Kind,
@@ -50,6 +52,14 @@ from kappaplus.core.options import (
 from kappaplus.core.timeutil import iso
 
 LAKE_PREFIX = "lake."
+PHASE_COLUMN = "__kappa_phase"
+"""In a mapped hybrid source (``mapped``): ``"lake"`` or ``"kafka"``, where the row comes from."""
+LAKE_FIELD_PREFIX = "__lake__"
+KAFKA_FIELD_PREFIX = "__kafka__"
+"""In a mapped hybrid source each lake column ``c`` is delivered as ``__lake__c`` and each
+decoded Kafka event field ``f`` as ``__kafka__f`` (null in the other phase's rows), so each
+side keeps its own shape and the runtime maps each to the job's columns
+(:func:`kappaplus.mapping.apply_phase_mappings`)."""
 DEFAULT_LATENESS = "1 hour"
 """How far before the cutoff Kafka is read by default (records up to this late still reach
 the job); the runtime's ``--lateness`` and the Hive binding's ``max_lateness`` override it."""
@@ -149,10 +159,21 @@ class HybridSourceOptions:
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
+    mapped: bool = option("mapped", BOOL, default=False)
+    """The lake and the topic have shapes of their own (a binding's ``columns`` /
+    ``event_time``): rows are delivered as :func:`mapped_schema` (each side's fields as
+    they are, and the phase), not conformed to the lake's schema; the cutoff still applies
+    to each side's own event time (the lake's stored one converted by its planner, the
+    decoder's for Kafka)."""
 
     @property
     def event_time_column(self) -> str:
         return self.lake.event_time_column
+
+    @property
+    def kafka_event_time_column(self) -> str:
+        """The decoded events' event-time field (the lake's, unless ``mapped``)."""
+        return self.decoder.event_time
 
     @property
     def kafka_start_ms(self) -> int:
@@ -209,7 +230,7 @@ class HybridSourceOptions:
             )
         kafka_raw["startingTimestamp"] = str(max(0, (cutoff - lateness) // 1000))
         kafka = KafkaSourceOptions.parse(kafka_raw, streaming=True)
-        derived = cls._unify(lake, read["decoder"])
+        derived = {} if read["mapped"] else cls._unify(lake, read["decoder"])
         return cls(
             lake=lake,
             kafka=kafka,
@@ -263,6 +284,27 @@ class HybridSourceOptions:
                     "time; add it to the decoder schema",
                 )
         return derived
+
+
+def mapped_schema(lake_schema: StructType, decoder: DecoderSpec) -> StructType:
+    """The rows of a mapped hybrid source: the phase, every lake column prefixed
+    :data:`LAKE_FIELD_PREFIX`, every decoded event field prefixed :data:`KAFKA_FIELD_PREFIX`
+    (all nullable: a row has only its own side's)."""
+    from pyspark.sql.types import StringType, StructField
+
+    return StructType(
+        [
+            StructField(PHASE_COLUMN, StringType(), False),
+            *[
+                StructField(LAKE_FIELD_PREFIX + f.name, f.dataType, True)
+                for f in lake_schema.fields
+            ],
+            *[
+                StructField(KAFKA_FIELD_PREFIX + f.name, f.dataType, True)
+                for f in decoder.event_schema.fields
+            ],
+        ]
+    )
 
 
 HYBRID_KEYS = tuple(o.key for o in options_of(HybridSourceOptions))

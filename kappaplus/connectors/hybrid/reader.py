@@ -10,7 +10,8 @@ For each record of ``[from, until)``:
   broker whose offset-for-time lookup answers "earliest", still exact);
 - the others are *delivered*, conformed to the lake's schema: columns in lake order and
   types, time-partition columns (``dt=``) derived from the event time. A value that cannot
-  be converted to the lake's type makes its record a dead letter too.
+  be converted to the lake's type makes its record a dead letter too. In a ``mapped``
+  source they are delivered as decoded (the event fields), for the runtime to map.
 
 Dead letters are written to ``deadLetterPath`` (Parquet, :data:`~kappaplus.codecs.DLQ_ARROW_SCHEMA`)
 and the counts of every range to ``deadLetterPath/_counts/`` (JSON); both are named after
@@ -82,6 +83,13 @@ def decoded_arrow_schema(options: HybridSourceOptions) -> pa.Schema:
     )
 
 
+def event_arrow_schema(options: HybridSourceOptions) -> pa.Schema:
+    """The decoded events' fields (what a ``mapped`` source delivers from Kafka)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(options.decoder.event_schema, timezone="UTC")
+
+
 def range_name(options: HybridSourceOptions, rng: OffsetRange) -> str:
     """The file-name stem of one range's dead letters and counts."""
     return (
@@ -97,7 +105,7 @@ def read_kafka_range(
     the range's dead letters and counts once the range is fully read. ``planned_micros``:
     when the batch was planned (kept in its offset, so a replay decides as the first
     attempt did), the "now" of ``maxFuture``."""
-    target = output_arrow_schema(options.lake)
+    target = event_arrow_schema(options) if options.mapped else output_arrow_schema(options.lake)
     counts = HybridCounts()
     dead: list[pa.Table] = []
     records = read_range(options.kafka, rng)
@@ -134,7 +142,7 @@ def split_decoded(
             _dead_rows(table.filter(failed), table.column(ERROR_COL).filter(failed), options)
         )
     good = table.filter(pc.invert(failed))
-    micros = pc.cast(pc.cast(good.column(options.event_time_column), TS_UTC), pa.int64())
+    micros = pc.cast(pc.cast(good.column(options.kafka_event_time_column), TS_UTC), pa.int64())
     owned = pc.fill_null(pc.greater_equal(micros, options.cutoff), False)
     kept = good.filter(owned)
     counts.skipped = good.num_rows - kept.num_rows
@@ -143,7 +151,10 @@ def split_decoded(
         bad = pc.is_valid(outside)
         dead_parts.append(_dead_rows(kept.filter(bad), outside.filter(bad), options))
         kept = kept.filter(pc.invert(bad))
-    rows, reasons = _conform(kept, target, options)
+    if options.mapped:
+        rows, reasons = kept.select(target.names).cast(target), None
+    else:
+        rows, reasons = _conform(kept, target, options)
     if reasons is not None:
         bad = pc.is_valid(reasons)
         dead_parts.append(_dead_rows(kept.filter(bad), reasons.filter(bad), options))
@@ -162,7 +173,7 @@ def out_of_bounds_reasons(
     ahead, low, high = options.max_future, options.event_time_min, options.event_time_max
     if kept.num_rows == 0 or (low is None and high is None and planned_micros is None):
         return None
-    column = options.event_time_column
+    column = options.kafka_event_time_column
     label = "the batch's planning time" + (f" {iso(planned_micros)}" if planned_micros else "")
     micros = pc.cast(pc.cast(kept.column(column), TS_UTC), pa.int64()).to_pylist()
     reasons = [

@@ -36,6 +36,12 @@ conformed to it: lake columns by name and type (values that do not convert are d
 letters), time-partition columns (``dt=``) derived from the event time, extra event fields
 dropped. Records that fail to decode are written to ``deadLetterPath`` and counted (see
 :mod:`kappaplus.connectors.hybrid.reader`, :func:`hybrid_counts`): never dropped silently.
+With ``mapped`` (a lake and a topic of different shapes) nothing is conformed here: each
+side's rows are delivered in their own shape (:func:`~kappaplus.connectors.hybrid.options.
+mapped_schema`) and the runtime maps each by its binding's mapping
+(:func:`kappaplus.mapping.apply_phase_mappings`); the lake's event time may be stored as
+epoch numbers or text (its planner converts the cutoff), Kafka's de-duplication uses the
+decoder's own event-time field.
 
 **Watermarks.** Being one source, history and live data never race: every lake slice is
 delivered before the first Kafka record, so the watermark follows the lake's event time
@@ -76,9 +82,13 @@ from kappaplus.connectors.hive.reader import SlicePartition
 from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
 from kappaplus.connectors.hybrid.options import (
     DEFAULT_LATENESS,
+    KAFKA_FIELD_PREFIX,
+    LAKE_FIELD_PREFIX,
     LAKE_ONLY_KEYS,
+    PHASE_COLUMN,
     HybridSourceOptions,
     decoder_to_json,
+    mapped_schema,
     safe_file_part,
 )
 from kappaplus.connectors.hybrid.reader import (
@@ -119,6 +129,8 @@ class HybridDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> StructType:
+        if self.parsed.mapped:
+            return mapped_schema(source_schema(self.parsed.lake), self.parsed.decoder)
         return source_schema(self.parsed.lake)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -289,10 +301,37 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, SlicePartition):
-            return self.lake.read(partition)
+            rows = self.lake.read(partition)
+            return as_mapped(self.options, rows, PHASE_LAKE) if self.options.mapped else rows
         if isinstance(partition, KafkaInputPartition):
-            return read_kafka_range(self.options, partition.range, partition.planned_micros)
+            rows = read_kafka_range(self.options, partition.range, partition.planned_micros)
+            return as_mapped(self.options, rows, PHASE_KAFKA) if self.options.mapped else rows
         return iter(())  # Spark reads a placeholder partition when there are none
+
+
+def as_mapped(
+    options: HybridSourceOptions, batches: Iterator[pa.RecordBatch], phase: str
+) -> Iterator[pa.RecordBatch]:
+    """One side's batches as rows of :func:`mapped_schema`: its own columns under its
+    prefix, the other side's null, and the phase."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(
+        mapped_schema(source_schema(options.lake), options.decoder), timezone="UTC"
+    )
+    prefix = LAKE_FIELD_PREFIX if phase == PHASE_LAKE else KAFKA_FIELD_PREFIX
+    for batch in batches:
+        n = batch.num_rows
+        arrays = []
+        for f in schema:
+            if f.name == PHASE_COLUMN:
+                arrays.append(pa.array([phase] * n, type=f.type))
+            elif f.name.startswith(prefix) and f.name[len(prefix) :] in batch.schema.names:
+                column = batch.column(f.name[len(prefix) :])
+                arrays.append(column if column.type == f.type else column.cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, type=f.type))
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _key(offset: dict) -> str:
@@ -362,6 +401,7 @@ def hybrid_stream_options(
     event_time_min: Any = None,
     event_time_max: Any = None,
     max_future: str | None = None,
+    mapped: bool = False,
     **options: Any,
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
@@ -375,6 +415,8 @@ def hybrid_stream_options(
     :func:`~kappaplus.connectors.delta.table.pin_version`).
     ``event_time_min`` / ``event_time_max`` / ``max_future``: the input's event-time bounds;
     a Kafka record outside them is a dead letter with its reason.
+    ``mapped``: deliver each side in its own shape (:func:`~kappaplus.connectors.hybrid.
+    options.mapped_schema`) for the caller to map, not Kafka's events conformed to the lake's.
 
     Keyword options are routed by name: Hive source options Kafka does not have
     (``maxRowsPerTrigger``, ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``,
@@ -446,6 +488,8 @@ def hybrid_stream_options(
     )
     if job_name:
         resolved["jobName"] = job_name
+    if mapped:
+        resolved["mapped"] = "true"
     for key, value in (
         ("eventTimeMin", event_time_min),
         ("eventTimeMax", event_time_max),

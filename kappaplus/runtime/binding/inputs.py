@@ -464,7 +464,6 @@ def _iceberg_bootstrap(
     """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka;
     ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
     from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
-    from kappaplus.connectors.hybrid.source import read_hybrid_stream
 
     iceberg, kafka = binding.iceberg, binding.kafka
     assert iceberg is not None
@@ -519,7 +518,7 @@ def _iceberg_bootstrap(
         options["lake.manifestDir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    raw = _observe_source(lake_then_kafka(spark, spec, kafka, options), spec, "source")
     source = (
         f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
@@ -596,7 +595,6 @@ def _delta_bootstrap(
     """Bootstrap from a Delta table's pinned version up to the cutoff, then Kafka;
     ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
     from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
-    from kappaplus.connectors.hybrid.source import read_hybrid_stream
 
     delta, kafka = binding.delta, binding.kafka
     assert delta is not None
@@ -649,12 +647,53 @@ def _delta_bootstrap(
         options["lake.manifestDir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    raw = _observe_source(read_hybrid_stream(spark, **options), spec, "source")
+    raw = _observe_source(lake_then_kafka(spark, spec, kafka, options), spec, "source")
     source = (
         f"delta {delta.path} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
     )
     return raw, source
+
+
+def kafka_is_mapped(spec: InputSpec, kafka: KafkaInput) -> bool:
+    """Whether the Kafka binding has a shape of its own (``columns``, ``fields``, an
+    ``event_time`` field other than the job's)."""
+    stored = kafka.event_time
+    own_event = stored is not None and stored.column not in (None, spec.event_time_column)
+    return bool(kafka.columns or kafka.fields or own_event)
+
+
+def lake_then_kafka(
+    spark: SparkSession, spec: InputSpec, kafka: KafkaInput, options: dict[str, Any]
+) -> DataFrame:
+    """The hybrid source of an Iceberg or Delta bootstrap (the lake holds the job's columns):
+    a mapped Kafka binding's records are mapped by its own mapping and the lake's rows read
+    by name (:func:`kappaplus.mapping.apply_phase_mappings`), not conformed to the lake's
+    schema by name; an unmapped one as before."""
+    from kappaplus.connectors.hybrid.options import (
+        KAFKA_FIELD_PREFIX,
+        LAKE_FIELD_PREFIX,
+        PHASE_COLUMN,
+    )
+    from kappaplus.connectors.hybrid.source import PHASE_LAKE, read_hybrid_stream
+    from kappaplus.mapping import apply_phase_mappings, quoted
+    from kappaplus.runtime.binding.unify import kafka_resolution, refuse_mismatches
+
+    if not kafka_is_mapped(spec, kafka):
+        return read_hybrid_stream(spark, **options)
+    resolution = kafka_resolution(spark, spec, kafka)
+    refuse_mismatches(resolution)
+    target = spec.struct_type()
+    return apply_phase_mappings(
+        read_hybrid_stream(spark, mapped=True, **options),
+        target,
+        {name: quoted(name) for name in target.fieldNames()},
+        {c.column: c.expression for c in resolution.columns},
+        phase=PHASE_COLUMN,
+        lake_phase=PHASE_LAKE,
+        lake_prefix=LAKE_FIELD_PREFIX,
+        kafka_prefix=KAFKA_FIELD_PREFIX,
+    )
 
 
 def _observe_source(df: DataFrame, spec: InputSpec, stage: str, io: str = "delivered") -> DataFrame:

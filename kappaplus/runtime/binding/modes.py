@@ -239,13 +239,6 @@ class BootstrapMode(RunMode):
                 f"inputs.{spec.name}", None, "bootstrap mode needs a Hive table and a Kafka topic"
             )
         bind.check_event_time(spec, hive)
-        if hive.columns or hive.event_time is not None or kafka.columns or kafka.fields:
-            raise ConfigError(
-                f"inputs.{spec.name}",
-                "columns",
-                "bootstrap mode does not map columns yet: the lake and the topic must carry "
-                "the job's columns (run a backfill up to the cutoff, then stream)",
-            )
         options = bind.hybrid_options(
             spec, hive, kafka, ctx.run, ctx.job_name, ctx.dead_letter_staging
         )
@@ -254,12 +247,65 @@ class BootstrapMode(RunMode):
             options["manifestDir"] = f"{ctx.source_state}/manifests"
         if ctx.drain_file is not None:
             options[DRAIN_OPTION] = ctx.drain_file
-        raw = bind._observe_source(read_hybrid_stream(ctx.spark, **options), spec, "source")
+        mapped = BootstrapMode._mapped(ctx, options)
+        if mapped is not None:
+            raw = bind._observe_source(mapped, spec, "source")
+        else:
+            raw = bind._observe_source(read_hybrid_stream(ctx.spark, **options), spec, "source")
         source = (
             f"hive {hive.table} [{options['start'] or '-'}, {options['cutoff']}) then kafka "
             f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
         )
         return raw, source
+
+    @staticmethod
+    def _mapped(ctx: InputContext, options: dict[str, Any]) -> DataFrame | None:
+        """The bootstrap's rows as the job's columns when the lake or the topic has a shape
+        of its own (a ``columns`` mapping, a stored event time, a record schema of its own):
+        each binding's mapping checked against its source as in a backfill or a stream, the
+        source reading each side as it is, and the lake rows mapped by the Hive binding's
+        mapping, the Kafka rows by the Kafka binding's, before the watermark. The cutoff
+        applies to each side's own event time (the lake's planner converts it to the stored
+        unit or format). None when neither side is mapped."""
+        from kappaplus.connectors.hybrid.options import (
+            KAFKA_FIELD_PREFIX,
+            LAKE_FIELD_PREFIX,
+            PHASE_COLUMN,
+        )
+        from kappaplus.connectors.hybrid.source import PHASE_LAKE, read_hybrid_stream
+        from kappaplus.mapping import apply_phase_mappings
+        from kappaplus.runtime.binding.unify import (
+            hive_resolution,
+            kafka_resolution,
+            refuse_mismatches,
+            stored_options,
+        )
+
+        spec, hive, kafka = ctx.spec, ctx.binding.hive, ctx.binding.kafka
+        assert hive is not None and kafka is not None
+        own_event = kafka.event_time is not None and kafka.event_time.column is not None
+        if not (hive.columns or hive.event_time or kafka.columns or kafka.fields or own_event):
+            return None
+        lake_side = hive_resolution(ctx.spark, spec, hive)
+        kafka_side = kafka_resolution(ctx.spark, spec, kafka)
+        refuse_mismatches(lake_side)
+        refuse_mismatches(kafka_side)
+        lake = {c.column: c.expression for c in lake_side.columns}
+        topic = {c.column: c.expression for c in kafka_side.columns}
+        stored = stored_options(hive)
+        options.update({f"lake.{key}": value for key, value in stored.items()})
+        options["lake.columns"] = ",".join(lake_side.reads)
+        raw = read_hybrid_stream(ctx.spark, mapped=True, **options)
+        return apply_phase_mappings(
+            raw,
+            spec.struct_type(),
+            lake,
+            topic,
+            phase=PHASE_COLUMN,
+            lake_phase=PHASE_LAKE,
+            lake_prefix=LAKE_FIELD_PREFIX,
+            kafka_prefix=KAFKA_FIELD_PREFIX,
+        )
 
     def publish_set_aside(
         self,

@@ -73,10 +73,41 @@ def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Re
     reads against every data file's own schema (an evolved lake: a file lacking a column
     reads it as null, a narrower type widens; a wider or incompatible type is a mismatch)."""
     binding = f"inputs.{spec.name}.hive"
+    schema = hive_source_schema(spark, hive)
     mapping = job_mapping(spec, binding, hive.columns, hive.event_time_column)
-    resolution = resolve_mapping(spark, spec, binding, mapping, hive_source_schema(spark, hive))
+    resolution = resolve_mapping(spark, spec, binding, mapping, schema)
+    if hive.mappings:
+        resolution = _by_date_range(spark, spec, hive, schema, resolution)
     resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution))
     return resolution
+
+
+def _by_date_range(
+    spark: SparkSession,
+    spec: InputSpec,
+    hive: HiveInput,
+    schema: StructType,
+    first: Resolution,
+) -> Resolution:
+    """The binding's ``columns`` before the first ``mappings`` entry, then from each entry's
+    ``from`` on those columns with the entry's (and the entries' before it) replacing
+    theirs, as one resolution choosing by the row's event time."""
+    from kappaplus.core.timeutil import iso
+    from kappaplus.mapping import by_date_range
+
+    binding = f"inputs.{spec.name}.hive"
+    ranges: list[tuple[int | None, str, Resolution]] = [
+        (None, f"before {iso(hive.mappings[0].micros)}", first)
+    ]
+    columns = dict(hive.columns)
+    for i, entry in enumerate(hive.mappings):
+        key = f"{binding}.mappings[{i}]"
+        columns.update(entry.columns)  # each range changes only what it lists
+        mapping = job_mapping(spec, key, columns, hive.event_time_column)
+        resolved = resolve_mapping(spark, spec, key, mapping, schema)
+        ranges.append((entry.micros, f"from {iso(entry.micros)}", resolved))
+    event = next(c.expression for c in first.columns if c.column == spec.event_time_column)
+    return by_date_range(event, ranges, binding)
 
 
 def file_mismatches(
