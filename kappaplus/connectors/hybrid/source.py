@@ -366,6 +366,7 @@ def hybrid_stream_options(
     event_time_min: Any = None,
     event_time_max: Any = None,
     max_future: str | None = None,
+    max_ahead: str | None = None,
     **options: Any,
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
@@ -377,8 +378,9 @@ def hybrid_stream_options(
     ``{"storage_options": <delta-rs storage options or None>, "version": <or None>}`` (its
     version is pinned in the lake's ``manifestDir``,
     :func:`~kappaplus.connectors.delta.table.pin_version`).
-    ``event_time_min`` / ``event_time_max`` / ``max_future``: the input's event-time bounds;
-    a Kafka record outside them is a dead letter with its reason.
+    ``event_time_min`` / ``event_time_max`` / ``max_future`` / ``max_ahead``: the input's
+    event-time bounds; a Kafka record outside them (or too far ahead of its peers) is a dead
+    letter with its reason.
 
     Keyword options are routed by name: Hive source options Kafka does not have
     (``maxRowsPerTrigger``, ``partitionTimeFormat``, ``manifestDir``, ``maxLateness``,
@@ -454,6 +456,7 @@ def hybrid_stream_options(
         ("eventTimeMin", event_time_min),
         ("eventTimeMax", event_time_max),
         ("maxFuture", max_future),
+        ("maxAhead", max_ahead),
     ):
         if value is not None:
             resolved[key] = str(value)
