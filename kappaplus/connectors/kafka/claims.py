@@ -106,7 +106,9 @@ def _exists(bootstrap: str, settings: Mapping[str, str], topic: str) -> bool:
 
     admin = AdminClient({**_client(bootstrap, settings), "log_level": "0"})
     try:
-        metadata = admin.list_topics(topic=topic, timeout=10)
+        # every topic: a metadata request naming one may create it on brokers that
+        # auto-create topics
+        metadata = admin.list_topics(timeout=10)
     except Exception as exc:
         raise KafkaError(
             f"cannot read the metadata of {bootstrap} (claims topic {topic!r}): {exc}"
