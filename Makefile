@@ -29,7 +29,7 @@ bench: setup
 	.venv/bin/python bench/bench_delta.py
 
 chaos: setup
-	.venv/bin/python tests/chaos/chaos.py --scenarios 12
+	.venv/bin/python tests/chaos/chaos.py --scenarios 13
 
 down: setup
 	.venv/bin/kappa down

@@ -157,14 +157,16 @@ def run_command(
     append: bool = typer.Option(
         False,
         "--append",
-        help="Write even where an output table holds another run's rows over this run's "
-        "event times (deliberately: both stay). Without it such a run is refused (exit 2).",
+        help="Write even where an output table or topic holds another run's rows over this "
+        "run's event times (deliberately: both stay). Without it such a run is refused "
+        "(exit 2).",
     ),
     replace_range: bool = typer.Option(
         False,
         "--replace-range",
-        help="Backfill: replace the rows other runs wrote to the output tables over this "
-        "run's [start, end) with this run's, in one step for readers when it finishes.",
+        help="Backfill: replace the rows other runs wrote to the output Hive tables over "
+        "this run's [start, end) with this run's, in one step for readers when it finishes "
+        "(not for topics: records cannot be taken out of one).",
     ),
     master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
     metastore_uri: str = typer.Option(

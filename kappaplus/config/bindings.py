@@ -379,8 +379,9 @@ class EventTimeBounds(StrictModel):
       event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
     - ``max_ahead``: how far ahead of its peers a record's event time may be: of the median
       event time of the records read with it from its Kafka partition in the same
-      micro-batch (stream mode; default none). One plausible outlier (three days ahead,
-      inside ``max_future``) would otherwise move the watermark for every later row.
+      micro-batch (stream mode and a bootstrap's Kafka phase; default none). One plausible
+      outlier (three days ahead, inside ``max_future``) would otherwise move the watermark
+      for every later row.
     """
 
     min: Annotated[Any, AfterValidator(moment_text)] = DEFAULT_MIN_EVENT_TIME

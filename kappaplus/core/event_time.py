@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from kappaplus.core.timeutil import format_duration, iso, parse_duration
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from kappaplus.core.timeutil import Duration
 
 #: Hidden boolean column of sources that append end-of-input marker rows.
 MARKER_COLUMN = "_kappa_marker"
@@ -87,3 +93,63 @@ def bound_violation(
     else:
         return None
     return f"event time {column} = {iso(micros)} {why}"
+
+
+PEERS = "ahead of its peers"
+"""Words every ``max_ahead`` reason carries (the out-of-bounds count finds them by it)."""
+
+
+def far_ahead_reasons(
+    times: pa.Array, partitions: pa.Array, failed: pa.Array, column: str, max_ahead: Duration
+) -> list[str | None]:
+    """Per row, why its event time is too far ahead of its partition's median (None if
+    it is not). ``times``: the event times (timestamps or epoch microseconds), ``failed``:
+    whether a row already failed (it is neither judged nor a peer).
+
+    >>> import pyarrow as pa
+    >>> from kappaplus.core.timeutil import Duration
+    >>> day = 86_400_000_000
+    >>> times = pa.array([0, 60_000_000, 3 * day, 120_000_000], pa.int64())
+    >>> reasons = far_ahead_reasons(times, pa.array([0, 0, 0, 0]),
+    ...     pa.array([False] * 4), "ts", Duration.parse("1 day", "max_ahead"))
+    >>> [r is not None for r in reasons]
+    [False, False, True, False]
+    >>> reasons[2].split(" is ")
+    ['event time ts = 1970-01-04T00:00:00Z', 'more than max_ahead = 1 day ahead of its peers \
+in partition 0 (median 1970-01-01T00:01:30Z)']
+    """
+    import pyarrow as pa
+
+    micros = times.cast(pa.int64()).to_pylist() if times.type != pa.int64() else times.to_pylist()
+    parts = partitions.to_pylist()
+    bad = failed.to_pylist()
+    peers: dict[object, list[int]] = {}
+    for moment, part, failed_row in zip(micros, parts, bad, strict=True):
+        if moment is not None and not failed_row:
+            peers.setdefault(part, []).append(moment)
+    medians = {}
+    for part, moments in peers.items():
+        moments.sort()
+        middle = len(moments) // 2
+        medians[part] = (
+            moments[middle] if len(moments) % 2 else (moments[middle - 1] + moments[middle]) // 2
+        )
+    reasons: list[str | None] = []
+    for moment, part, failed_row in zip(micros, parts, bad, strict=True):
+        median = medians.get(part)
+        if moment is None or failed_row or median is None or moment - median <= max_ahead.micros:
+            reasons.append(None)
+            continue
+        reasons.append(
+            f"event time {column} = {_iso_s(iso(moment))} is more than max_ahead = {max_ahead} "
+            f"{PEERS} in partition {part} (median {_iso_s(iso(median))})"
+        )
+    return reasons
+
+
+def _iso_s(text: str) -> str:
+    """``2024-06-01T00:00:00Z`` (whole seconds, as the other bounds' reasons show it)."""
+    head = text.replace("+00:00", "Z")
+    if "." in head:
+        head = head.split(".", 1)[0] + "Z"
+    return head if head.endswith("Z") else head + "Z"

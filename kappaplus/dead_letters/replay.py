@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from kappaplus.connectors.kafka.whole_topic import read_ranges, true_ends
 from kappaplus.core.errors import ConfigError, KafkaError
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ REPLAY_OF, REPLAY_ID, REPLAY_REASON = (
     "kappa-replay-id",
     "kappa-dead-letter-reason",
 )
+GROUP = "kappa-dlq-replay"
+"""The consumer group prefix of the reads of a replay (never committed)."""
+
 FAULT_ENV = "KAPPA_REPLAY_FAULT"
 """Tests only: ``after-produce`` makes the process die (``os._exit(137)``, as kill -9)
 after the records are acknowledged and before their positions are recorded."""
@@ -226,69 +230,6 @@ def read_dead_letters(
     return sorted(latest.values(), key=lambda d: (d.partition, d.offset))
 
 
-def true_ends(bootstrap: str, settings: dict[str, str], topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (earliest, end) of ``topic``: the true end, also on brokers whose
-    reported high watermark is only a lower bound (tansu: docs/broker.md)."""
-    from kappaplus.connectors.kafka.offsets import OffsetOracle
-    from kappaplus.connectors.kafka.options import KafkaSourceOptions
-
-    options = KafkaSourceOptions.parse(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "subscribe": topic,
-            **{f"kafka.{k}": v for k, v in settings.items()},
-        },
-        streaming=False,
-    )
-    oracle = OffsetOracle(options)
-    try:
-        tps = oracle.topic_partitions()
-        if not tps:
-            raise KafkaError(f"topic {topic!r} has no partitions (does it exist?)")
-        lows = oracle.earliest(tps)
-        ends = oracle.end_offsets(tps)
-        return {tp[1]: (lows[tp], ends[tp]) for tp in tps}
-    finally:
-        oracle.close()
-
-
-def _read_ranges(
-    bootstrap: str, settings: Mapping[str, str], topic: str, ranges: Mapping[int, tuple[int, int]]
-) -> Iterator[Any]:
-    """Every message of ``topic`` in ``ranges`` (partition -> [low, high)), in offset order
-    per partition; KafkaError naming the partition and offset when one does not come."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            **settings,
-            "bootstrap.servers": bootstrap,
-            "group.id": f"kappa-dlq-replay-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": "false",
-            "log_level": "0",
-        }
-    )
-    try:
-        for partition, (low, high) in sorted(ranges.items()):
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, low)])
-            position = low
-            while position < high:
-                message = consumer.poll(5.0)
-                if message is None:
-                    raise KafkaError(
-                        f"topic {topic!r} partition {partition}: no message at offset "
-                        f"{position} (end {high}) within 5 s"
-                    )
-                if message.error():
-                    raise KafkaError(f"topic {topic!r}: {message.error()}")
-                yield message
-                position = int(message.offset() or 0) + 1
-    finally:
-        consumer.close()
-
-
 def _consume_dlq_topic(target: DeadLetterTarget) -> list[dict[str, Any]]:
     """Every message of the DLQ topic, parsed (read from the beginning to the end)."""
     from kappaplus.dead_letters.targets import parse_dlq_message
@@ -298,7 +239,9 @@ def _consume_dlq_topic(target: DeadLetterTarget) -> list[dict[str, Any]]:
     ranges = true_ends(target.kafka_bootstrap, settings, target.kafka_topic)
     return [
         parse_dlq_message(message.value() or b"{}")
-        for message in _read_ranges(target.kafka_bootstrap, settings, target.kafka_topic, ranges)
+        for message in read_ranges(
+            target.kafka_bootstrap, settings, target.kafka_topic, ranges, group_prefix=GROUP
+        )
     ]
 
 
@@ -407,7 +350,9 @@ def _produced_since(plan: ReplayPlan, ends: dict[str, int], replay_id: str) -> d
     coordinate -> (partition, offset)."""
     ranges = {p: (int(ends.get(str(p), 0)), high) for p, high in _end_offsets(plan).items()}
     found: dict[str, Any] = {}
-    for message in _read_ranges(plan.bootstrap, plan.producer_settings, plan.topic, ranges):
+    for message in read_ranges(
+        plan.bootstrap, plan.producer_settings, plan.topic, ranges, group_prefix=GROUP
+    ):
         headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
         if headers.get(REPLAY_ID) == replay_id and REPLAY_OF in headers:
             where = {"partition": message.partition(), "offset": int(message.offset() or 0)}

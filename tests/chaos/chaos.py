@@ -27,6 +27,16 @@ the backfill table marked, production renamed to ``_previous``, the backfill ren
 production), then ``kappa promote`` again: the production name must then hold exactly the
 uninterrupted backfill's rows and ``<table>_previous`` exactly the uninterrupted stream's.
 
+``replay-sigkill`` runs a stream whose event-time bound (``max``, half-way through the
+events) makes the later half dead letters (with a record no decoder reads), fixes the bound,
+and runs ``kappa dlq replay`` killed with SIGKILL at one of three moments: right after it
+recorded the letter that failed again (before producing), right after it recorded its
+intent to produce (producing under way), or right after the broker acknowledged every
+record and before they were recorded (``$KAPPA_REPLAY_FAULT=after-produce``); then the
+replay again, then the stream resumed. Each fixable dead letter must be in the input topic
+exactly once more (its ``kappa-replay-of`` header once), the unreadable one not, and the
+stream's output must equal that of the same steps uninterrupted, row for row.
+
 Server restarts: ``metastore-restart`` runs the backfill on a metastore server (started for
 the whole suite when such a scenario is planned, so every run then uses it) and stops and
 starts it again on the same port and database at the chosen moment: the run must go on (its
@@ -79,6 +89,7 @@ SCENARIOS = (
     "metastore-outage",
     "stream-broker-restart",
     "promote-sigkill",
+    "replay-sigkill",
 )
 PROMOTE_STEPS = ("marked", "production_moved", "backfill_moved")
 """The steps of ``kappa promote`` a ``promote-sigkill`` scenario kills it after
@@ -97,12 +108,16 @@ TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.MULTILINE)
 ``foreachBatch`` quotes the worker's traceback inside a line ("Return Message: Traceback
 ..."): that one is the log's, kept there on purpose."""
 STREAM_TOPIC = "chaos-events"
+REPLAY_MOMENTS = ("after-failed", "after-intent", "after-produce")
+"""When a ``replay-sigkill`` scenario kills ``kappa dlq replay`` (see the docstring)."""
+UNREADABLE = b"{not json"
+"""A record no decoder reads: a dead letter that fails again at every replay."""
 STREAM_BATCH = 60  # Kafka records per stream micro-batch
 
 
 def mode_of(scenario: str) -> str:
     """The ``kappa run --mode`` a scenario interrupts."""
-    for mode in ("stream", "bootstrap", "promote"):
+    for mode in ("stream", "bootstrap", "promote", "replay"):
         if scenario.startswith(f"{mode}-"):
             return mode
     return "backfill"
@@ -218,7 +233,14 @@ def read_outputs(home: Path, tables: list[str]) -> dict[str, list[list[object]]]
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def write_config(home: Path, table: str, out: str, bootstrap: str = "127.0.0.1:9092") -> Path:
+def write_config(
+    home: Path,
+    table: str,
+    out: str,
+    bootstrap: str = "127.0.0.1:9092",
+    topic: str = STREAM_TOPIC,
+    extra: str = "",
+) -> Path:
     config = home / f"{out}.toml"
     config.write_text(
         textwrap.dedent(
@@ -228,7 +250,7 @@ def write_config(home: Path, table: str, out: str, bootstrap: str = "127.0.0.1:9
             [params]
             session_gap = "30 minutes"
             [inputs.rider_events.kafka]
-            topic = "{STREAM_TOPIC}"
+            topic = "{topic}"
             bootstrap_servers = "{bootstrap}"
             starting_offsets = "earliest"
             maxOffsetsPerTrigger = {STREAM_BATCH}
@@ -244,6 +266,7 @@ def write_config(home: Path, table: str, out: str, bootstrap: str = "127.0.0.1:9
             maxEventTimePerTrigger = "1 hour"
             """
         )
+        + extra
     )
     return config
 
@@ -371,14 +394,20 @@ def scenario(
     bootstrap: str = "",
     cutoff: str = "2024-03-01T06:00:00",
     stack: Stack | None = None,
+    events: tuple[int, int, int] = (30, 1, 12),
 ) -> tuple[Outcome, str | None]:
-    """Run one scenario; returns the outcome (rows checked later) and the table to read."""
+    """Run one scenario; returns the outcome (rows checked later) and the table to read.
+    ``events``: riders, seed and hours of the input's events."""
     config = write_config(home, table, out, bootstrap or "127.0.0.1:9092")
     moment = "before 1st commit" if commits == 0 else f"after {commits} commit(s)"
     if name in RESTARTS:
         return restart_scenario(home, name, out, commits, end, config, moment, stack)
     if name == "promote-sigkill":
         return promote_scenario(home, name, out, PROMOTE_STEPS[commits % 3], end, config)
+    if name == "replay-sigkill":
+        # rows compared in main() with the same steps uninterrupted (the replay baseline)
+        when = REPLAY_MOMENTS[commits % len(REPLAY_MOMENTS)]
+        return replay_steps(home, table, out, bootstrap, cutoff, events, when)
     sig = {
         "sigterm-group": signal.SIGTERM,
         "sigint-group": signal.SIGINT,
@@ -461,6 +490,135 @@ def promote_scenario(
         outcome.problems.append(f"the rerun exited {outcome.second_exit}: {err2[-300:]}")
     if "Traceback" in err2:
         outcome.problems.append("a traceback on the rerun: " + err2[-300:])
+    return outcome, out
+
+
+def replay_configs(
+    home: Path, table: str, out: str, bootstrap: str, bound: str, events: tuple[int, int, int]
+) -> tuple[Path, Path, str]:
+    """A topic of its own holding the stream's events (and an unreadable record), and the
+    configs of the replay steps over it: ``bounded`` (every event from ``bound`` on is a
+    dead letter) and ``fixed`` (the same binding, without the bound): the same checkpoint."""
+    topic, dlq = f"chaos-replay-{out}", f"chaos-replay-{out}-dlq"
+    from kappaplus.local.broker import create_topic
+
+    stream_topic(bootstrap, *events, topic=topic, extra=[UNREADABLE])
+    create_topic(bootstrap, dlq, partitions=1)
+    dead = f'dlq = {{ topic = "{dlq}" }}\n'
+    config = write_config(home, table, out, bootstrap, topic)
+    text = config.read_text().replace("starting_offsets", dead + "starting_offsets", 1)
+    fixed = home / f"{out}.toml"
+    fixed.write_text(text)
+    bounded = home / f"{out}.bounded.toml"
+    bounded.write_text(text + f'[inputs.rider_events.event_time_bounds]\nmax = "{bound}"\n')
+    return bounded, fixed, topic
+
+
+def kappa_replay(
+    home: Path, config: Path, moment: str | None = None, notes: list[str] | None = None
+) -> tuple[int, str, str]:
+    """``kappa dlq replay sessionization --json``; with ``moment`` killed with SIGKILL then
+    (:data:`REPLAY_MOMENTS`): after a ledger line of that kind, or by the replay's own
+    fault hook right after the broker acknowledged its records. Returns (exit code, stdout,
+    stderr)."""
+    env = _env(home)
+    if moment == "after-produce":
+        env["KAPPA_REPLAY_FAULT"] = "after-produce"
+    proc = subprocess.Popen(
+        [*KAPPA, "dlq", "replay", "sessionization", "-c", str(config), "--json"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    root = home / "checkpoints" / config.stem.split(".")[0]
+    kind = {"after-failed": "failed", "after-intent": "intent"}.get(moment or "")
+    deadline = time.monotonic() + 600
+    while kind is not None and proc.poll() is None and time.monotonic() < deadline:
+        lines = [
+            line
+            for ledger in root.glob("**/dead-letter-replays/*.jsonl")
+            for line in ledger.read_text().splitlines()
+        ]
+        if any(f'"kind": "{kind}"' in line for line in lines):
+            proc.kill()
+            break
+        time.sleep(0.005)
+    if kind is not None and proc.returncode is not None and notes is not None:
+        notes.append("the replay had ended before the kill")
+    out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    if moment is not None:
+        _wait_for_jvm_exit(home)
+    return proc.returncode, out, err
+
+
+def replayed_copies(bootstrap: str, topic: str) -> tuple[dict[str, int], int]:
+    """How many times each dead letter was produced again to ``topic`` (by its
+    ``kappa-replay-of`` header), and how many records of the topic are the unreadable one."""
+    from kappaplus.connectors.kafka.whole_topic import read_ranges, true_ends
+    from kappaplus.dead_letters.replay import REPLAY_OF
+
+    copies: dict[str, int] = {}
+    unreadable = 0
+    ranges = true_ends(bootstrap, {}, topic)
+    for message in read_ranges(bootstrap, {}, topic, ranges, group_prefix="kappa-chaos"):
+        unreadable += message.value() == UNREADABLE
+        of = dict(message.headers() or []).get(REPLAY_OF)
+        if of is not None:
+            copies[of.decode()] = copies.get(of.decode(), 0) + 1
+    return copies, unreadable
+
+
+def replay_steps(
+    home: Path,
+    table: str,
+    out: str,
+    bootstrap: str,
+    bound: str,
+    events: tuple[int, int, int],
+    moment: str | None,
+) -> tuple[Outcome, str | None]:
+    """A stream with the bound, ``kappa dlq replay`` with it fixed (killed at ``moment``,
+    then again), the stream resumed: see the module docstring. ``events``: riders, seed
+    and hours of the events (:func:`stream_topic`)."""
+    bounded, fixed, topic = replay_configs(home, table, out, bootstrap, bound, events)
+    when = f"killed {moment}" if moment else "uninterrupted"
+    outcome = Outcome("replay-sigkill", when, None, None)
+    code, err = kappa_run(home, bounded, mode="stream")
+    if code != 0:
+        outcome.problems.append(f"the bounded stream exited {code}: {err[-300:]}")
+        return outcome, None
+    if moment is not None:
+        outcome.first_exit, out1, err1 = kappa_replay(home, fixed, moment, outcome.notes)
+        if outcome.first_exit not in (-signal.SIGKILL, 137) and not outcome.notes:
+            outcome.problems.append(f"the replay was not killed: {(out1 + err1)[-300:]}")
+    outcome.second_exit, out2, err2 = kappa_replay(home, fixed)
+    if outcome.second_exit != 0 or TRACEBACK.search(out2 + err2):
+        outcome.problems.append(f"the replay exited {outcome.second_exit}: {(out2 + err2)[-300:]}")
+        return outcome, None
+    try:
+        summary = json.loads(out2.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        summary = {}
+    if summary.get("failed_again") != 1:
+        outcome.problems.append(f"the unreadable record did not fail again: {summary}")
+    recovered = summary.get("recovered_after_crash", 0)
+    outcome.notes.append(
+        f"rerun: {summary.get('replayed')} replayed, {recovered} found produced by the "
+        f"killed replay, {summary.get('already_replayed')} already replayed"
+    )
+    copies, unreadable = replayed_copies(bootstrap, topic)
+    twice = sorted(c for c, n in copies.items() if n > 1)
+    if twice:
+        outcome.problems.append(f"{len(twice)} dead letters produced twice, e.g. {twice[:3]}")
+    if unreadable != 1:
+        outcome.problems.append(f"the unreadable record is {unreadable} times in the topic")
+    outcome.notes.append(f"{len(copies)} dead letters in the topic again, each once: {not twice}")
+    code, err = kappa_run(home, fixed, mode="stream")
+    if code != 0:
+        outcome.problems.append(f"the resumed stream exited {code}: {err[-300:]}")
     return outcome, out
 
 
@@ -625,16 +783,24 @@ def restart_scenario(
     return outcome, out
 
 
-def stream_topic(bootstrap: str, riders: int, seed: int, hours: int) -> None:
+def stream_topic(
+    bootstrap: str,
+    riders: int,
+    seed: int,
+    hours: int,
+    *,
+    topic: str = STREAM_TOPIC,
+    extra: list[bytes] | None = None,
+) -> None:
     """Produce the events of :func:`prepare` to a one-partition topic of the broker at
     ``bootstrap`` in arrival order, then flush events a day later that move a stream's
-    watermark past every session."""
+    watermark past every session (and the ``extra`` raw records)."""
     from datetime import timedelta
 
     from kappaplus.examples.generate import arrival_order, produce, rider_events
     from kappaplus.local.broker import create_topic
 
-    create_topic(bootstrap, STREAM_TOPIC, partitions=1)
+    create_topic(bootstrap, topic, partitions=1)
     events = rider_events(riders=riders, start=START, hours=hours, seed=seed, late_fraction=0.2)
     at = max(e["event_time"] for e in events) + timedelta(days=1)
     flush = [
@@ -648,7 +814,7 @@ def stream_topic(bootstrap: str, riders: int, seed: int, hours: int) -> None:
         }
         for i in range(2 * STREAM_BATCH)
     ]
-    produce(bootstrap, STREAM_TOPIC, arrival_order(events) + flush)
+    produce(bootstrap, topic, arrival_order(events) + flush, extra=extra or ())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -676,7 +842,8 @@ def main(argv: list[str] | None = None) -> int:
         modes = {mode_of(name) for name, _, _ in planned}
         if "promote" in modes:  # compared with an uninterrupted backfill and stream
             modes |= {"backfill", "stream"}
-        streams = bool(modes & {"stream", "bootstrap"})
+        streams = bool(modes & {"stream", "bootstrap", "replay"})
+        events = (args.riders, args.seed, args.hours)
         backfills = "backfill" in modes
         cutoff = cutoff_of(args.hours)
         restarts = {RESTARTS[name] for name, _, _ in planned if name in RESTARTS}
@@ -704,10 +871,18 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 print(f"the uninterrupted {mode} run failed ({code}): {err[-2000:]}")
                 return 1
+        if "replay" in modes:
+            baselines["replay"] = "chaos_replay_base"
+            base, _ = replay_steps(
+                home, table, baselines["replay"], bootstrap, cutoff, events, None
+            )
+            if base.problems:
+                print(f"the uninterrupted replay steps failed: {base.line()}")
+                return 1
         outcomes: list[tuple[Outcome, str | None]] = []
         for name, out, commits in planned:
             outcomes.append(
-                scenario(home, table, name, out, commits, end, bootstrap, cutoff, stack)
+                scenario(home, table, name, out, commits, end, bootstrap, cutoff, stack, events)
             )
             done = outcomes[-1][0]
             print(f"{name} {done.moment}: exits {done.first_exit}/{done.second_exit}", flush=True)

@@ -123,3 +123,82 @@ def test_max_ahead_is_validated_when_the_config_is_read() -> None:
     }
     with pytest.raises(ConfigError, match="event_time_bounds.max_ahead"):
         config_from_dict(raw)
+
+
+@pytest.mark.slow  # one bootstrap, about 2 minutes
+@pytest.mark.timeout(900)
+def test_a_bootstraps_kafka_phase_dead_letters_a_record_days_ahead_of_its_peers(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    """``max_ahead`` in bootstrap (it was stream only): the lake owns the first four hours,
+    Kafka the rest; one record three days ahead of its neighbour arrives in the Kafka phase.
+    It is a dead letter with its reason (counted as dead), it does not move the watermark:
+    nothing is late and the output equals the counts computed by hand without it. Without
+    the rule the bootstrap's watermark jumped three days and the later rows were dropped
+    (this test on main, before the change: the outlier delivered, ``dead`` 0, and
+    ``rows_dropped_late`` 13, Spark's count of the window groups it dropped)."""
+    from kappaplus.examples.generate import write_table
+
+    rows = flights(0, 1500)
+    cutoff = START + timedelta(hours=4)
+    neighbour = rows[900]  # in the Kafka phase (after the cutoff, 5 h in)
+    assert neighbour["event_time"] > cutoff
+    outlier = {
+        "flight_id": "outlier",
+        "origin": neighbour["origin"],
+        "event_time": neighbour["event_time"] + timedelta(days=3),
+        "arrival": neighbour["event_time"],
+    }
+    flush = [{**r, "event_time": r["event_time"] + timedelta(days=1)} for r in flights(1500, 8)]
+    topic = new_topic(partitions=4, prefix="outlier-boot")
+    produce(kafka_bootstrap, topic, [*rows[:901], outlier, *rows[901:], *flush])
+    table, out, dlq = f"outlier_lake_{uid()}", f"outlier_boot_{uid()}", f"outlier_bdlq_{uid()}"
+    lake = [r for r in rows if r["event_time"] < cutoff + timedelta(hours=1)]
+    write_table(spark, table, lake, "flight_id string, origin string, event_time timestamp")
+    config = config_from_dict(
+        {
+            "job": "tests:JOB",
+            "checkpoint_dir": str(scratch / f"checkpoints-{uid()}"),
+            "inputs": {
+                "flights": {
+                    "kafka": {
+                        "topic": topic,
+                        "bootstrap_servers": kafka_bootstrap,
+                        "maxOffsetsPerTrigger": LIMIT,
+                        "dlq": {"topic": None, "table": dlq},
+                    },
+                    "hive": {
+                        "table": table,
+                        "event_time_column": "event_time",
+                        "partition_format": "dt=%Y-%m-%d/hr=%H",
+                    },
+                    "event_time_bounds": {"max_ahead": "2 days"},
+                }
+            },
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    result = run_job(
+        spark,
+        JOB,
+        config,
+        RunOptions(
+            "bootstrap",
+            start=START.isoformat(),
+            cutoff=cutoff.isoformat(),
+            lateness="1 hour",
+            trigger="available-now",
+        ),
+    )
+    assert result.status == "finished"
+    assert result.rows_dropped_late == 0
+    assert output(spark, out, START + timedelta(hours=23)) == truth(rows)
+    counts = result.record.inputs["flights"]
+    assert counts["dead"] == 1 and counts["dead_letters_written"] == 1
+    kafka_from = cutoff - timedelta(hours=1)
+    in_kafka = [r for r in rows if r["event_time"] >= kafka_from]
+    assert counts["skipped"] == sum(1 for r in in_kafka if r["event_time"] < cutoff)
+    assert counts["delivered"] == sum(1 for r in in_kafka if r["event_time"] >= cutoff) + len(flush)
+    dead = spark.table(dlq).select("value", "reason").collect()
+    assert len(dead) == 1 and json.loads(dead[0].value)["flight_id"] == "outlier"
+    assert "more than max_ahead = 2 days ahead of its peers" in dead[0].reason

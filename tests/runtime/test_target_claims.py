@@ -403,3 +403,179 @@ def test_replacing_a_replacement(  # type: ignore[no-untyped-def]
     assert again.status == "finished"
     rows = Counter(table_rows(spark, table, COLUMNS))
     assert rows == _truth(events, 0, 9)
+
+
+# -- Kafka targets ------------------------------------------------------------------------
+
+
+def _topic_config(scratch: Path, table: str, topic: str, bootstrap: str) -> Any:
+    """The job of ``_config`` writing its counts to a Kafka topic (a backfill writes
+    ``topic`` itself: its ``backfill_topic``)."""
+    return config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "ckpt"),
+            "inputs": {
+                "events": {
+                    "hive": {
+                        "table": table,
+                        "event_time_column": "event_time",
+                        "maxEventTimePerTrigger": "1 hour",
+                    }
+                }
+            },
+            "outputs": {
+                "counts": {
+                    "kafka": {
+                        "topic": f"{topic}-prod",
+                        "backfill_topic": topic,
+                        "bootstrap_servers": bootstrap,
+                    }
+                }
+            },
+        }
+    )
+
+
+def _topic_rows(bootstrap: str, topic: str) -> list[tuple[str | None, tuple[Any, ...]]]:
+    """(query header, (area, window start us, count)) of every record of ``topic``."""
+    import json
+    from datetime import datetime
+
+    from runtime_helpers import consume_topic
+
+    found = []
+    for message in consume_topic(bootstrap, topic, idle=2.0):
+        row = json.loads(message.value())
+        start = micros(datetime.fromisoformat(row["start"].replace("Z", "+00:00")))
+        headers = dict(message.headers() or [])
+        query = headers.get("kappa.query")
+        found.append(
+            (None if query is None else query.decode(), (row["area"], start, row["count"]))
+        )
+    return found
+
+
+@pytest.fixture
+def topic_setting(spark, scratch: Path, kafka_bootstrap: str, new_topic):  # type: ignore[no-untyped-def]
+    """Events over 12 hours under two names, and a finished backfill of the first name
+    over [00:00, 06:00) into a Kafka topic."""
+    events = rider_events(riders=15, start=DAY0, hours=12, seed=24)
+    first, second = _two_names(spark, events)
+    topic = new_topic(prefix="counts")
+    done = run_job(
+        spark,
+        JOB,
+        _topic_config(scratch, first, topic, kafka_bootstrap),
+        RunOptions("backfill", _at(0), _at(6), poll_seconds=0.2),
+    )
+    assert done.status == "finished"
+    written = _topic_rows(kafka_bootstrap, topic)
+    assert Counter(row for _, row in written) == _truth(events, 0, 6)
+    return events, second, topic, done
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_overlapping_backfill_into_a_topic_is_refused_unless_append(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, kafka_bootstrap: str, topic_setting
+) -> None:
+    """Issue 24, item 1, with a Kafka target: the same job bound to a second registered
+    name of the same files, backfilled over [03:00, 09:00) into the topic a first backfill
+    wrote over [00:00, 06:00), used to produce the overlap a second time (exit 0). Now it
+    is refused (exit 2) naming the topic, the other query and its span, with the topic
+    unchanged; --append doubles the overlap deliberately, each record naming its query."""
+    events, second, topic, first = topic_setting
+    config = _topic_config(scratch, second, topic, kafka_bootstrap)
+    before = _topic_rows(kafka_bootstrap, topic)
+    with pytest.raises(IdentityError) as caught:
+        run_job(spark, JOB, config, RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2))
+    message = str(caught.value)
+    assert caught.value.exit_code == 2
+    assert f"topic {topic}" in message and first.plans["counts"].query_name in message
+    assert "2024-03-01T00:00:00" in message and "2024-03-01T05:30:00" in message
+    assert "--append" in message and "another topic" in message
+    assert "Resume that run" in message
+    assert _topic_rows(kafka_bootstrap, topic) == before, "nothing produced"
+    assert {query for query, _ in before} == {first.plans["counts"].query_name}
+
+    # --replace-range cannot take records out of a topic: refused too, saying so
+    with pytest.raises(IdentityError, match="cannot remove records from a Kafka topic"):
+        run_job(
+            spark,
+            JOB,
+            config,
+            RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2, replace_range=True),
+        )
+
+    appended = run_job(
+        spark,
+        JOB,
+        config,
+        RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2, append=True),
+    )
+    assert appended.status == "finished"
+    rows = _topic_rows(kafka_bootstrap, topic)
+    assert Counter(row for _, row in rows) == _truth(events, 0, 6) + _truth(events, 3, 9)
+    by_query = Counter(query for query, _ in rows)
+    assert by_query == {
+        first.plans["counts"].query_name: sum(_truth(events, 0, 6).values()),
+        appended.plans["counts"].query_name: sum(_truth(events, 3, 9).values()),
+    }
+
+    # an adjacent range shares no event time with either run: not refused
+    later = run_job(
+        spark,
+        JOB,
+        _topic_config(scratch, first_name(spark, second), topic, kafka_bootstrap),
+        RunOptions("backfill", _at(9), _at(12), poll_seconds=0.2),
+    )
+    assert later.status == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_resumed_run_into_a_topic_is_not_refused(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, kafka_bootstrap: str, topic_setting
+) -> None:
+    """An --append run into the topic, stopped part way (Ctrl-C), run again WITHOUT the
+    flag, resumes: its own claim says it was checked before its first batch."""
+    events, second, topic, first = topic_setting
+    config = _topic_config(scratch, second, topic, kafka_bootstrap)
+    done = threading.Event()
+    theirs = Path(first.record.checkpoints["counts"])
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 300
+        while not done.is_set() and time.monotonic() < deadline:
+            found = (scratch / "ckpt").glob("area-counts/backfill/*/counts/commits/1")
+            if any(path.parents[1] != theirs for path in found):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=interrupt, daemon=True)
+    watcher.start()
+    try:
+        stopped = run_job(
+            spark,
+            JOB,
+            config,
+            RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2, append=True),
+        )
+    finally:
+        done.set()
+        watcher.join()
+    assert stopped.status == "stopped"
+    resumed = run_job(spark, JOB, config, RunOptions("backfill", _at(3), _at(9), poll_seconds=0.2))
+    assert resumed.status == "finished"
+    assert resumed.plans["counts"].query_name == stopped.plans["counts"].query_name
+    history = resumed.tracker.stats["counts"].history
+    assert history and min(b.batch_id for b in history) >= 2, "resumed, not started over"
+    # at least once: a batch replayed after the stop may be produced again, with the same
+    # key; each run's distinct records are its windows, once
+    mine = {
+        row
+        for query, row in _topic_rows(kafka_bootstrap, topic)
+        if query == resumed.plans["counts"].query_name
+    }
+    assert Counter(mine) == _truth(events, 3, 9)

@@ -39,6 +39,7 @@ from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.options import (
     BOOL,
+    DURATION_TEXT,
     MICROS,
     TIMESTAMP,
     Kind,
@@ -49,7 +50,7 @@ from kappaplus.core.options import (
     read_options,
     to_options,
 )
-from kappaplus.core.timeutil import iso
+from kappaplus.core.timeutil import Duration, iso
 
 LAKE_PREFIX = "lake."
 PHASE_COLUMN = "__kappa_phase"
@@ -156,6 +157,12 @@ class HybridSourceOptions:
     the phase would deliver whose event time is before ``eventTimeMin``, not before
     ``eventTimeMax`` or more than ``maxFuture`` ahead of the batch's planning time is a
     dead letter with that reason, as in a stream, not a row left out."""
+    max_ahead: Duration | None = option("maxAhead", DURATION_TEXT, default=None)
+    """``max_ahead`` of the input's bounds: a Kafka record the phase would deliver whose
+    event time is more than this ahead of its peers (the median event time of the decoded
+    records of its offset range: one partition, one micro-batch, as in a stream) is a dead
+    letter with that reason instead of moving the watermark
+    (:func:`kappaplus.core.event_time.far_ahead_reasons`)."""
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""

@@ -42,7 +42,7 @@ from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
 from kappaplus.connectors.hive.reader import output_arrow_schema
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, safe_file_part
 from kappaplus.connectors.kafka.reader import OffsetRange, read_range
-from kappaplus.core.event_time import bound_violation
+from kappaplus.core.event_time import bound_violation, far_ahead_reasons
 from kappaplus.core.timeutil import iso
 
 COUNTS_DIR = "_counts"
@@ -109,7 +109,13 @@ def read_kafka_range(
     counts = HybridCounts()
     dead: list[pa.Table] = []
     records = read_range(options.kafka, rng)
-    for decoded in decode_batches(options.decoder, decoded_arrow_schema(options), records):
+    decoded_batches = decode_batches(options.decoder, decoded_arrow_schema(options), records)
+    if options.max_ahead is not None:
+        # a record's peers are every record of its range (as in a stream): judge them
+        # together, once the range is read
+        held = list(decoded_batches)
+        decoded_batches = iter([_whole(held, decoded_arrow_schema(options))] if held else [])
+    for decoded in decoded_batches:
         rows, bad, batch_counts = split_decoded(options, decoded, target, planned_micros)
         counts.add(batch_counts)
         if bad is not None:
@@ -119,6 +125,12 @@ def read_kafka_range(
     if dead:
         write_dead_letters(options, rng, pa.concat_tables(dead))
     write_counts(options, rng, counts)
+
+
+def _whole(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    """One record batch of every decoded batch of a range."""
+    table = pa.Table.from_batches(batches, schema=batches[0].schema if batches else schema)
+    return table.combine_chunks().to_batches(max_chunksize=max(1, table.num_rows))[0]
 
 
 def split_decoded(
@@ -144,8 +156,15 @@ def split_decoded(
     good = table.filter(pc.invert(failed))
     micros = pc.cast(pc.cast(good.column(options.kafka_event_time_column), TS_UTC), pa.int64())
     owned = pc.fill_null(pc.greater_equal(micros, options.cutoff), False)
+    counts.skipped = good.num_rows - int(pc.sum(pc.cast(owned, pa.int64())).as_py() or 0)
+    ahead = far_ahead(options, good)
+    if ahead is not None:
+        # judged among every decoded record of the range (its peers), skipped ones too
+        far = pc.and_(pc.is_valid(ahead), owned)
+        if pc.any(far).as_py():
+            dead_parts.append(_dead_rows(good.filter(far), ahead.filter(far), options))
+            owned = pc.and_(owned, pc.invert(far))
     kept = good.filter(owned)
-    counts.skipped = good.num_rows - kept.num_rows
     outside = out_of_bounds_reasons(options, kept, planned_micros)
     if outside is not None:
         bad = pc.is_valid(outside)
@@ -163,6 +182,19 @@ def split_decoded(
     counts.dead = sum(part.num_rows for part in dead_parts)
     dead = pa.concat_tables(dead_parts) if dead_parts else None
     return rows, dead, counts
+
+
+def far_ahead(options: HybridSourceOptions, good: pa.Table) -> pa.Array | None:
+    """Per decoded record, why its event time is more than ``maxAhead`` ahead of its
+    partition's median among ``good`` (null when it is not); None without ``maxAhead``."""
+    if options.max_ahead is None or good.num_rows == 0:
+        return None
+    column = options.event_time_column
+    times = pc.cast(pc.cast(good.column(column), TS_UTC), pa.int64()).combine_chunks()
+    partitions = good.column(RECORD_COL).combine_chunks().field("partition")
+    failed = pa.array([False] * good.num_rows)
+    reasons = far_ahead_reasons(times, partitions, failed, column, options.max_ahead)
+    return pa.array(reasons, type=pa.string()) if any(reasons) else None
 
 
 def out_of_bounds_reasons(

@@ -402,6 +402,7 @@ def hybrid_stream_options(
     event_time_max: Any = None,
     max_future: str | None = None,
     mapped: bool = False,
+    max_ahead: str | None = None,
     **options: Any,
 ) -> dict[str, str]:
     """The string options of ``format("kappa_hybrid")``, validated in the caller.
@@ -413,8 +414,9 @@ def hybrid_stream_options(
     ``{"storage_options": <delta-rs storage options or None>, "version": <or None>}`` (its
     version is pinned in the lake's ``manifestDir``,
     :func:`~kappaplus.connectors.delta.table.pin_version`).
-    ``event_time_min`` / ``event_time_max`` / ``max_future``: the input's event-time bounds;
-    a Kafka record outside them is a dead letter with its reason.
+    ``event_time_min`` / ``event_time_max`` / ``max_future`` / ``max_ahead``: the input's
+    event-time bounds; a Kafka record outside them (or too far ahead of its peers) is a dead
+    letter with its reason.
     ``mapped``: deliver each side in its own shape (:func:`~kappaplus.connectors.hybrid.
     options.mapped_schema`) for the caller to map, not Kafka's events conformed to the lake's.
 
@@ -494,6 +496,7 @@ def hybrid_stream_options(
         ("eventTimeMin", event_time_min),
         ("eventTimeMax", event_time_max),
         ("maxFuture", max_future),
+        ("maxAhead", max_ahead),
     ):
         if value is not None:
             resolved[key] = str(value)

@@ -226,6 +226,7 @@ def hybrid_bounds(bounds: EventTimeBounds) -> dict[str, Any]:
         "event_time_min": bounds.min,
         "event_time_max": bounds.max,
         "max_future": None if bounds.max_future is None else str(bounds.max_future),
+        "max_ahead": None if bounds.max_ahead is None else str(bounds.max_ahead),
     }
 
 

@@ -11,7 +11,9 @@ input's dead letters with its reason (``event time ... is more than max_ahead = 
 of its peers in partition t-0 (median ...)``), is counted as ``out_of_bounds`` and never
 reaches the watermark.
 
-The check runs in the output queries' decoding (:func:`mark_far_ahead`, a ``mapInArrow``
+The rule itself is :func:`kappaplus.core.event_time.far_ahead_reasons` (pure Arrow, shared
+with a bootstrap's Kafka phase, :mod:`kappaplus.connectors.hybrid.reader`). In a stream, the
+check runs in the output queries' decoding (:func:`mark_far_ahead`, a ``mapInArrow``
 over each task: a task reads one offset range of one partition). The peers of a record are
 exactly the records of its offset range, so a replayed micro-batch judges every record the
 same way. A record has peers only if its range has others: a partition that delivers one
@@ -24,72 +26,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from kappaplus.core.event_time import PEERS, far_ahead_reasons
+
+__all__ = ["PEERS", "far_ahead_reasons", "mark_far_ahead"]
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from kappaplus.core.timeutil import Duration
-
-PEERS = "ahead of its peers"
-"""Words every ``max_ahead`` reason carries (the out-of-bounds count finds them by it)."""
-
-
-def far_ahead_reasons(
-    times: pa.Array, partitions: pa.Array, failed: pa.Array, column: str, max_ahead: Duration
-) -> list[str | None]:
-    """Per row, why its event time is too far ahead of its partition's median (None if
-    it is not). ``times``: the event times (timestamps or epoch microseconds), ``failed``:
-    whether a row already failed (it is neither judged nor a peer).
-
-    >>> import pyarrow as pa
-    >>> from kappaplus.core.timeutil import Duration
-    >>> day = 86_400_000_000
-    >>> times = pa.array([0, 60_000_000, 3 * day, 120_000_000], pa.int64())
-    >>> reasons = far_ahead_reasons(times, pa.array([0, 0, 0, 0]),
-    ...     pa.array([False] * 4), "ts", Duration.parse("1 day", "max_ahead"))
-    >>> [r is not None for r in reasons]
-    [False, False, True, False]
-    >>> reasons[2].split(" is ")
-    ['event time ts = 1970-01-04T00:00:00Z', 'more than max_ahead = 1 day ahead of its peers \
-in partition 0 (median 1970-01-01T00:01:30Z)']
-    """
-    import pyarrow as pa
-
-    from kappaplus.core.timeutil import iso
-
-    micros = times.cast(pa.int64()).to_pylist() if times.type != pa.int64() else times.to_pylist()
-    parts = partitions.to_pylist()
-    bad = failed.to_pylist()
-    peers: dict[object, list[int]] = {}
-    for moment, part, failed_row in zip(micros, parts, bad, strict=True):
-        if moment is not None and not failed_row:
-            peers.setdefault(part, []).append(moment)
-    medians = {}
-    for part, moments in peers.items():
-        moments.sort()
-        middle = len(moments) // 2
-        medians[part] = (
-            moments[middle] if len(moments) % 2 else (moments[middle - 1] + moments[middle]) // 2
-        )
-    reasons: list[str | None] = []
-    for moment, part, failed_row in zip(micros, parts, bad, strict=True):
-        median = medians.get(part)
-        if moment is None or failed_row or median is None or moment - median <= max_ahead.micros:
-            reasons.append(None)
-            continue
-        reasons.append(
-            f"event time {column} = {_iso_s(iso(moment))} is more than max_ahead = {max_ahead} "
-            f"{PEERS} in partition {part} (median {_iso_s(iso(median))})"
-        )
-    return reasons
-
-
-def _iso_s(text: str) -> str:
-    """``2024-06-01T00:00:00Z`` (whole seconds, as the other bounds' reasons show it)."""
-    head = text.replace("+00:00", "Z")
-    if "." in head:
-        head = head.split(".", 1)[0] + "Z"
-    return head if head.endswith("Z") else head + "Z"
 
 
 def mark_far_ahead(decoded: DataFrame, column: str, max_ahead: Duration | None) -> DataFrame:

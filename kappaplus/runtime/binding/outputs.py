@@ -196,6 +196,19 @@ class OutputWriter:
 
             self.late = LateRowsPublisher(plan.late, plan.query_name, on_late_kept)
         self.dead_letters = list(dead_letters)
+        self.claimer = None
+        if plan.kafka is not None:
+            from kappaplus.connectors.kafka.claims import TopicClaimer
+
+            # the query's claim on its topic, recorded before each batch's records
+            # (kappaplus.runtime.state.target_claims refuses another run over its span)
+            self.claimer = TopicClaimer(
+                plan.kafka.bootstrap_servers,
+                kafka_settings(plan.kafka),
+                plan.kafka.topic,
+                plan.query_name,
+                plan.provenance,
+            )
 
     def prepare(self, df: DataFrame) -> None:
         """Create or check the output table while the query plans its first batch
@@ -238,7 +251,8 @@ class OutputWriter:
             if self.delta_sink is not None:
                 written = self.delta_sink.write_batch(batch, batch_id) and written
             if self.plan.kafka is not None:
-                write_kafka(batch, self.plan.kafka)
+                self._claim(batch, batch_id)
+                write_kafka(batch, self.plan.kafka, self.plan.query_name)
             elif not written and not ran:
                 # a replayed batch the sink had committed: run it once anyway, so its
                 # audit counts (observed on this plan) are reported again for this batch
@@ -249,25 +263,53 @@ class OutputWriter:
         finally:
             batch.unpersist()
 
+    def _claim(self, batch: DataFrame, batch_id: int) -> None:
+        """Record this query's claim on its topic widened by the batch's event-time span
+        (one aggregate over the persisted batch), before its records are produced."""
+        from kappaplus.connectors.hive.sink import event_time_span
 
-def kafka_records(batch: DataFrame) -> DataFrame:
-    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row."""
+        assert self.claimer is not None
+        span = event_time_span(batch, self.plan.spec.event_time_column)
+        self.claimer.claim(batch_id, None if span is None else (span[0], span[1]))
+
+
+def kafka_settings(kafka: KafkaOutput) -> dict[str, str]:
+    """The client settings of a Kafka output (its ``kafka.*`` options, without the prefix
+    and the bootstrap servers), for the clients of its claims."""
+    from kappaplus.core.kafka_conf import client_conf
+
+    conf = client_conf({**kafka.options, "kafka.bootstrap.servers": kafka.bootstrap_servers})
+    conf.pop("bootstrap.servers", None)
+    return conf
+
+
+def kafka_records(batch: DataFrame, query: str | None = None) -> DataFrame:
+    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row, and with
+    ``query`` the header ``kappa.query`` naming the query that produced it."""
     from pyspark.sql import functions as F
 
+    from kappaplus.connectors.kafka.claims import QUERY_HEADER
+
     value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
-    return batch.select(value.alias("value")).select(
-        F.sha2(F.col("value"), 256).alias("key"), F.col("value")
-    )
+    columns = [F.sha2(F.col("value"), 256).alias("key"), F.col("value")]
+    if query is not None:
+        header = F.struct(
+            F.lit(QUERY_HEADER).alias("key"), F.lit(query).cast("binary").alias("value")
+        )
+        columns.append(F.array(header).alias("headers"))
+    return batch.select(value.alias("value")).select(*columns)
 
 
-def write_kafka(batch: DataFrame, kafka: KafkaOutput) -> None:
-    """Produce the batch to ``kafka.topic`` (``kappa_kafka`` batch writer, idempotent producer)."""
+def write_kafka(batch: DataFrame, kafka: KafkaOutput, query: str | None = None) -> None:
+    """Produce the batch to ``kafka.topic`` (``kappa_kafka`` batch writer, idempotent
+    producer), each record stamped with the ``query`` that produced it (a header)."""
     from kappaplus.connectors.kafka import SHORT_NAME, KafkaDataSource
 
     batch.sparkSession.dataSource.register(KafkaDataSource)
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}
     options.update(kafka.options)
-    kafka_records(batch).write.format(SHORT_NAME).options(**options).mode("append").save()
+    records = kafka_records(batch, query)
+    records.write.format(SHORT_NAME).options(**options).mode("append").save()
 
 
 def start_output(

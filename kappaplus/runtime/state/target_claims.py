@@ -1,5 +1,5 @@
-"""Who else wrote this target: no Hive table holds two runs' rows for one event-time range
-unless the user asks for it.
+"""Who else wrote this target: no Hive table or Kafka topic holds two runs' rows for one
+event-time range unless the user asks for it.
 
 Every batch the Hive sink commits records the run it came from (``provenance``: run
 identity, range, output, checkpoint) and the event-time span of the rows its query has
@@ -32,8 +32,18 @@ Delta targets (:mod:`kappaplus.connectors.delta.sink`) likewise, by the applicat
 transactions in the table's log (one ``txn`` appId per query that committed batches):
 another query's appId in the table refuses the run unless ``--append``.
 
-Kafka targets are not covered: a topic records no provenance (its records carry a
-deterministic key, so a consumer can drop the second copy).
+Kafka targets (``[outputs.<n>.kafka]``; a backfill writes ``<topic>_backfill``) follow
+the Hive rule with what a topic can record: each output query records its claim on its
+topic -- its provenance and the event-time span of every row it produced so far -- in the
+compacted claims topic ``_kappa_claims`` of the same cluster, before each batch's records
+(:mod:`kappaplus.connectors.kafka.claims`), and stamps its records with the header
+``kappa.query``. Before its first batch, a run reads the claims on its topics: another
+query's claim whose span (else its configured range) overlaps this run's range refuses the
+run (exit 2) naming the topic, the other query and its span, and the ways out: resume that
+run, write to another topic, or ``--append`` (records cannot be removed from a topic:
+``--replace-range`` does not apply). A query that already claimed the topic is a resume,
+never refused. It cannot see records of producers other than kappaplus's runtime, records
+written before claims were recorded, nor claims lost with the claims topic.
 """
 
 from __future__ import annotations
@@ -76,6 +86,8 @@ class Claim:
     """The other run is this run from another checkpoint (lost, moved or ``--fresh``)."""
     from_span: bool = False
     """``extent`` is the span of the other run's rows (``[min, max]``), not a range."""
+    kind: str = "table"
+    """``table`` (Hive) or ``topic`` (Kafka: its claims topic says who wrote it)."""
 
     @property
     def overlap(self) -> Span:
@@ -174,14 +186,16 @@ def subtract(span: Span, removed: tuple[tuple[int, int], ...]) -> list[Span]:
 def find_claims(
     spark: SparkSession, plans: Mapping[str, OutputPlan], identity: RunIdentity
 ) -> list[Claim]:
-    """Every other run's committed rows in this run's Hive targets over event times this
-    run will write; none for a target this run already committed batches to (a resume)."""
+    """Every other run's committed rows in this run's Hive targets, and every other query's
+    claim on its Kafka topics, over event times this run will write; none for a target this
+    run already committed batches to or claimed (a resume)."""
     from kappaplus.connectors.hive.commits import committed_runs
 
     mine = run_span(identity.range)
     ours = {plan.query_name for plan in plans.values()}
     claims: list[Claim] = []
     for plan in plans.values():
+        claims.extend(_topic_claims(plan, identity, mine, ours))
         if plan.hive is None:
             continue
         table = plan.hive.table
@@ -209,6 +223,38 @@ def find_claims(
             same = prov.get("key") == identity.key() and prov.get("output") == plan.name
             spanned = other.span is not None and extent[1] == whole[1]
             claims.append(Claim(plan.name, table, other, extent, mine, same, spanned))
+    return claims
+
+
+def _topic_claims(
+    plan: OutputPlan, identity: RunIdentity, mine: Span, ours: set[str]
+) -> list[Claim]:
+    """Other queries' claims on the Kafka topic ``plan`` writes over event times this run
+    will write (:mod:`kappaplus.connectors.kafka.claims`); none when this query claimed
+    the topic already (a resume)."""
+    from kappaplus.connectors.hive.commits import CommittedRun
+    from kappaplus.connectors.kafka.claims import read_claims
+    from kappaplus.runtime.binding.outputs import kafka_settings
+
+    if plan.kafka is None:
+        return []
+    topic = plan.kafka.topic
+    found = read_claims(plan.kafka.bootstrap_servers, kafka_settings(plan.kafka), topic)
+    if any(claim.query == plan.query_name for claim in found):
+        return []  # resumed: checked before its first batch
+    claims = []
+    for claim in found:
+        prov = claim.provenance
+        if not prov or claim.query in ours:
+            continue
+        other = CommittedRun(claim.query, claim.batch + 1, prov, claim.span)
+        extent = extent_of(other)
+        if not overlaps(extent, mine):
+            continue
+        same = prov.get("key") == identity.key() and prov.get("output") == plan.name
+        claims.append(
+            Claim(plan.name, topic, other, extent, mine, same, claim.span is not None, "topic")
+        )
     return claims
 
 
@@ -293,27 +339,42 @@ def check_targets(
     append: bool = False,
     replace_range: bool = False,
 ) -> list[Claim]:
-    """Refuse (:class:`IdentityError`) a run whose Hive targets hold another run's rows
-    over event times it will write (module docstring), unless ``append`` or
-    ``replace_range`` says what to do; the claims that flag allowed."""
+    """Refuse (:class:`IdentityError`) a run whose Hive or Kafka targets hold another run's
+    rows over event times it will write (module docstring), unless ``append`` or
+    ``replace_range`` (Hive tables only) says what to do; the table claims that flag
+    allowed (what a range replacement replaces)."""
     check_iceberg_targets(plans, append=append)
     check_delta_targets(plans, append=append)
     claims = find_claims(spark, plans, identity)
     if not claims:
         return []
+    topics = [claim for claim in claims if claim.kind == "topic"]
+    if replace_range and topics and not append:
+        claim = topics[0]
+        raise IdentityError(
+            "output",
+            claim.table,
+            f"topic {claim.table} holds records of {claim.describe()}: --replace-range "
+            "cannot remove records from a Kafka topic. Resume that run with its own config "
+            "and range, write to another topic, or pass --append to add this run's records "
+            "beside them deliberately",
+        )
     if append or replace_range:
         for claim in claims:
             log.warning(
-                "table %s holds rows of %s; %s",
+                "%s %s holds rows of %s; %s",
+                claim.kind,
                 claim.table,
                 claim.describe(),
                 "--append: this run's rows are added beside them"
                 if append
                 else f"--replace-range: this run replaces them over {claim.shown_overlap()}",
             )
-        return claims
+        return [claim for claim in claims if claim.kind == "table"]
     claim = claims[0]
     others = f" (and {len(claims) - 1} more)" if len(claims) > 1 else ""
+    if claim.kind == "topic":
+        raise IdentityError("output", claim.table, _topic_refusal(claim, others))
     ways = (
         "write to another table, pass --replace-range to replace those rows over "
         f"{claim.shown_overlap()} with this run's, or --append to add this run's rows "
@@ -337,4 +398,25 @@ def check_targets(
         f"table {claim.table} already holds rows of another run{others}: "
         f"{claim.describe()}, and this run covers {show_span(claim.mine)}: those event times "
         f"would be written twice. Resume that run with its own config and range, or {ways}",
+    )
+
+
+def _topic_refusal(claim: Claim, others: str) -> str:
+    """Why a run may not write the topic another query claimed, and the ways out."""
+    ways = (
+        "write to another topic, or pass --append to add this run's records beside them "
+        "deliberately (each record names its query in the header kappa.query)"
+    )
+    if claim.same_identity:
+        prov = claim.other.provenance or {}
+        return (
+            f"topic {claim.table} already holds records this run produced "
+            f"({claim.shown_extent()}) from the checkpoint {prov.get('checkpoint')} (query "
+            f"{claim.other.query}), which is gone or was started over (--fresh): running "
+            f"again would produce them twice. Restore that checkpoint, or {ways}"
+        )
+    return (
+        f"topic {claim.table} already holds records of another run{others}: "
+        f"{claim.describe()}, and this run covers {show_span(claim.mine)}: those event times "
+        f"would be produced twice. Resume that run with its own config and range, or {ways}"
     )
