@@ -1,5 +1,7 @@
 """``kappa demo`` end to end in its own process (a small version): stack up, produce,
-archive, stream, backfill, reconcile; then ``kappa down`` leaves nothing running."""
+archive, stream, backfill, reconcile; then ``kappa down`` leaves nothing running. With
+``--lake iceberg`` the archive is an Iceberg table and the figures are checked against the
+events generated again here."""
 
 from __future__ import annotations
 
@@ -8,9 +10,20 @@ import os
 import re
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
+from pyarrow.dataset import dataset as pq_dataset
+
+from kappaplus.connectors.iceberg.catalog import default_catalog, load_catalog
+from kappaplus.examples.generate import rider_events
+from kappaplus.local.demo import GAP_MINUTES, LATE_DELAY, START
 from kappaplus.local.processes import pid_alive
+
+sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+from runtime_helpers import micros, sessions_by_hand  # noqa: E402
 
 
 def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
@@ -81,3 +94,142 @@ def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
     down = subprocess.run([*kappa, "down"], env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(pid_alive(pid) for pid in pids), "kappa down stops broker and metastore"
+
+
+def _demo_events(riders: int, days: int) -> list[dict[str, Any]]:
+    """The events ``kappa demo`` produces, generated again here (the same seed)."""
+    return rider_events(
+        riders=riders,
+        start=START,
+        hours=days * 24,
+        seed=7,
+        late_fraction=0.3,
+        late_delay=LATE_DELAY,
+    )
+
+
+@pytest.mark.timeout(1500)
+def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) -> None:
+    """``kappa demo --lake iceberg``: the archive is an Iceberg table holding every
+    generated event once (read with pyiceberg), the backfill's sessions are the sessions of
+    the generated events by hand (read from the table's Parquet files), the reconciliation
+    figures add up to them, and the audit pairs the archive with the backfill's lake reads."""
+    home = tmp_path / "home"
+    env = {**os.environ, "KAPPA_HOME": str(home), "COLUMNS": "200"}
+    kappa = [sys.executable, "-m", "kappaplus.cli"]
+    bad = subprocess.run(
+        [*kappa, "demo", "--lake", "orc"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "'--lake' = 'orc'" in bad.stdout and "hive, iceberg" in bad.stdout
+    assert not (home / "demo").exists(), "a bad --lake starts nothing"
+
+    riders, days = 40, 1
+    size = ["--riders", str(riders), "--days", str(days), "--slice-hours", "6"]
+    try:
+        done = subprocess.run(
+            [*kappa, "demo", "--lake", "iceberg", *size, "--batch-hours", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+        out = done.stdout
+        assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+        assert "demo passed" in out and "backfill from Iceberg" in out
+
+        events = _demo_events(riders, days)
+        end = START + timedelta(days=days)
+        assert all(START <= e["event_time"] < end for e in events)
+        # the archive: an Iceberg table (not Hive) with every event once, in Kafka order
+        catalog = load_catalog(default_catalog(home))
+        archived = catalog.load_table("demo.rider_events").scan().to_arrow()
+        ids = archived.column("event_id").to_pylist()
+        assert len(ids) == len(set(ids)) and set(ids) == {e["event_id"] for e in events}
+        assert sorted(archived.column("kafka_offset").to_pylist()) == list(range(len(events)))
+        assert not (home / "warehouse" / "demo.db" / "rider_events").exists()
+        shown = re.search(r"the lake holds ([\d,]+) in the range", out)
+        assert shown and int(shown.group(1).replace(",", "")) == len(events)
+
+        # the backfill's sessions are the sessions of the generated events
+        by_hand = {row[:4] for row in sessions_by_hand(events, GAP_MINUTES * 60)}
+        backfill = _sessions(home, "rider_sessions_backfill")
+        assert len(backfill) == len(set(backfill)), "no session twice"
+        assert set(backfill) == by_hand
+        # the stream's: each the session by hand of its key, or fewer events (late ones)
+        stream = _sessions(home, "rider_sessions")
+        truth = {row[:2]: row for row in by_hand}
+        assert len(stream) == len(set(stream)) and all(row[:2] in truth for row in stream)
+        identical = [row for row in stream if row in by_hand]
+        short = {row[:2]: truth[row[:2]][3] - row[3] for row in stream if row not in by_hand}
+        assert all(missing > 0 for missing in short.values())
+
+        # kappa reconcile on the demo's outputs: its figures are those counted here
+        figures = _reconcile_json(kappa, env, home, tmp_path)
+        assert figures["backfill_rows"] == len(by_hand)
+        assert figures["backfill_measure"] == len(events), "every event once in the backfill"
+        assert figures["production_rows"] == len(stream)
+        assert figures["identical"] == len(identical)
+        assert figures["different"] == len(short)
+        assert figures["only_production"] == 0
+        assert figures["only_backfill"] + figures["open_in_production"] == len(by_hand) - len(
+            stream
+        )
+        assert figures["recovered"] == sum(short.values()) > 0, "the stream dropped late events"
+        assert figures["recovered"] == figures["late_rows_reported"] == figures["late_rows_kept"]
+        assert figures["explained"]
+        for label, key in (
+            ("windows identical in both", "identical"),
+            ("windows that differ (same key)", "different"),
+            ("late rows the backfill recovered (event_count)", "recovered"),
+        ):
+            printed = re.search(re.escape(label) + r"\W+(\d+)", out)
+            assert printed and int(printed.group(1)) == figures[key], (label, figures[key])
+
+        # kappa audit --table pairs the Iceberg archive with the backfill that read it
+        audit = subprocess.run(
+            [*kappa, "audit", "--table", "demo.rider_events", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
+        report = json.loads(audit.stdout[audit.stdout.index("{") :])
+        lake_reads = [
+            s for s in report["series"] if s["stage"] == "lake" and s["mode"] == "backfill"
+        ]
+        assert [(s["dataset"], s["total"]) for s in lake_reads] == [
+            ("demo.rider_events", len(events))
+        ]
+        assert report["ok"] and not report["unexplained"]
+    finally:
+        subprocess.run([*kappa, "down"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _reconcile_json(kappa: list[str], env: dict[str, str], home: Path, tmp: Path) -> Any:
+    config = home / "demo" / "sessionization.toml"
+    again = subprocess.run(
+        [*kappa, "reconcile", "sessionization", "--config", str(config), "--json"]
+        + ["--chart", str(tmp / "reconcile.html")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    return json.loads(again.stdout[again.stdout.index("{") :])
+
+
+def _sessions(home: Path, table: str) -> list[tuple[Any, ...]]:
+    """(rider_id, start, end in micros, event_count) of a Hive output of the demo, read
+    from its Parquet files (pyarrow; the commit log directory ``_kappa_commits`` is
+    skipped as hidden)."""
+    written = pq_dataset(home / "warehouse" / "demo.db" / table, partitioning="hive").to_table(
+        columns=["rider_id", "session_start", "session_end", "event_count"]
+    )
+    return [
+        (r["rider_id"], micros(r["session_start"]), micros(r["session_end"]), r["event_count"])
+        for r in written.to_pylist()
+    ]

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import typer
+from rich.console import Console
 
+from kappaplus.core.errors import KappaError
+from kappaplus.core.settings import state_dir
 from kappaplus.local.demo import run_demo
+from kappaplus.local.demo_lakes import LAKES, demo_lake
+
+_console = Console()
 
 
 def register(app: typer.Typer) -> None:
@@ -18,11 +24,27 @@ def register(app: typer.Typer) -> None:
         batch_hours: float = typer.Option(
             3.0, help="Stream: hours of arrivals per micro-batch (sets maxOffsetsPerTrigger)."
         ),
+        lake: str = typer.Option(
+            "hive",
+            "--lake",
+            help=f"Table format of the lake the topic is archived to and the backfill reads: "
+            f"{' or '.join(LAKES)} (hive: Parquet partitions by event dt/hr in the "
+            "metastore; iceberg: an Iceberg table in the embedded pyiceberg SQL catalog "
+            "under $KAPPA_HOME/iceberg, local warehouse).",
+        ),
         down: bool = typer.Option(False, "--down", help="Stop the services at the end."),
     ) -> None:
-        """Start the embedded stack, produce rider events to Kafka, archive them to Hive,
-        run sessionization in stream mode and backfill it, then reconcile side by side."""
-        report = run_demo(riders, days, slice_hours, batch_hours, down=down)
+        """Start the embedded stack, produce rider events to Kafka, archive them to the lake
+        (a Hive table, or an Iceberg table with --lake iceberg), run sessionization in stream
+        mode and backfill it from the lake, then reconcile side by side."""
+        try:
+            demo_lake(lake, state_dir(), option="--lake")  # a bad value fails before the stack
+            report = run_demo(riders, days, slice_hours, batch_hours, down=down, lake=lake)
+        except KappaError as exc:
+            if exc.exit_code != 2:
+                raise
+            _console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
         if down:
             from kappaplus.cli.stack import down as stop_services
 

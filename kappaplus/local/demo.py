@@ -5,8 +5,10 @@
 2. generate several days of rider app events with realistic disorder (every event up to
    a minute late) and late arrivals (some riders' ``rate_driver`` event hours late), plus
    two undecodable records, and produce them to Kafka in arrival order;
-3. archive the topic into the lake (``kappa archive``: Hive table partitioned by event
-   date/hour, Kafka coordinates kept, bad records in a dead letter table);
+3. archive the topic into the lake (``kappa archive``, Kafka coordinates kept, bad records
+   in a dead letter table): a Hive table partitioned by event date/hour (``lake="hive"``,
+   the default) or an Iceberg table in the embedded catalog (``lake="iceberg"``; the
+   format is one strategy, :mod:`kappaplus.local.demo_lakes`);
 4. run the rider sessionization job in ``stream`` mode from Kafka (small micro-batches,
    2-minute watermark: the late events are dropped, and counted);
 5. backfill the same job and range from the lake (``backfill`` mode: 12-hour event-time
@@ -36,6 +38,7 @@ from rich.table import Table
 
 from kappaplus.core.modes import Mode
 from kappaplus.core.settings import state_dir
+from kappaplus.local.demo_lakes import DemoLake, demo_lake
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +63,7 @@ LATE_DELAY = (6 * 3600.0, 12 * 3600.0)  # a phone offline for hours, then syncin
 class DemoReport:
     """What the demo measured; ``ok`` when stream and backfill reconcile exactly."""
 
+    lake: str = "hive"
     events: int = 0
     late_events: int = 0
     archived: int = 0
@@ -74,6 +78,8 @@ class DemoReport:
     stream_dropped_late: int = 0
     recovered: int = 0
     backfill_events: int = 0
+    lake_events: int = 0
+    """The lake's rows in the demo's range, counted by the lake format's own reader."""
     audit_dropped_late: int | None = None
     late_rows_kept: int | None = None
     reconcile_chart: str | None = None
@@ -173,20 +179,26 @@ def config_toml(raw: dict[str, Any], prefix: str = "") -> str:
     return "\n".join(line for line in lines if line)
 
 
-def _config(bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int) -> Any:
+def _config(
+    lake: DemoLake, bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
+) -> Any:
     """The demo job's configuration; also written to ``<checkpoints>/../sessionization.toml``
     so ``kappa reconcile``/``kappa run`` can use it afterwards."""
     from kappaplus.config import config_from_dict
 
-    raw = _config_dict(bootstrap, checkpoints, slice_hours, per_trigger)
+    raw = _config_dict(lake, bootstrap, checkpoints, slice_hours, per_trigger)
     checkpoints.parent.mkdir(parents=True, exist_ok=True)
     (checkpoints.parent / "sessionization.toml").write_text(config_toml(raw) + "\n")
     return config_from_dict(raw)
 
 
 def _config_dict(
-    bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
+    lake: DemoLake, bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
 ) -> dict[str, Any]:
+    history, backfill_override = lake.input_binding(EVENTS_TABLE, "event_time", slice_hours)
+    backfill: dict[str, Any] = {"watermark_delay": "2 hours"}
+    if backfill_override is not None:
+        backfill["inputs"] = {"rider_events": backfill_override}
     return dict(
         {
             "job": "kappaplus.examples.sessionization:JOB",
@@ -202,11 +214,7 @@ def _config_dict(
                         "maxOffsetsPerTrigger": per_trigger,
                         "dlq": {"topic": DLQ_TOPIC},
                     },
-                    "hive": {
-                        "table": EVENTS_TABLE,
-                        "event_time_column": "event_time",
-                        "partition_format": "dt=%Y-%m-%d/hr=%H",
-                    },
+                    **history,
                 }
             },
             "outputs": {
@@ -220,14 +228,7 @@ def _config_dict(
                     },
                 }
             },
-            "mode": {
-                "backfill": {
-                    "watermark_delay": "2 hours",
-                    "inputs": {
-                        "rider_events": {"hive": {"maxEventTimePerTrigger": f"{slice_hours} hours"}}
-                    },
-                }
-            },
+            "mode": {"backfill": backfill},
         }
     )
 
@@ -279,10 +280,11 @@ def run_demo(
     batch_hours: float = 3.0,
     *,
     down: bool = False,
+    lake: str = "hive",
 ) -> DemoReport:
-    """Run the demo (see the module docstring) and return what it measured."""
-    from pyspark.sql import functions as F
-
+    """Run the demo (see the module docstring) with its archive in table format ``lake``
+    (``hive`` or ``iceberg``: :data:`kappaplus.local.demo_lakes.LAKES`; ConfigError for
+    another) and return what it measured."""
     from kappaplus.archive import ArchiveOptions, archive_job
     from kappaplus.examples import sessionization
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events
@@ -290,12 +292,15 @@ def run_demo(
     from kappaplus.runtime.runner import run_job
     from kappaplus.session import stop_session
 
-    report = DemoReport()
     home = state_dir()
+    history = demo_lake(lake, home)
+    report = DemoReport(lake=history.name)
     began = time.monotonic()
     work = home / "demo"
     shutil.rmtree(work, ignore_errors=True)
-    console.rule("[bold]kappaplus demo: one job, stream from Kafka and backfill from Hive")
+    console.rule(
+        f"[bold]kappaplus demo: one job, stream from Kafka and backfill from {history.title}"
+    )
 
     with _phase(report, "1. embedded stack"):
         bootstrap, _uri, spark = _start_stack(home)
@@ -308,6 +313,7 @@ def run_demo(
             LATE_TABLE,
         ):
             spark.sql(f"DROP TABLE IF EXISTS {table}")
+        history.drop(spark, EVENTS_TABLE)
 
     try:
         with _phase(report, "2. generate and produce"):
@@ -331,7 +337,7 @@ def run_demo(
                 f"{report.late_events} of them 6-12 hours late; plus 2 undecodable records"
             )
 
-        with _phase(report, "3. archive Kafka to the lake"):
+        with _phase(report, f"3. archive Kafka to the lake ({history.title})"):
             archiver, archive_config = archive_job(
                 ArchiveOptions(
                     topic=TOPIC,
@@ -340,6 +346,7 @@ def run_demo(
                     event_time_column="event_time",
                     schema=RIDER_EVENT_DDL,
                     checkpoint_dir=work / "checkpoints",
+                    **history.archive_options(),
                 )
             )
             run_job(
@@ -349,17 +356,16 @@ def run_demo(
                 RunOptions(Mode.STREAM, trigger="available-now", progress=True),
                 console=console,
             )
-            spark.catalog.refreshTable(EVENTS_TABLE)
-            report.archived = spark.table(EVENTS_TABLE).count()
+            report.archived = history.rows(spark, EVENTS_TABLE, "event_time")
             report.dead_letters = spark.table(f"{EVENTS_TABLE}_dead_letters").count()
             console.print(
-                f"[cyan]{EVENTS_TABLE}[/]: {report.archived:,} events partitioned by event "
-                f"dt/hr; [cyan]{EVENTS_TABLE}_dead_letters[/]: {report.dead_letters} records "
+                f"[cyan]{EVENTS_TABLE}[/] ({history.title}): {report.archived:,} events; "
+                f"[cyan]{EVENTS_TABLE}_dead_letters[/] (Hive): {report.dead_letters} records "
                 "with reasons"
             )
 
         per_trigger = max(100, int(len(events) / hours * batch_hours))
-        config = _config(bootstrap, work / "checkpoints", slice_hours, per_trigger)
+        config = _config(history, bootstrap, work / "checkpoints", slice_hours, per_trigger)
         with _phase(report, "4. stream mode (Kafka)"):
             console.print(
                 f"sessionization from Kafka, {per_trigger} records (~{batch_hours:g} h of "
@@ -373,7 +379,7 @@ def run_demo(
                 console=console,
             )
         end = START + timedelta(days=days)
-        with _phase(report, "5. backfill mode (Hive)"):
+        with _phase(report, f"5. backfill mode ({history.title})"):
             console.print(
                 f"the same job from {EVENTS_TABLE} over [{START:%Y-%m-%d}, {end:%Y-%m-%d}), "
                 f"{slice_hours}-hour event-time slices, watermark 2 hours"
@@ -389,10 +395,8 @@ def run_demo(
             )
         with _phase(report, "6. reconcile"):
             reconcile(spark, stream, backfill, report, config)
-            in_range = spark.table(EVENTS_TABLE).where(
-                (F.col("event_time") >= F.lit(START)) & (F.col("event_time") < F.lit(end))
-            )
-            lake_events = in_range.count()
+            lake_events = history.rows(spark, EVENTS_TABLE, "event_time", START, end)
+            report.lake_events = lake_events
             accounted = (
                 report.recovered
                 == report.stream_dropped_late
@@ -416,7 +420,7 @@ def run_demo(
                 f"stream reported ({report.stream_dropped_late}) -> "
                 + ("[green]accounted for exactly[/]" if accounted else "[red]NOT accounted[/]")
             )
-        _where(home)
+        _where(home, history)
     finally:
         stop_session(spark)
     total = time.monotonic() - began
@@ -441,15 +445,16 @@ def run_demo(
     return report
 
 
-def _where(home: Path) -> None:
+def _where(home: Path, lake: DemoLake) -> None:
     where = Table(title="where things live", show_header=False)
     where.add_row(
         "raw events (Kafka)", f"topic {TOPIC}; dead letters of the stream run: {DLQ_TOPIC}"
     )
-    where.add_row("the lake (Hive)", f"{EVENTS_TABLE}, {EVENTS_TABLE}_dead_letters")
+    where.add_row(f"the lake ({lake.title})", lake.where(EVENTS_TABLE))
+    where.add_row("archive dead letters (Hive)", f"{EVENTS_TABLE}_dead_letters")
     where.add_row("stream output", f"{SESSIONS_TABLE}; the events it dropped as late: {LATE_TABLE}")
     where.add_row("backfill output", f"{SESSIONS_TABLE}_backfill")
-    where.add_row("warehouse", str(home / "warehouse"))
+    where.add_row("Hive warehouse (outputs)", str(home / "warehouse"))
     where.add_row("checkpoints", str(home / "demo" / "checkpoints"))
     where.add_row(
         "reconcile / audit again",

@@ -30,9 +30,20 @@ def audit_recorder(
         binding = resolved.inputs[spec.name]
         if binding.kafka is not None:
             datasets[("kafka", spec.name)] = binding.kafka.topic
-        if binding.hive is not None:
-            datasets[("lake", spec.name)] = binding.hive.table
-            datasets[("source", spec.name)] = binding.hive.table
+        # the lake table, whatever its format: what `kappa audit --table` pairs with the
+        # archiver that wrote it (an Iceberg archive's output is named by its table too)
+        lake = (
+            binding.hive.table
+            if binding.hive is not None
+            else binding.iceberg.table
+            if binding.iceberg is not None
+            else binding.delta.path
+            if binding.delta is not None
+            else None
+        )
+        if lake is not None:
+            datasets[("lake", spec.name)] = lake
+            datasets[("source", spec.name)] = lake
     for name, plan in plans.items():
         targets = [t.split(" ", 1)[1] for t in plan.targets()]
         datasets[("output", name)] = ",".join(targets)

@@ -1,0 +1,207 @@
+"""The lake of ``kappa demo`` (``--lake hive|iceberg``): one small strategy per table format.
+
+The demo's loop is the same whatever the lake: archive the topic, stream from Kafka,
+backfill from the lake, reconcile. What differs is only where the archive goes and how the
+demo looks at it, four things a :class:`DemoLake` says:
+
+- :meth:`~DemoLake.archive_options`: what ``kappa archive`` is given beyond the topic and
+  table (``table_format`` and the format's catalog or location);
+- :meth:`~DemoLake.input_binding`: the job's ``[inputs.rider_events.<format>]`` binding,
+  and its ``[mode.backfill.inputs...]`` override when the format has one (the backfill's
+  slice size);
+- :meth:`~DemoLake.rows`: the lake's rows (with an event time in ``[start, end)``),
+  counted by the format's own reader (Spark for Hive, pyiceberg for Iceberg), not by the
+  backfill: every one must be counted once by the backfill's sessions;
+- :meth:`~DemoLake.drop` and :meth:`~DemoLake.where`: a fresh table per demo, and where it
+  lives for the closing table.
+
+A Delta lake is one more subclass (``table_format="delta"``, an ``[inputs.<n>.delta]``
+binding, rows counted with deltalake) added to :data:`LAKES`.
+
+>>> demo_lake("iceberg", Path("/tmp/kappa")).title
+'Iceberg'
+>>> demo_lake("orc", Path("/tmp/kappa"), option="--lake")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+kappaplus.core.errors.ConfigError: option '--lake' = 'orc': expected one of hive, iceberg ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kappaplus.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class DemoLake:
+    """The demo's archive in one table format; ``home`` is the state directory."""
+
+    home: Path
+    name: ClassVar[str]
+    title: ClassVar[str]
+
+    def archive_options(self) -> dict[str, Any]:
+        """Fields of :class:`~kappaplus.archive.ArchiveOptions` for this format."""
+        raise NotImplementedError
+
+    def input_binding(
+        self, table: str, event_time_column: str, slice_hours: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The input's lake binding (``{"hive": {...}}``...) and its backfill override."""
+        raise NotImplementedError
+
+    def drop(self, spark: SparkSession, table: str) -> None:
+        """Drop ``table`` if it exists (a demo archives into a fresh table)."""
+        raise NotImplementedError
+
+    def rows(
+        self,
+        spark: SparkSession,
+        table: str,
+        column: str,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> int:
+        """Rows of ``table``; with ``start``/``end``, those whose ``column`` is in
+        ``[start, end)``."""
+        raise NotImplementedError
+
+    def where(self, table: str) -> str:
+        """Where the archive lives, for the closing table."""
+        raise NotImplementedError
+
+
+class HiveLake(DemoLake):
+    """Parquet partitions by event ``dt``/``hr`` in the metastore's warehouse; the backfill
+    maps partitions to event time and slices by ``maxEventTimePerTrigger`` (a backfill
+    override: the production binding keeps its defaults)."""
+
+    name = "hive"
+    title = "Hive"
+
+    def archive_options(self) -> dict[str, Any]:
+        return {"table_format": "hive"}
+
+    def input_binding(
+        self, table: str, event_time_column: str, slice_hours: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        binding = {
+            "table": table,
+            "event_time_column": event_time_column,
+            "partition_format": "dt=%Y-%m-%d/hr=%H",
+        }
+        override = {"hive": {"maxEventTimePerTrigger": f"{slice_hours} hours"}}
+        return {"hive": binding}, override
+
+    def drop(self, spark: SparkSession, table: str) -> None:
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+
+    def rows(
+        self,
+        spark: SparkSession,
+        table: str,
+        column: str,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> int:
+        from pyspark.sql import functions as F
+
+        spark.catalog.refreshTable(table)
+        rows = spark.table(table)
+        if start is not None:
+            rows = rows.where(F.col(column) >= F.lit(start))
+        if end is not None:
+            rows = rows.where(F.col(column) < F.lit(end))
+        return rows.count()
+
+    def where(self, table: str) -> str:
+        return f"{table} (Hive, Parquet partitions under {self.home / 'warehouse'})"
+
+
+class IcebergLake(DemoLake):
+    """An unpartitioned Iceberg table in the embedded SQL catalog (``$KAPPA_HOME/iceberg``,
+    a SQLite file and a local warehouse), one snapshot per archive micro-batch; the
+    backfill pins a snapshot and slices by the data files' event-time statistics. The
+    catalog is written into the job's TOML, so ``kappa run``/``reconcile`` find it."""
+
+    name = "iceberg"
+    title = "Iceberg"
+
+    def catalog(self) -> dict[str, str]:
+        from kappaplus.connectors.iceberg.catalog import default_catalog
+
+        return default_catalog(self.home)
+
+    def archive_options(self) -> dict[str, Any]:
+        return {"table_format": "iceberg", "iceberg_catalog": self.catalog()}
+
+    def input_binding(
+        self, table: str, event_time_column: str, slice_hours: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        binding = {
+            "table": table,
+            "event_time_column": event_time_column,
+            "catalog": self.catalog(),
+            # only lake-reading modes read this binding: no backfill override needed
+            "maxEventTimePerTrigger": f"{slice_hours} hours",
+        }
+        return {"iceberg": binding}, None
+
+    def drop(self, spark: SparkSession, table: str) -> None:
+        from kappaplus.connectors.iceberg.catalog import load_catalog
+
+        catalog = load_catalog(self.catalog())
+        if catalog.table_exists(table):
+            catalog.purge_table(table)  # its data and metadata files too
+
+    def rows(
+        self,
+        spark: SparkSession,
+        table: str,
+        column: str,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> int:
+        import pyarrow.compute as pc
+
+        from kappaplus.connectors.iceberg.catalog import load_catalog
+
+        # the current snapshot's rows, read by pyiceberg and counted by Arrow
+        times = load_catalog(self.catalog()).load_table(table).scan(selected_fields=(column,))
+        values = times.to_arrow().column(column)
+        if start is None and end is None:
+            return len(values)
+        inside = pc.is_valid(values)
+        if start is not None:
+            inside = pc.and_(inside, pc.greater_equal(values, start))
+        if end is not None:
+            inside = pc.and_(inside, pc.less(values, end))
+        return int(pc.sum(pc.cast(inside, "int64")).as_py() or 0)
+
+    def where(self, table: str) -> str:
+        props = self.catalog()
+        return f"{table} (Iceberg, catalog {props['uri']}, warehouse {props['warehouse']})"
+
+
+LAKES: dict[str, type[DemoLake]] = {lake.name: lake for lake in (HiveLake, IcebergLake)}
+"""The lake formats ``kappa demo --lake`` runs with."""
+
+
+def demo_lake(name: str, home: Path, *, option: str = "lake") -> DemoLake:
+    """The strategy of lake format ``name``; ConfigError (exit 2) naming ``option`` and
+    the choices."""
+    lake = LAKES.get(name)
+    if lake is None:
+        raise ConfigError(
+            option,
+            name,
+            f"expected one of {', '.join(LAKES)} (the table format of the demo's archive)",
+        )
+    return lake(home)
