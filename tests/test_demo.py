@@ -121,7 +121,7 @@ def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) ->
         [*kappa, "demo", "--lake", "orc"], env=env, capture_output=True, text=True, timeout=120
     )
     assert bad.returncode == 2, bad.stdout + bad.stderr
-    assert "'--lake' = 'orc'" in bad.stdout and "hive, iceberg" in bad.stdout
+    assert "'--lake' = 'orc'" in bad.stdout and "hive, iceberg, delta" in bad.stdout
     assert not (home / "demo").exists(), "a bad --lake starts nothing"
 
     riders, days = 40, 1

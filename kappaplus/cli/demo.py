@@ -28,15 +28,17 @@ def register(app: typer.Typer) -> None:
             "hive",
             "--lake",
             help=f"Table format of the lake the topic is archived to and the backfill reads: "
-            f"{' or '.join(LAKES)} (hive: Parquet partitions by event dt/hr in the "
+            f"{', '.join(LAKES)} (hive: Parquet partitions by event dt/hr in the "
             "metastore; iceberg: an Iceberg table in the embedded pyiceberg SQL catalog "
-            "under $KAPPA_HOME/iceberg, local warehouse).",
+            "under $KAPPA_HOME/iceberg, local warehouse; delta: a Delta table under "
+            "$KAPPA_HOME/delta through delta-rs).",
         ),
         down: bool = typer.Option(False, "--down", help="Stop the services at the end."),
     ) -> None:
         """Start the embedded stack, produce rider events to Kafka, archive them to the lake
-        (a Hive table, or an Iceberg table with --lake iceberg), run sessionization in stream
-        mode and backfill it from the lake, then reconcile side by side."""
+        (a Hive table, or an Iceberg or Delta table with --lake iceberg|delta), run
+        sessionization in stream mode and backfill it from the lake, then reconcile side by
+        side."""
         try:
             demo_lake(lake, state_dir(), option="--lake")  # a bad value fails before the stack
             report = run_demo(riders, days, slice_hours, batch_hours, down=down, lake=lake)

@@ -7,8 +7,9 @@
    two undecodable records, and produce them to Kafka in arrival order;
 3. archive the topic into the lake (``kappa archive``, Kafka coordinates kept, bad records
    in a dead letter table): a Hive table partitioned by event date/hour (``lake="hive"``,
-   the default) or an Iceberg table in the embedded catalog (``lake="iceberg"``; the
-   format is one strategy, :mod:`kappaplus.local.demo_lakes`);
+   the default), an Iceberg table in the embedded catalog (``lake="iceberg"``) or a Delta
+   table under the state directory (``lake="delta"``; the format is one strategy,
+   :mod:`kappaplus.local.demo_lakes`);
 4. run the rider sessionization job in ``stream`` mode from Kafka (small micro-batches,
    2-minute watermark: the late events are dropped, and counted);
 5. backfill the same job and range from the lake (``backfill`` mode: 12-hour event-time
@@ -340,13 +341,15 @@ def run_demo(
         with _phase(report, f"3. archive Kafka to the lake ({history.title})"):
             archiver, archive_config = archive_job(
                 ArchiveOptions(
-                    topic=TOPIC,
-                    bootstrap_servers=bootstrap,
-                    table=EVENTS_TABLE,
-                    event_time_column="event_time",
-                    schema=RIDER_EVENT_DDL,
-                    checkpoint_dir=work / "checkpoints",
-                    **history.archive_options(),
+                    **{
+                        "topic": TOPIC,
+                        "bootstrap_servers": bootstrap,
+                        "table": EVENTS_TABLE,
+                        "event_time_column": "event_time",
+                        "schema": RIDER_EVENT_DDL,
+                        "checkpoint_dir": work / "checkpoints",
+                        **history.archive_options(EVENTS_TABLE),
+                    }
                 )
             )
             run_job(
@@ -459,7 +462,7 @@ def _where(home: Path, lake: DemoLake) -> None:
     where.add_row(
         "reconcile / audit again",
         f"kappa reconcile sessionization --config {home / 'demo' / 'sessionization.toml'}; "
-        f"kappa audit --table {EVENTS_TABLE}",
+        f"kappa audit --table {lake.audit_name(EVENTS_TABLE)}",
     )
     where.add_row("run records", f"{home / 'runs'} (kappa status)")
     console.print(where)

@@ -1,4 +1,4 @@
-"""The lake of ``kappa demo`` (``--lake hive|iceberg``): one small strategy per table format.
+"""The lake of ``kappa demo`` (``--lake hive|iceberg|delta``): one small strategy per table format.
 
 The demo's loop is the same whatever the lake: archive the topic, stream from Kafka,
 backfill from the lake, reconcile. What differs is only where the archive goes and how the
@@ -15,15 +15,15 @@ demo looks at it, four things a :class:`DemoLake` says:
 - :meth:`~DemoLake.drop` and :meth:`~DemoLake.where`: a fresh table per demo, and where it
   lives for the closing table.
 
-A Delta lake is one more subclass (``table_format="delta"``, an ``[inputs.<n>.delta]``
-binding, rows counted with deltalake) added to :data:`LAKES`.
+- :class:`DeltaLake`: an unpartitioned Delta table under ``$KAPPA_HOME/delta``, one
+  version per archive micro-batch through delta-rs, counted with deltalake.
 
 >>> demo_lake("iceberg", Path("/tmp/kappa")).title
 'Iceberg'
 >>> demo_lake("orc", Path("/tmp/kappa"), option="--lake")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-kappaplus.core.errors.ConfigError: option '--lake' = 'orc': expected one of hive, iceberg ...
+kappaplus.core.errors.ConfigError: option '--lake' = 'orc': expected one of hive, iceberg, delta ...
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class DemoLake:
     name: ClassVar[str]
     title: ClassVar[str]
 
-    def archive_options(self) -> dict[str, Any]:
-        """Fields of :class:`~kappaplus.archive.ArchiveOptions` for this format."""
+    def archive_options(self, table: str = "") -> dict[str, Any]:
+        """Fields of :class:`~kappaplus.archive.ArchiveOptions` for this format (given the
+        demo's ``table`` name, those that replace the defaults the demo passes)."""
         raise NotImplementedError
 
     def input_binding(
@@ -77,6 +78,11 @@ class DemoLake:
         """Where the archive lives, for the closing table."""
         raise NotImplementedError
 
+    def audit_name(self, table: str) -> str:
+        """The name ``kappa audit --table`` knows the archive by (the archiver's output and
+        the backfill's lake reads are recorded under it)."""
+        return table
+
 
 class HiveLake(DemoLake):
     """Parquet partitions by event ``dt``/``hr`` in the metastore's warehouse; the backfill
@@ -86,7 +92,7 @@ class HiveLake(DemoLake):
     name = "hive"
     title = "Hive"
 
-    def archive_options(self) -> dict[str, Any]:
+    def archive_options(self, table: str = "") -> dict[str, Any]:
         return {"table_format": "hive"}
 
     def input_binding(
@@ -139,7 +145,7 @@ class IcebergLake(DemoLake):
 
         return default_catalog(self.home)
 
-    def archive_options(self) -> dict[str, Any]:
+    def archive_options(self, table: str = "") -> dict[str, Any]:
         return {"table_format": "iceberg", "iceberg_catalog": self.catalog()}
 
     def input_binding(
@@ -190,7 +196,72 @@ class IcebergLake(DemoLake):
         return f"{table} (Iceberg, catalog {props['uri']}, warehouse {props['warehouse']})"
 
 
-LAKES: dict[str, type[DemoLake]] = {lake.name: lake for lake in (HiveLake, IcebergLake)}
+class DeltaLake(DemoLake):
+    """An unpartitioned Delta table at ``$KAPPA_HOME/delta/<table>`` (a location: the
+    demo's table name picks the directory), one version per archive micro-batch through
+    delta-rs with the batch's application transaction; the backfill pins a version and
+    slices by the log's per-file statistics. Its dead letters stay in the Hive table
+    ``<table>_dead_letters``."""
+
+    name = "delta"
+    title = "Delta"
+
+    def location(self, table: str) -> str:
+        return str(self.home / "delta" / table.replace(".", "/"))
+
+    def archive_options(self, table: str = "") -> dict[str, Any]:
+        options: dict[str, Any] = {"table_format": "delta"}
+        if table:
+            options["table"] = self.location(table)
+            options["dead_letter_table"] = f"{table}_dead_letters"
+        return options
+
+    def input_binding(
+        self, table: str, event_time_column: str, slice_hours: int
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        binding = {
+            "path": self.location(table),
+            "event_time_column": event_time_column,
+            # only lake-reading modes read this binding: no backfill override needed
+            "maxEventTimePerTrigger": f"{slice_hours} hours",
+        }
+        return {"delta": binding}, None
+
+    def drop(self, spark: SparkSession, table: str) -> None:
+        import shutil
+
+        shutil.rmtree(self.location(table), ignore_errors=True)
+
+    def rows(
+        self,
+        spark: SparkSession,
+        table: str,
+        column: str,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> int:
+        import pyarrow.compute as pc
+
+        from kappaplus.connectors.delta.log import open_delta
+
+        # the current version's rows, read by delta-rs and counted by Arrow
+        data = open_delta(self.location(table), None).to_pyarrow_table(columns=[column])
+        values = data.column(column)
+        inside = pc.is_valid(values)
+        if start is not None:
+            inside = pc.and_(inside, pc.greater_equal(values, start))
+        if end is not None:
+            inside = pc.and_(inside, pc.less(values, end))
+        return int(pc.sum(pc.cast(inside, "int64")).as_py() or 0)
+
+    def where(self, table: str) -> str:
+        return f"{self.location(table)} (Delta, delta-rs, one version per archive batch)"
+
+    def audit_name(self, table: str) -> str:
+        return self.location(table)  # a Delta table is named by its location
+
+
+LAKES: dict[str, type[DemoLake]] = {lake.name: lake for lake in (HiveLake, IcebergLake, DeltaLake)}
 """The lake formats ``kappa demo --lake`` runs with."""
 
 

@@ -24,7 +24,8 @@ def test_each_lake_binds_the_backfill_to_its_format(name: str, tmp_path: Path) -
     bound = [fmt for fmt in ("hive", "iceberg", "delta") if getattr(backfill, fmt) is not None]
     assert bound == [name]
     history = getattr(backfill, name)
-    assert history.table == EVENTS_TABLE
+    table = history.path if name == "delta" else history.table
+    assert table == (lake.location(EVENTS_TABLE) if name == "delta" else EVENTS_TABLE)
     assert history.max_event_time_per_trigger.micros == 6 * 3600 * 1_000_000
     stream = resolve(config, "stream", sessionization.JOB).inputs["rider_events"]
     assert stream.kafka is not None and stream.hive is None and stream.iceberg is None
