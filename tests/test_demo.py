@@ -20,6 +20,7 @@ from pyarrow.dataset import dataset as pq_dataset
 from kappaplus.connectors.iceberg.catalog import default_catalog, load_catalog
 from kappaplus.examples.generate import rider_events
 from kappaplus.local.demo import GAP_MINUTES, LATE_DELAY, START
+from kappaplus.local.demo_lakes import demo_lake
 from kappaplus.local.processes import pid_alive
 
 sys.path.insert(0, str(Path(__file__).parent / "runtime"))
@@ -108,12 +109,27 @@ def _demo_events(riders: int, days: int) -> list[dict[str, Any]]:
     )
 
 
+def _archived(lake: str, home: Path) -> Any:
+    """The demo's archive as an Arrow table, read with the format's own library."""
+    if lake == "iceberg":
+        return load_catalog(default_catalog(home)).load_table("demo.rider_events").scan().to_arrow()
+    from kappaplus.connectors.delta.log import open_delta
+
+    return open_delta(
+        demo_lake("delta", home).location("demo.rider_events"), None
+    ).to_pyarrow_table()
+
+
+# slow: the Hive demo (above) runs the loop in the default suite; `make test-all` runs these
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) -> None:
-    """``kappa demo --lake iceberg``: the archive is an Iceberg table holding every
-    generated event once (read with pyiceberg), the backfill's sessions are the sessions of
-    the generated events by hand (read from the table's Parquet files), the reconciliation
-    figures add up to them, and the audit pairs the archive with the backfill's lake reads."""
+@pytest.mark.parametrize("lake", ["iceberg", "delta"])
+def test_lake_demo_reconciles_against_the_generated_events(lake: str, tmp_path: Path) -> None:
+    """``kappa demo --lake iceberg|delta``: the archive is a table of that format holding
+    every generated event once (read with pyiceberg / delta-rs), the backfill's sessions are
+    the sessions of the generated events by hand (read from the table's Parquet files), the
+    reconciliation figures add up to them, and the audit pairs the archive with the
+    backfill's lake reads."""
     home = tmp_path / "home"
     env = {**os.environ, "KAPPA_HOME": str(home), "COLUMNS": "200"}
     kappa = [sys.executable, "-m", "kappaplus.cli"]
@@ -128,7 +144,7 @@ def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) ->
     size = ["--riders", str(riders), "--days", str(days), "--slice-hours", "6"]
     try:
         done = subprocess.run(
-            [*kappa, "demo", "--lake", "iceberg", *size, "--batch-hours", "1"],
+            [*kappa, "demo", "--lake", lake, *size, "--batch-hours", "1"],
             env=env,
             capture_output=True,
             text=True,
@@ -136,14 +152,14 @@ def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) ->
         )
         out = done.stdout
         assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
-        assert "demo passed" in out and "backfill from Iceberg" in out
+        title = demo_lake(lake, home).title
+        assert "demo passed" in out and f"backfill from {title}" in out
 
         events = _demo_events(riders, days)
         end = START + timedelta(days=days)
         assert all(START <= e["event_time"] < end for e in events)
-        # the archive: an Iceberg table (not Hive) with every event once, in Kafka order
-        catalog = load_catalog(default_catalog(home))
-        archived = catalog.load_table("demo.rider_events").scan().to_arrow()
+        # the archive: a table of that format (not Hive) with every event once, in Kafka order
+        archived = _archived(lake, home)
         ids = archived.column("event_id").to_pylist()
         assert len(ids) == len(set(ids)) and set(ids) == {e["event_id"] for e in events}
         assert sorted(archived.column("kafka_offset").to_pylist()) == list(range(len(events)))
@@ -186,9 +202,10 @@ def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) ->
             printed = re.search(re.escape(label) + r"\W+(\d+)", out)
             assert printed and int(printed.group(1)) == figures[key], (label, figures[key])
 
-        # kappa audit --table pairs the Iceberg archive with the backfill that read it
+        # kappa audit --table pairs the archive with the backfill that read it
+        name = demo_lake(lake, home).audit_name("demo.rider_events")
         audit = subprocess.run(
-            [*kappa, "audit", "--table", "demo.rider_events", "--json"],
+            [*kappa, "audit", "--table", name, "--json"],
             env=env,
             capture_output=True,
             text=True,
@@ -200,9 +217,7 @@ def test_iceberg_demo_reconciles_against_the_generated_events(tmp_path: Path) ->
         lake_reads = [
             s for s in report["series"] if s["stage"] == "lake" and s["mode"] == "backfill"
         ]
-        assert [(s["dataset"], s["total"]) for s in lake_reads] == [
-            ("demo.rider_events", len(events))
-        ]
+        assert [(s["dataset"], s["total"]) for s in lake_reads] == [(name, len(events))]
         assert report["ok"] and not report["unexplained"]
     finally:
         subprocess.run([*kappa, "down"], env=env, capture_output=True, text=True, timeout=120)
