@@ -170,12 +170,13 @@ def test_cli_archive_into_delta_keeps_every_record_once_across_sigkills(
 ) -> None:  # type: ignore[no-untyped-def]
     from deltalake import DeltaTable
 
-    events = arrival_order(rider_events(riders=60, start=START, hours=12, seed=9))
+    # enough records that every kill finds work left (a kill lands 2-5 batches of 40 in)
+    events = arrival_order(rider_events(riders=60, start=START, hours=48, seed=9))
     topic = new_topic(prefix="arch-delta-kill")
     produce(kafka_bootstrap, topic, events)
     location = tmp_path / "lake" / "archived"
     home = tmp_path / "home"
-    archive_through_kills(
+    seen_progress = archive_through_kills(
         lambda trigger, per_batch: archiver(
             topic, kafka_bootstrap, home, delta_options(location), trigger, per_batch
         ),
@@ -183,6 +184,7 @@ def test_cli_archive_into_delta_keeps_every_record_once_across_sigkills(
         kills,
         len(events),
     )
+    assert all(n < len(events) for n in seen_progress), "every kill hit an archiver at work"
     table = DeltaTable(str(location))
     archived = table.to_pyarrow_table(columns=["event_id"])
     assert sorted(archived.column("event_id").to_pylist()) == sorted(e["event_id"] for e in events)
