@@ -27,6 +27,7 @@ bench: setup
 	.venv/bin/python bench/bench_read_path.py --docs
 	.venv/bin/python bench/bench_iceberg.py
 	.venv/bin/python bench/bench_delta.py
+	.venv/bin/python bench/bench_archive.py
 
 chaos: setup
 	.venv/bin/python tests/chaos/chaos.py --scenarios 13
