@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -56,7 +57,7 @@ class CommitConflict(Exception):
     """A commit lost to a concurrent writer's (the table is reloaded and checked again)."""
 
 
-class LakeTableSink:
+class LakeTableSink(ABC):
     """One output query's micro-batches into one lake table, exactly once (module
     docstring). Subclasses implement :meth:`load`, :meth:`committed_batch` and
     :meth:`commit` for their format; ``FORMAT`` names it in logs and errors."""
@@ -67,18 +68,18 @@ class LakeTableSink:
         self.table_name = table
         self.query = query
 
+    @abstractmethod
     def load(self, schema: pa.Schema | None = None) -> Any:
         """The table; created from ``schema`` when missing (``schema`` None: must exist)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def committed_batch(self, table: Any | None = None) -> int:
         """The last batch id this query committed to the table (-1: none)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def commit(self, table: Any, rows: pa.Table, batch_id: int) -> None:
         """Write ``rows`` and commit them with ``batch_id`` as one table version; raise
         :class:`CommitConflict` when a concurrent commit won."""
-        raise NotImplementedError
 
     def write_batch(self, batch: DataFrame, batch_id: int) -> bool:
         """Write ``batch`` as batch ``batch_id``; False when an earlier attempt committed it."""

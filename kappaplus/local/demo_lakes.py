@@ -28,6 +28,7 @@ kappaplus.core.errors.ConfigError: option '--lake' = 'orc': expected one of hive
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,28 +41,29 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class DemoLake:
+class DemoLake(ABC):
     """The demo's archive in one table format; ``home`` is the state directory."""
 
     home: Path
     name: ClassVar[str]
     title: ClassVar[str]
 
+    @abstractmethod
     def archive_options(self, table: str = "") -> dict[str, Any]:
         """Fields of :class:`~kappaplus.archive.ArchiveOptions` for this format (given the
         demo's ``table`` name, those that replace the defaults the demo passes)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def input_binding(
         self, table: str, event_time_column: str, slice_hours: int
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The input's lake binding (``{"hive": {...}}``...) and its backfill override."""
-        raise NotImplementedError
 
+    @abstractmethod
     def drop(self, spark: SparkSession, table: str) -> None:
         """Drop ``table`` if it exists (a demo archives into a fresh table)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rows(
         self,
         spark: SparkSession,
@@ -72,11 +74,10 @@ class DemoLake:
     ) -> int:
         """Rows of ``table``; with ``start``/``end``, those whose ``column`` is in
         ``[start, end)``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def where(self, table: str) -> str:
         """Where the archive lives, for the closing table."""
-        raise NotImplementedError
 
     def audit_name(self, table: str) -> str:
         """The name ``kappa audit --table`` knows the archive by (the archiver's output and
@@ -175,21 +176,12 @@ class IcebergLake(DemoLake):
         start: datetime | None = None,
         end: datetime | None = None,
     ) -> int:
-        import pyarrow.compute as pc
-
         from kappaplus.connectors.iceberg.catalog import load_catalog
 
         # the current snapshot's rows, read by pyiceberg and counted by Arrow
         times = load_catalog(self.catalog()).load_table(table).scan(selected_fields=(column,))
         values = times.to_arrow().column(column)
-        if start is None and end is None:
-            return len(values)
-        inside = pc.is_valid(values)
-        if start is not None:
-            inside = pc.and_(inside, pc.greater_equal(values, start))
-        if end is not None:
-            inside = pc.and_(inside, pc.less(values, end))
-        return int(pc.sum(pc.cast(inside, "int64")).as_py() or 0)
+        return len(values) if start is None and end is None else _in_range(values, start, end)
 
     def where(self, table: str) -> str:
         props = self.catalog()
@@ -240,25 +232,30 @@ class DeltaLake(DemoLake):
         start: datetime | None = None,
         end: datetime | None = None,
     ) -> int:
-        import pyarrow.compute as pc
-
         from kappaplus.connectors.delta.log import open_delta
 
         # the current version's rows, read by delta-rs and counted by Arrow
         data = open_delta(self.location(table), None).to_pyarrow_table(columns=[column])
         values = data.column(column)
-        inside = pc.is_valid(values)
-        if start is not None:
-            inside = pc.and_(inside, pc.greater_equal(values, start))
-        if end is not None:
-            inside = pc.and_(inside, pc.less(values, end))
-        return int(pc.sum(pc.cast(inside, "int64")).as_py() or 0)
+        return len(values) if start is None and end is None else _in_range(values, start, end)
 
     def where(self, table: str) -> str:
         return f"{self.location(table)} (Delta, delta-rs, one version per archive batch)"
 
     def audit_name(self, table: str) -> str:
         return self.location(table)  # a Delta table is named by its location
+
+
+def _in_range(values: Any, start: datetime | None, end: datetime | None) -> int:
+    """How many of the Arrow timestamps ``values`` lie in ``[start, end)`` (nulls out)."""
+    import pyarrow.compute as pc
+
+    inside = pc.is_valid(values)
+    if start is not None:
+        inside = pc.and_(inside, pc.greater_equal(values, start))
+    if end is not None:
+        inside = pc.and_(inside, pc.less(values, end))
+    return int(pc.sum(pc.cast(inside, "int64")).as_py() or 0)
 
 
 LAKES: dict[str, type[DemoLake]] = {lake.name: lake for lake in (HiveLake, IcebergLake, DeltaLake)}
