@@ -1,7 +1,8 @@
 """`make bench`: a backfill five ways, each in its own process, side by side in one run.
 
     .venv/bin/python bench/bench_backfill.py [--days 1,7,30] [--rows-per-day 500000]
-        [--session-days 7] [--ways A,F,B,C,D,E] [--files-per-hour 2] [--no-docs]
+        [--session-days 7] [--ways A,F,B,C,D,E] [--files-per-hour 2]
+        [--masters local,cluster] [--no-docs]
 
 For each day count a table of ``--rows-per-day`` generated events per day (``id``, ``key``
 (50 keys), ``rider`` (20,000 riders), ``amount``, event time ``ts``; parquet, partitioned
@@ -28,11 +29,19 @@ Plus the sessionization job (``backfill_jobs:SESSIONS``, 10-minute gap per rider
 ``--session-days`` with A and B. Every way's result is compared with B (windows ending
 at or before the range's end). Peak memory is PSS summed over each way's process tree
 (``/proc/<pid>/smaps_rollup``, sampled every 0.5 s): the driver JVM and its Python workers.
+
+``--masters local,cluster`` runs A, B and D a second time on a Spark standalone cluster of
+two workers (1 core, ``--executor-memory`` each) that the bench starts on loopback
+(``tests/cluster/spark_cluster.py``), with the warehouse, lake and checkpoints on paths
+both see; there peak PSS adds the executors' JVMs to the driver's tree. With a cluster, all
+processes share one Hive metastore server (``kappaplus.local.metastore``), as ``kappa up``
+gives them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -43,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,9 +123,14 @@ class Timed:
     returncode: int
 
 
+#: Pids outside a way's process tree that count in its memory (a cluster's executors).
+EXTRA_PIDS: list[Callable[[], list[int]]] = []
+
+
 def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | None = None) -> Timed:
-    """Run ``cmd``; wall seconds, peak PSS of its tree, and when a path matching ``watch``
-    (a directory and a glob pattern under it) first existed."""
+    """Run ``cmd``; wall seconds, peak PSS of its tree (and of :data:`EXTRA_PIDS`' trees),
+    and when a path matching ``watch`` (a directory and a glob pattern under it) first
+    existed."""
     began = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
     peak = 0
@@ -125,7 +140,8 @@ def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | Non
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, tree_pss(proc.pid))
+            extra = sum(tree_pss(pid) for pids in EXTRA_PIDS for pid in pids())
+            peak = max(peak, tree_pss(proc.pid) + extra)
             if watch is not None and not first and any(watch[0].glob(watch[1])):
                 first.append(time.perf_counter() - began)
             stop.wait(0.5)
@@ -325,6 +341,7 @@ class Result:
     correct: str
     first_batch_s: float | None = None
     note: str = ""
+    master: str = "local"
 
     @property
     def rows_per_s(self) -> float:
@@ -342,9 +359,18 @@ def child(role: str, work: Path, env: dict[str, str], **options: Any) -> tuple[T
     return timed, json.loads(out.read_text())
 
 
-def job_config(work: Path, job: str, days: int, reader: str = "auto") -> Path:
+def table_suffix(reader: str = "auto", master: str = "local") -> str:
+    """What (A)'s output table names add for a non-default reader or master."""
+    return ("" if reader == "auto" else f"_{reader}") + ("" if master == "local" else f"_{master}")
+
+
+def job_config(
+    work: Path, job: str, days: int, reader: str = "auto", master: str = "local"
+) -> Path:
     output = "counts" if job == "HOURLY" else "sessions"
-    suffix = "" if reader == "auto" else f"_{reader}"
+    suffix = ("" if reader == "auto" else f"_{reader}") + (
+        "" if master == "local" else f"_{master}"
+    )
     path = work / f"{job.lower()}-{days}d{suffix}.toml"
     path.write_text(
         f'job = "backfill_jobs:{job}"\n'
@@ -452,10 +478,15 @@ def run_stream(work: Path, env: dict[str, str], days: int, location: str) -> tup
 
 
 def run_kappa(
-    work: Path, env: dict[str, str], job: str, days: int, reader: str = "auto"
+    work: Path,
+    env: dict[str, str],
+    job: str,
+    days: int,
+    reader: str = "auto",
+    master: str = "local",
 ) -> tuple[Timed, int, int]:
     """(A): ``kappa run`` in its own process; (timing, data batches, marker batches)."""
-    config = job_config(work, job, days, reader)
+    config = job_config(work, job, days, reader, master)
     checkpoints = work / "checkpoints" / f"{job}-{days}-{reader}"
     output = "counts" if job == "HOURLY" else "sessions"
     cmd = [
@@ -500,11 +531,8 @@ def count_files(location: str) -> int:
     )
 
 
-def bench_days(
-    args: argparse.Namespace, work: Path, env: dict[str, str], days: int
-) -> list[Result]:
-    results: list[Result] = []
-    ways = set(args.ways.split(","))
+def generate(args: argparse.Namespace, work: Path, env: dict[str, str], days: int) -> dict:
+    """Write the table of ``days`` (on the local master); its row count and location."""
     gen, info = child(
         "generate",
         work,
@@ -513,8 +541,29 @@ def bench_days(
         rows_per_day=args.rows_per_day,
         files_per_hour=args.files_per_hour,
     )
+    print(f"{days} days: {info['rows']:,} rows written in {gen.seconds:.0f} s", file=sys.stderr)
+    return info
+
+
+#: The ways a cluster run measures (C reads files in-process, E needs the local broker).
+CLUSTER_WAYS = {"A", "B", "D"}
+
+
+def bench_days(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    days: int,
+    info: dict,
+    master: str = "local",
+) -> list[Result]:
+    results: list[Result] = []
+    ways = set(args.ways.split(","))
+    if master != "local":
+        ways &= CLUSTER_WAYS
+        work = work / master
+        work.mkdir(exist_ok=True)
     rows, location = info["rows"], info["location"]
-    print(f"{days} days: {rows:,} rows written in {gen.seconds:.0f} s", file=sys.stderr)
     timed_b, truth = child("batch", work, env, days=days, kind="hourly")
     expected = truth["rows"]
     results.append(
@@ -524,10 +573,10 @@ def bench_days(
     for way, reader in (("A", "auto"), ("F", "python")):  # F: A with the Python reader
         if way not in ways:
             continue
-        timed, data, markers = run_kappa(work, env, "HOURLY", days, reader=reader)
+        timed, data, markers = run_kappa(work, env, "HOURLY", days, reader, master)
         if way == "A":
             a_batches = max(1, data)
-        suffix = "" if reader == "auto" else f"_{reader}"
+        suffix = table_suffix(reader, master)
         _, got = child(
             "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d{suffix}_backfill"
         )
@@ -624,9 +673,14 @@ def bench_days(
             )
         )
         if "A" in ways:
-            timed_sa, data, markers = run_kappa(work, env, "SESSIONS", days)
+            timed_sa, data, markers = run_kappa(work, env, "SESSIONS", days, master=master)
+            suffix = table_suffix(master=master)
             _, got = child(
-                "read_output", work, env, kind="sessions", table=f"bench_sessions_{days}d_backfill"
+                "read_output",
+                work,
+                env,
+                kind="sessions",
+                table=f"bench_sessions_{days}d{suffix}_backfill",
             )
             results.append(
                 Result(
@@ -641,6 +695,8 @@ def bench_days(
                     timed_sa.first_batch_s,
                 )
             )
+    for r in results:
+        r.master = master
     return results
 
 
@@ -661,25 +717,33 @@ def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str
         f"{args.files_per_hour} files per hour. Each way is a whole process (session start "
         "included); peak PSS over its process tree.",
         "",
-        "| days | job | way | seconds | rows/s | peak PSS MB | micro-batches | first batch s "
-        "| equal to B | ratio to B |",
-        "|---:|---|---|---:|---:|---:|---|---:|---|---:|",
+        "| days | master | job | way | seconds | rows/s | peak PSS MB | micro-batches "
+        "| first batch s | equal to B | ratio to B | PSS ratio to B |",
+        "|---:|---|---|---|---:|---:|---:|---|---:|---|---:|---:|",
     ]
     for r in results:
         base = next(
-            (b for b in results if b.days == r.days and b.job == r.job and b.way == "B"), None
+            (
+                b
+                for b in results
+                if (b.days, b.job, b.master, b.way) == (r.days, r.job, r.master, "B")
+            ),
+            None,
         )
         ratio = f"{r.seconds / base.seconds:.2f}x" if base else "-"
+        pss = f"{r.peak_pss_mb / base.peak_pss_mb:.2f}x" if base and base.peak_pss_mb else "-"
         first = f"{r.first_batch_s:.0f}" if r.first_batch_s is not None else "-"
         note = f" ({r.note})" if r.note else ""
         lines.append(
-            f"| {r.days} | {r.job} | {names[r.way]}{note} | {r.seconds:.1f} | {r.rows_per_s:,.0f} "
-            f"| {r.peak_pss_mb:,.0f} | {r.batches} | {first} | {r.correct} | {ratio} |"
+            f"| {r.days} | {r.master} | {r.job} | {names[r.way]}{note} | {r.seconds:.1f} "
+            f"| {r.rows_per_s:,.0f} | {r.peak_pss_mb:,.0f} | {r.batches} | {first} "
+            f"| {r.correct} | {ratio} | {pss} |"
         )
     measured_e = {r.days for r in results if r.way == "E"}
-    for days in sorted({r.days for r in results} - measured_e):
+    for days in sorted({r.days for r in results if r.master == "local"} - measured_e):
         lines.append(
-            f"| {days} | hourly | (E) Kafka history + `--mode stream` | not measured | | | | | | |"
+            f"| {days} | local | hourly | (E) Kafka history + `--mode stream` | not measured "
+            "| | | | | | | |"
         )
     return "\n".join(lines)
 
@@ -691,15 +755,23 @@ def chart(results: list[Result]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for way in "ABCDEF":
-        points = sorted((r.days, r) for r in results if r.way == way and r.job == "hourly")
-        if not points:
-            continue
-        days = [d for d, _ in points]
-        label = "A-py" if way == "F" else way
-        left.plot(days, [r.seconds for _, r in points], marker="o", label=label)
-        right.plot(days, [r.peak_pss_mb for _, r in points], marker="o", label=label)
+    for master in sorted({r.master for r in results}, key=lambda m: m != "local"):
+        for way in "ABCDEF":
+            points = sorted(
+                (r.days, r)
+                for r in results
+                if r.way == way and r.job == "hourly" and r.master == master
+            )
+            if not points:
+                continue
+            days = [d for d, _ in points]
+            label = ("A-py" if way == "F" else way) + ("" if master == "local" else f" ({master})")
+            style = "-" if master == "local" else "--"
+            left.plot(days, [r.seconds for _, r in points], style, marker="o", label=label)
+            right.plot(days, [r.peak_pss_mb for _, r in points], style, marker="o", label=label)
     left.set(xlabel="days", ylabel="wall seconds", title="wall time (hourly counts)")
+    left.set_xscale("log")
+    right.set_xscale("log")
     right.set(xlabel="days", ylabel="peak PSS MB", title="peak memory")
     for ax in (left, right):
         ax.legend()
@@ -722,6 +794,60 @@ def write_doc(text: str) -> None:
     DOC.write_text(doc)
 
 
+@contextlib.contextmanager
+def cluster_envs(
+    args: argparse.Namespace, work: Path, env: dict[str, str]
+) -> Iterator[dict[str, dict[str, str]]]:
+    """A metastore server and a two-worker standalone cluster for the run; the environment
+    of the local ways and of the cluster ways (both share the metastore and warehouse)."""
+    sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+    from spark_cluster import standalone_cluster  # the cluster tests' own
+
+    from kappaplus.jars import jvm_jar
+    from kappaplus.local.metastore import MetastoreServer
+    from kappaplus.local.processes import free_port
+
+    home = Path(env["KAPPA_HOME"])
+    warehouse = home / "warehouse"
+    warehouse.mkdir(parents=True, exist_ok=True)
+    server = MetastoreServer(home, free_port())
+    uri = server.start()
+    try:
+        with standalone_cluster(work / "spark", 2, [], memory=args.executor_memory) as cluster:
+            conf = work / "spark-conf"
+            conf.mkdir(exist_ok=True)
+            settings = {
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.memory": "2g",
+                "spark.executor.memory": args.executor_memory,
+                "spark.executor.cores": "1",
+                "spark.cores.max": "2",
+                "spark.sql.shuffle.partitions": "2",
+                "spark.pyspark.python": sys.executable,
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.warehouse.dir": warehouse.as_uri(),
+            }
+            jar = jvm_jar()
+            if jar is not None:
+                settings["spark.jars"] = str(jar)
+            (conf / "spark-defaults.conf").write_text(
+                "".join(f"{k} {v}\n" for k, v in settings.items())
+            )
+            local = {**env, "KAPPA_METASTORE_URI": uri}
+            on_cluster = {
+                **local,
+                "KAPPA_SPARK_MASTER": cluster.url,
+                "SPARK_CONF_DIR": str(conf),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+            }
+            EXTRA_PIDS.append(cluster.executors)
+            yield {"local": local, "cluster": on_cluster}
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", default="1,7,30")
@@ -732,6 +858,14 @@ def main() -> None:
         "--e-max-days", type=int, default=7, help="run (E) up to this many days (in-memory broker)"
     )
     parser.add_argument("--files-per-hour", type=int, default=2)
+    parser.add_argument(
+        "--masters",
+        default="local",
+        help="local, cluster (a 2-worker standalone cluster started here), or both",
+    )
+    parser.add_argument(
+        "--executor-memory", default="1g", help="each cluster executor's memory (--masters)"
+    )
     parser.add_argument("--no-docs", action="store_true")
     # child processes
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -761,12 +895,19 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH), str(ROOT), env.get("PYTHONPATH", "")) if p
     )
+    masters = args.masters.split(",")
     load_before = f"{os.getloadavg()[0]:.1f}"
     results: list[Result] = []
     try:
-        for days in [int(d) for d in args.days.split(",")]:
-            results += bench_days(args, work, env, days)
-            print(render(results, args, (load_before, "...")), file=sys.stderr)
+        with contextlib.ExitStack() as stack:
+            envs = {"local": env}
+            if "cluster" in masters:
+                envs = stack.enter_context(cluster_envs(args, work, env))
+            for days in [int(d) for d in args.days.split(",")]:
+                info = generate(args, work, envs["local"], days)
+                for master in masters:
+                    results += bench_days(args, work, envs[master], days, info, master)
+                    print(render(results, args, (load_before, "...")), file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = render(results, args, (load_before, f"{os.getloadavg()[0]:.1f}"))
