@@ -251,15 +251,15 @@ def equality_delete(
     frame = pa.table([pa.array(v) for v in deletes.values()], names=list(deletes))
     frame = frame.cast(arrow_schema)
     location = home.file_path.rsplit("/", 1)[0] + "/" + name
-    local = location.replace("file://", "")
-    pq.write_table(frame, local)
+    with table.io.new_output(location).create(overwrite=True) as out:  # local or s3://
+        pq.write_table(frame, out)
     delete_file = DataFile.from_args(
         content=DataFileContent.EQUALITY_DELETES,
         file_path=location,
         file_format=FileFormat.PARQUET,
         partition=home.partition,
         record_count=frame.num_rows,
-        file_size_in_bytes=Path(local).stat().st_size,
+        file_size_in_bytes=len(table.io.new_input(location)),
         equality_ids=[f.field_id for f in columns.values()],
     )
     delete_file.spec_id = home.spec_id
@@ -278,7 +278,8 @@ def equality_delete(
         same = [f.file_path for f in files if f.partition == home.partition]
         ids = set()
         for path in same:
-            ids |= set(pq.read_table(path.replace("file://", ""), columns=["id"])["id"].to_pylist())
+            with table.io.new_input(path).open() as stream:
+                ids |= set(pq.read_table(stream, columns=["id"])["id"].to_pylist())
         hit &= rows["id"].isin(ids)
     kept = rows[~hit].reset_index(drop=True)
     return WrittenTable(

@@ -393,6 +393,20 @@ def test_tables_on_an_object_store(
     assert_windows(spark, written, scratch, f"s3_{shape}")
 
 
+def test_equality_deletes_on_an_object_store(scratch: Path, object_store: Any) -> None:
+    """An equality delete file on the S3-compatible store is read through the table's FileIO
+    (the catalog's ``s3.*`` settings) by the readers: the rows read equal the truth."""
+    props = s3_catalog(object_store, scratch / "catalog", "wh-eqdel")
+    written = write_table(props, "db.s3_eqdel", "none", per_day=100)
+    written, path = equality_delete(written, {"id": list(range(0, 300, 3))}, name="eq.parquet")
+    assert path.startswith("s3://") and len(written.rows) == 200
+    readd = make_rows(3, 100, 1)
+    readd["key"] = readd["key"].astype("Int64")
+    written = appended(written, readd[readd["id"].isin([0, 3, 6])])
+    ids = read_all_ids(written, props, scratch)
+    assert len(ids) == len(set(ids)) == 203 and sorted(ids) == sorted(written.rows["id"])
+
+
 @pytest.mark.slow  # two Spark processes of its own: ~3 minutes on a loaded 2-core machine
 def test_kill_9_mid_backfill_and_rerun(spark: SparkSession, scratch: Path) -> None:
     """A backfill process killed with SIGKILL after two committed micro-batches, a snapshot
