@@ -114,7 +114,8 @@ def plan_snapshot(table: str, static: StaticTable, snapshot_id: int) -> dict[str
                     f"Iceberg table {table!r} snapshot {snapshot_id}: data file "
                     f"{f.file_path!r} is {f.file_format}; this reader reads Parquet data files"
                 )
-            data_entries.append(entry)
+            if f.record_count > 0:  # as pyiceberg's plan_files(): an empty file has no rows
+                data_entries.append(entry)
         elif f.content == DataFileContent.POSITION_DELETES:
             positions.add_delete_file(entry, partition_key=f.partition)
         elif f.content == DataFileContent.EQUALITY_DELETES:
