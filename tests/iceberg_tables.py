@@ -205,28 +205,125 @@ def position_delete(written: WrittenTable, every: int = 7) -> WrittenTable:
     return WrittenTable(written.name, written.props, rows, written.value_column, written.notes)
 
 
-def equality_delete(written: WrittenTable) -> str:
-    """Commit an equality delete file (``id = 3``); returns its path."""
+def equality_delete(
+    written: WrittenTable,
+    deletes: dict[str, list[Any]],
+    *,
+    partition_of: str | None = None,
+    name: str = "eq-deletes-00001.parquet",
+) -> tuple[WrittenTable, str]:
+    """Commit an equality delete file (merge-on-read) deleting the rows whose columns
+    ``deletes`` (names to values, one delete row per position; ``None`` is null) all equal a
+    delete row; returns the table with the ground truth updated and the file's path.
+
+    The delete file is written by pyarrow, its columns carrying the table's field ids (the
+    ``equality_ids``), and committed in a delete manifest of its own snapshot; pyiceberg's
+    metadata is checked: the snapshot holds the file as an equality delete whose data
+    sequence number is the snapshot's. The ground truth drops, by pandas, the matching rows
+    (null equal to null) among the rows written before (the delete applies to older files
+    only). With ``partition_of`` (a data file path) the delete is scoped to that file's
+    partition, and only rows of that partition's data files are dropped; otherwise it is a
+    global delete (the table must be unpartitioned).
+    """
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
     table = written.table()
-    task = sorted(table.scan().plan_files(), key=lambda t: t.file.file_path)[0]
-    location = task.file.file_path.rsplit("/", 1)[0] + "/eq-deletes-00001.parquet"
-    local = location.replace("file://", "")
-    schema = pa.schema([pa.field("id", pa.int64(), True, {b"PARQUET:field_id": b"1"})])
-    pq.write_table(pa.table([pa.array([3], pa.int64())], schema=schema), local)
+    schema = table.schema()
+    files = data_files(table)
+    scope = [f for f in files if partition_of is None or f.file_path == partition_of]
+    assert scope, f"no data file {partition_of}"
+    home = scope[0]
+    if partition_of is None:
+        assert table.spec().is_unpartitioned(), "a global delete needs an unpartitioned spec"
+    columns = {c: schema.find_field(c) for c in deletes}
+    arrow_schema = pa.schema(
+        [
+            pa.field(
+                c,
+                schema_to_pyarrow(f.field_type),
+                True,
+                {b"PARQUET:field_id": str(f.field_id).encode()},
+            )
+            for c, f in columns.items()
+        ]
+    )
+    frame = pa.table([pa.array(v) for v in deletes.values()], names=list(deletes))
+    frame = frame.cast(arrow_schema)
+    location = home.file_path.rsplit("/", 1)[0] + "/" + name
+    with table.io.new_output(location).create(overwrite=True) as out:  # local or s3://
+        pq.write_table(frame, out)
     delete_file = DataFile.from_args(
         content=DataFileContent.EQUALITY_DELETES,
         file_path=location,
         file_format=FileFormat.PARQUET,
-        partition=task.file.partition,
-        record_count=1,
-        file_size_in_bytes=Path(local).stat().st_size,
-        equality_ids=[1],
+        partition=home.partition,
+        record_count=frame.num_rows,
+        file_size_in_bytes=len(table.io.new_input(location)),
+        equality_ids=[f.field_id for f in columns.values()],
     )
-    delete_file.spec_id = task.file.spec_id
+    delete_file.spec_id = home.spec_id
     _commit_delete_file(table, delete_file)
-    return location
+    _check_committed(written.table(), location, [f.field_id for f in columns.values()])
+    # ground truth: pandas, null equal to null, over the rows written before
+    rows = written.rows
+    hit = pd.Series(False, index=rows.index)
+    for values in zip(*deletes.values(), strict=True):
+        match = pd.Series(True, index=rows.index)
+        for c, value in zip(deletes, values, strict=True):
+            column = rows[c]
+            match &= column.isna() if value is None else (column == value).fillna(False)
+        hit |= match
+    if partition_of is not None:
+        same = [f.file_path for f in files if f.partition == home.partition]
+        ids = set()
+        for path in same:
+            with table.io.new_input(path).open() as stream:
+                ids |= set(pq.read_table(stream, columns=["id"])["id"].to_pylist())
+        hit &= rows["id"].isin(ids)
+    kept = rows[~hit].reset_index(drop=True)
+    return WrittenTable(
+        written.name, written.props, kept, written.value_column, written.notes
+    ), location
+
+
+def data_files(table: Any) -> list[Any]:
+    """The current snapshot's live data files, by path, from its manifests (pyiceberg's
+    ``plan_files()`` refuses a snapshot with equality deletes)."""
+    from pyiceberg.manifest import DataFileContent
+
+    snapshot = table.current_snapshot()
+    found = [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.data_file.content == DataFileContent.DATA
+    ]
+    return sorted(found, key=lambda f: f.file_path)
+
+
+def _check_committed(table: Any, location: str, equality_ids: list[int]) -> None:
+    """pyiceberg's own metadata: the current snapshot added ``location`` as an equality
+    delete file with ``equality_ids`` and the snapshot's sequence number."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    snapshot = table.current_snapshot()
+    found = [
+        (manifest, entry)
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.data_file.file_path == location
+    ]
+    assert len(found) == 1, found
+    manifest, entry = found[0]
+    assert manifest.content == ManifestContent.DELETES
+    assert entry.data_file.content == DataFileContent.EQUALITY_DELETES
+    assert list(entry.data_file.equality_ids) == equality_ids
+    assert entry.snapshot_id == snapshot.snapshot_id
+    assert entry.sequence_number == snapshot.sequence_number
+    assert snapshot.sequence_number > max(
+        s.sequence_number for s in table.snapshots() if s.snapshot_id != snapshot.snapshot_id
+    )
 
 
 # -- ground truths (pandas over the rows as written) ------------------------------------

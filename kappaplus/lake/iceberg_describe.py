@@ -2,7 +2,7 @@
 
 The current snapshot (or a given one), its data files, rows and bytes, the event-time range
 from the manifests' bounds (found by field id), data files without bounds, delete files
-(position, equality: the latter are refused by the source), and how many files a typical
+(position and equality, both applied by the source as it reads), and how many files a typical
 slice overlaps: the cost of a table not partitioned by event time, where a slice reads every
 file whose ``[min, max]`` overlaps it.
 
@@ -183,7 +183,10 @@ def iceberg_lines(d: IcebergDescription) -> list[str]:
             f"no bounds      {d.files_without_bounds} data file(s): read whole in every slice"
         )
     if d.equality_delete_files:
-        lines.append("               equality deletes are refused by the source (rewrite them)")
+        lines.append(
+            "               equality deletes are applied as files are read (each delete file "
+            "read once per worker); row counts here are before deletes"
+        )
     lines.append(
         f"slices         {d.slices} of about {d.slice_rows:,} rows; a slice overlaps "
         f"{d.files_per_slice_median:g} file(s) (median), {d.files_per_slice_max} at most"

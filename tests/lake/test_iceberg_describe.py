@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from iceberg_tables import catalog_props, position_delete, write_table
+from iceberg_tables import catalog_props, equality_delete, position_delete, write_table
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
-from kappaplus.lake.iceberg_describe import describe_iceberg
+from kappaplus.lake.iceberg_describe import describe_iceberg, iceberg_lines
 
 
 def test_describe_counts_files_rows_range_and_deletes(tmp_path: Path) -> None:
@@ -29,6 +29,19 @@ def test_describe_counts_files_rows_range_and_deletes(tmp_path: Path) -> None:
     assert f.files_per_slice_median >= 5
     assert d.files_per_slice_median <= 2
     assert len(flat.rows) < f.rows  # the deleted rows are still counted in the data files
+    assert f.equality_delete_files == 0
+
+
+def test_describe_says_equality_deletes_are_applied(tmp_path: Path) -> None:
+    props = catalog_props(tmp_path / "catalog")
+    written = write_table(props, "db.eq", "none", per_day=50)
+    written, _ = equality_delete(written, {"id": [1, 2, 3]})
+    d = describe_iceberg("db.eq", props, "ts")
+    assert d.equality_delete_files == 1 and d.position_delete_files == 0
+    assert d.rows == 150 and len(written.rows) == 147
+    text = "\n".join(iceberg_lines(d))
+    assert "1 equality" in text and "equality deletes are applied" in text
+    assert "refused" not in text
 
 
 def test_cli_describe_iceberg(tmp_path: Path) -> None:

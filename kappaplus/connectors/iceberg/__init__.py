@@ -3,7 +3,8 @@ stream, one bounded slice of event time per micro-batch, through pyiceberg (no J
 connector jars). Slices are planned by :mod:`kappaplus.slicing` from manifest statistics.
 
 Driver side: ``catalog`` (catalog, snapshot pin), ``lister`` (manifests to files and
-statistics), ``source``. Executor side: ``lister.read_task`` (pyiceberg's Arrow scan).
+statistics; ``deletes`` plans delete files), ``source``. Executor side: ``lister.read_task``
+(pyiceberg's Arrow scan, then equality deletes).
 
 >>> from kappaplus.connectors.iceberg import read_iceberg_stream
 >>> df = read_iceberg_stream(spark, "db.rides", event_time_column="ts",

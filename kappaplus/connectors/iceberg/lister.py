@@ -1,7 +1,8 @@
 """The Iceberg file lister: a pinned snapshot's data files and their manifest statistics.
 
-pyiceberg plans the snapshot's scan (manifests, partition pruning, delete files matched to
-their data files by sequence number); each data file becomes a
+The snapshot's manifests are planned by :func:`~kappaplus.connectors.iceberg.deletes.plan_snapshot`
+(data files, and the position and equality delete files matched to each by sequence number
+and partition); each data file becomes a
 :class:`~kappaplus.slicing.files.DataFile` that admits every event time (an Iceberg table
 need not be partitioned by event time) with one
 :class:`~kappaplus.slicing.files.RowGroupStats` for the whole file: the record count, the
@@ -10,8 +11,10 @@ found by *field id*, so a renamed column keeps its statistics across old files. 
 belongs to every slice its ``[min, max]`` overlaps and is read with the slice's filter.
 
 A file without bounds for the event-time column is read whole in every slice (said once
-per file); an equality delete file (pyiceberg cannot apply them) is refused in one line
-naming the table, snapshot and file, never ignored.
+per file). A file's rows are read by pyiceberg's Arrow scan (field ids, position deletes);
+its equality deletes are applied to the rows read (:mod:`~kappaplus.connectors.iceberg.deletes`).
+Slice sizing counts a data file's manifest record count, before any delete: a slice may
+hold fewer rows than planned, never more.
 """
 
 from __future__ import annotations
@@ -24,12 +27,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from kappaplus.connectors.iceberg.deletes import (
+    EqualityMatcher,
+    PlannedFile,
+    apply_equality_deletes,
+    equality_columns,
+    plan_snapshot,
+)
 from kappaplus.core.errors import DataError, TableError
 from kappaplus.slicing.files import DataFile, RowGroupStats, to_micros_array
 from kappaplus.slicing.manifest import ManifestEntry
 
 if TYPE_CHECKING:
-    from pyiceberg.table import FileScanTask, StaticTable
+    from pyiceberg.table import StaticTable
 
     from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 
@@ -57,51 +67,15 @@ def static_table(metadata_location: str, io: tuple[tuple[str, str], ...]) -> Sta
 @lru_cache(maxsize=16)
 def scan_tasks(
     table: str, metadata_location: str, snapshot_id: int, io: tuple[tuple[str, str], ...]
-) -> dict[str, FileScanTask]:
+) -> dict[str, PlannedFile]:
     """The data files of ``snapshot_id`` (with their delete files), by path; cached."""
-    from pyiceberg.manifest import DataFileContent, FileFormat
-
     static = static_table(metadata_location, io)
     if static.metadata.snapshot_by_id(snapshot_id) is None:
         raise TableError(
             f"Iceberg table {table!r} has no snapshot {snapshot_id} (expired?); "
             "start the run over (--fresh) to pin the current one"
         )
-    try:
-        tasks = list(static.scan(snapshot_id=snapshot_id).plan_files())
-    except ValueError as exc:
-        if "equality deletes" not in str(exc):
-            raise
-        path = _equality_delete_file(static, snapshot_id)
-        raise DataError(
-            f"Iceberg table {table!r} snapshot {snapshot_id}: equality delete file {path!r} "
-            "cannot be applied by this reader (pyiceberg applies position deletes only); "
-            "rewrite the table's deletes as position deletes (compaction) first"
-        ) from None
-    by_path: dict[str, FileScanTask] = {}
-    for task in tasks:
-        f = task.file
-        if f.content != DataFileContent.DATA:
-            continue
-        if f.file_format != FileFormat.PARQUET:
-            raise DataError(
-                f"Iceberg table {table!r} snapshot {snapshot_id}: data file {f.file_path!r} is "
-                f"{f.file_format}; this reader reads Parquet data files"
-            )
-        by_path[f.file_path] = task
-    return by_path
-
-
-def _equality_delete_file(static: StaticTable, snapshot_id: int) -> str:
-    from pyiceberg.manifest import DataFileContent
-
-    snapshot = static.metadata.snapshot_by_id(snapshot_id)
-    assert snapshot is not None
-    for manifest in snapshot.manifests(static.io):
-        for entry in manifest.fetch_manifest_entry(static.io):
-            if entry.data_file.content == DataFileContent.EQUALITY_DELETES:
-                return str(entry.data_file.file_path)
-    return "?"
+    return plan_snapshot(table, static, snapshot_id)
 
 
 def _bound(kind: Any, raw: bytes | None) -> int | None:
@@ -127,7 +101,7 @@ class IcebergFileLister:
         self.options = options
         self._io = _io_key(options.io_properties)
 
-    def tasks(self) -> dict[str, FileScanTask]:
+    def tasks(self) -> dict[str, PlannedFile]:
         o = self.options
         return scan_tasks(o.table, o.metadata_location, o.snapshot_id, self._io)
 
@@ -156,7 +130,7 @@ class IcebergFileLister:
                 f"Iceberg table {self.options.table!r}: file {path!r} is not in snapshot "
                 f"{self.options.snapshot_id}; the slice cannot be replayed exactly"
             )
-        f = task.file
+        f = task.file  # its record count is before deletes (see the module docstring)
         field = self._field()
         lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id))
         hi = _bound(field.field_type, (f.upper_bounds or {}).get(field.field_id))
@@ -200,13 +174,18 @@ def read_task(
 ) -> Iterator[pa.RecordBatch]:
     """Rows of one data file of the pinned snapshot, its delete files applied, columns
     matched by field id (renamed and added columns read right across old files); with
-    ``lo``/``hi`` pyiceberg prunes row groups and rows outside ``[lo, hi)``."""
+    ``lo``/``hi`` pyiceberg prunes row groups and rows outside ``[lo, hi)``.
+
+    pyiceberg's Arrow scan applies the position deletes; the equality delete files that
+    apply to the file are applied to its rows after, their equality columns read along
+    (and dropped after) when the caller did not ask for them."""
     from pyiceberg.expressions import AlwaysTrue, And, GreaterThanOrEqual, LessThan
     from pyiceberg.io.pyarrow import ArrowScan
 
     io = _io_key(options.io_properties)
     static = static_table(options.metadata_location, io)
-    task = scan_tasks(options.table, options.metadata_location, options.snapshot_id, io).get(path)
+    planned = scan_tasks(options.table, options.metadata_location, options.snapshot_id, io)
+    task = planned.get(path)
     if task is None:
         raise DataError(
             f"Iceberg table {options.table!r}: file {path!r} is not in snapshot "
@@ -214,6 +193,21 @@ def read_task(
         )
     schema = static.schema()
     projected = schema.select(*columns)
+    names = [f.name for f in projected.fields]
+    matchers = [
+        EqualityMatcher(
+            options.table,
+            options.snapshot_id,
+            delete,
+            equality_columns(schema, delete),
+            static.io,
+            io,
+        )
+        for delete in task.equality_deletes
+    ]
+    extra = sorted({c for m in matchers for c in m.columns} - set(names))
+    if extra:
+        projected = schema.select(*names, *extra)
     row_filter: Any = AlwaysTrue()
     if lo is not None and hi is not None:
         ts = options.event_time_column
@@ -222,7 +216,9 @@ def read_task(
         row_filter = And(at_least(ts, lo), below(ts, hi))
     scan = ArrowScan(static.metadata, static.io, projected, row_filter)
     try:
-        yield from scan.to_record_batches([task])
+        for batch in scan.to_record_batches([task.task]):
+            batch = apply_equality_deletes(batch, matchers)
+            yield batch.select(names) if extra else batch
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(
             f"Iceberg table {options.table!r} snapshot {options.snapshot_id}: cannot read "

@@ -6,7 +6,9 @@ can place are the Hive source's (:class:`~kappaplus.connectors.hive.source.Liste
 over the format-free planner of :mod:`kappaplus.slicing`); what differs is the file lister
 (:mod:`~kappaplus.connectors.iceberg.lister`: manifests of the pinned snapshot) and how a
 file is read: through pyiceberg's Arrow scan, which matches columns by field id and applies
-position delete files. Use :func:`kappaplus.connectors.iceberg.read_iceberg_stream`.
+position delete files, then equality delete files applied to its rows
+(:mod:`~kappaplus.connectors.iceberg.deletes`).
+Use :func:`kappaplus.connectors.iceberg.read_iceberg_stream`.
 """
 
 from __future__ import annotations
