@@ -276,6 +276,23 @@ def export_lines(addresses: dict[str, str], home: Path) -> list[str]:
     return lines
 
 
+def running_services(home: Path | None = None) -> list[str]:
+    """One entry per local service running for the state directory ``home`` (broker,
+    metastore server, object store) with its address, from the pid files alone: what
+    ``kappa status`` shows under the runs. No request is made to the services."""
+    found = []
+    bootstrap = EmbeddedBroker(home).bootstrap()
+    if bootstrap is not None:
+        found.append(f"broker {bootstrap}")
+    metastore = MetastoreServer(home).status()
+    if metastore.running:
+        found.append(f"metastore {metastore.uri}")
+    store = ObjectStore(home).status()
+    if store.running:
+        found.append(f"s3 {store.endpoint} (s3://{store.bucket}/)")
+    return found
+
+
 def down(home: Path = _HOME) -> None:
     """Stop the local services: the metastore server, the embedded broker and the object
     store (whose objects, kept in memory, are gone with it)."""

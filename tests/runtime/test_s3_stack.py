@@ -85,6 +85,7 @@ class Stack:
         assert not port_open(self.port)
         assert not (self.home / "s3" / "catalog.db").exists(), "the catalog of lost objects"
         assert "no s3 store running" in kappa(self.home, "s3", "status").stdout
+        assert "no local services running" in kappa(self.home, "status").stdout
 
     def kill(self) -> None:
         """After a failure: no moto_server left behind."""
@@ -115,6 +116,9 @@ def test_up_s3_prints_a_catalog_that_puts_tables_in_the_bucket(stack: Stack) -> 
     assert ObjectStore(stack.home).status().pid == stack.pid, "reused, not restarted"
     shown = kappa(stack.home, "s3", "status")
     assert shown.returncode == 0 and stack.endpoint in shown.stdout, shown.stdout
+    listed = kappa(stack.home, "status")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert f"local services: s3 {stack.endpoint} (s3://kappa/)" in listed.stdout, listed.stdout
     stack.down()
 
 
