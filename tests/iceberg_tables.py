@@ -362,3 +362,39 @@ def sessions(rows: pd.DataFrame, gap_min: int) -> list[tuple]:
                 start, end, n = ts, ts + gap, 1
         out.append((int(key), start.to_pydatetime(), end.to_pydatetime(), n))
     return sorted(out)
+
+
+def write_events(props: dict[str, str], name: str, events: list[dict[str, Any]]) -> None:
+    """An unpartitioned Iceberg table of rider events, in four appends in arrival order
+    (files out of event-time order)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType, TimestamptzType
+
+    from kappaplus.examples.generate import arrival_order
+
+    catalog = open_catalog(props)
+    catalog.create_namespace_if_not_exists("db")
+    schema = Schema(
+        *[
+            NestedField(i + 1, c, StringType(), required=False)
+            for i, c in enumerate(["event_id", "rider_id", "event_type", "area"])
+        ],
+        NestedField(5, "event_time", TimestamptzType(), required=False),
+    )
+    table = catalog.create_table(name, schema=schema)
+    ordered = arrival_order(events)
+    for k in range(4):
+        chunk = ordered[k::4]
+        table.append(
+            pa.table(
+                {
+                    **{
+                        c: pa.array([e[c] for e in chunk], pa.string())
+                        for c in schema.column_names[:4]
+                    },
+                    "event_time": pa.array(
+                        [e["event_time"] for e in chunk], pa.timestamp("us", tz="UTC")
+                    ),
+                }
+            )
+        )

@@ -22,6 +22,7 @@ from kappaplus.examples.generate import rider_events
 from kappaplus.local.demo import GAP_MINUTES, LATE_DELAY, START
 from kappaplus.local.demo_lakes import demo_lake
 from kappaplus.local.processes import pid_alive
+from kappaplus.local.s3 import ObjectStore
 
 sys.path.insert(0, str(Path(__file__).parent / "runtime"))
 from runtime_helpers import micros, sessions_by_hand  # noqa: E402
@@ -109,10 +110,19 @@ def _demo_events(riders: int, days: int) -> list[dict[str, Any]]:
     )
 
 
-def _archived(lake: str, home: Path) -> Any:
-    """The demo's archive as an Arrow table, read with the format's own library."""
+def _archived(lake: str, home: Path, on_s3: bool = False) -> Any:
+    """The demo's archive as an Arrow table, read with the format's own library (an
+    Iceberg table ``on_s3``: through the catalog of the demo's object store)."""
     if lake == "iceberg":
-        return load_catalog(default_catalog(home)).load_table("demo.rider_events").scan().to_arrow()
+        catalog = default_catalog(home)
+        if on_s3:
+            store = ObjectStore(home)
+            endpoint = store.endpoint()
+            assert endpoint is not None, "the demo's object store runs"
+            catalog = store.iceberg_catalog(endpoint)
+        table = load_catalog(catalog).load_table("demo.rider_events")
+        assert table.location().startswith("s3://" if on_s3 else "file:")
+        return table.scan().to_arrow()
     from kappaplus.connectors.delta.log import open_delta
 
     return open_delta(
@@ -123,9 +133,11 @@ def _archived(lake: str, home: Path) -> Any:
 # slow: the Hive demo (above) runs the loop in the default suite; `make test-all` runs these
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("lake", ["iceberg", "delta"])
+@pytest.mark.parametrize("lake", ["iceberg", "delta", "iceberg-s3"])
 def test_lake_demo_reconciles_against_the_generated_events(lake: str, tmp_path: Path) -> None:
-    """``kappa demo --lake iceberg|delta``: the archive is a table of that format holding
+    """``kappa demo --lake iceberg|delta`` (and ``--lake iceberg --s3``: the table in the
+    embedded object store, gone with it at ``kappa down``): the archive is a table of that
+    format holding
     every generated event once (read with pyiceberg / delta-rs), the backfill's sessions are
     the sessions of the generated events by hand (read from the table's Parquet files), the
     reconciliation figures add up to them, and the audit pairs the archive with the
@@ -142,9 +154,22 @@ def test_lake_demo_reconciles_against_the_generated_events(lake: str, tmp_path: 
 
     riders, days = 40, 1
     size = ["--riders", str(riders), "--days", str(days), "--slice-hours", "6"]
+    on_s3 = lake == "iceberg-s3"
+    lake = lake.removesuffix("-s3")
+    lake_options = ["--lake", lake] + (["--s3"] if on_s3 else [])
+    if on_s3:
+        refused = subprocess.run(
+            [*kappa, "demo", "--lake", "delta", "--s3"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode == 2 and "'--s3'" in refused.stdout, refused.stdout
+        assert not (home / "s3").exists(), "a refused --s3 starts nothing"
     try:
         done = subprocess.run(
-            [*kappa, "demo", "--lake", lake, *size, "--batch-hours", "1"],
+            [*kappa, "demo", *lake_options, *size, "--batch-hours", "1"],
             env=env,
             capture_output=True,
             text=True,
@@ -159,7 +184,7 @@ def test_lake_demo_reconciles_against_the_generated_events(lake: str, tmp_path: 
         end = START + timedelta(days=days)
         assert all(START <= e["event_time"] < end for e in events)
         # the archive: a table of that format (not Hive) with every event once, in Kafka order
-        archived = _archived(lake, home)
+        archived = _archived(lake, home, on_s3)
         ids = archived.column("event_id").to_pylist()
         assert len(ids) == len(set(ids)) and set(ids) == {e["event_id"] for e in events}
         assert sorted(archived.column("kafka_offset").to_pylist()) == list(range(len(events)))
@@ -221,6 +246,7 @@ def test_lake_demo_reconciles_against_the_generated_events(lake: str, tmp_path: 
         assert report["ok"] and not report["unexplained"]
     finally:
         subprocess.run([*kappa, "down"], env=env, capture_output=True, text=True, timeout=120)
+    assert not ObjectStore(home).status().running, "kappa down stops the object store"
 
 
 def _reconcile_json(kappa: list[str], env: dict[str, str], home: Path, tmp: Path) -> Any:

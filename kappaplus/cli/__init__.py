@@ -6,7 +6,8 @@ One module per command or group, each a thin layer over the code it drives:
   ``promote.py`` (``kappa promote``), ``audit.py`` (``kappa audit``, ``reconcile``);
 - data: ``archive.py`` (``kappa archive``), ``table.py`` (``kappa table ...``),
   ``dlq.py`` (``kappa dlq ...``);
-- the embedded stack (:mod:`kappaplus.local`): ``stack.py`` (``kappa up/down``),
+- the embedded stack (:mod:`kappaplus.local`): ``stack.py`` (``kappa up/down``,
+  ``metastore``, ``s3``),
   ``broker.py``, ``topic.py``, ``demo.py``.
 
 Only this package and :mod:`kappaplus.local` import the local development stack.

@@ -33,6 +33,12 @@ def register(app: typer.Typer) -> None:
             "under $KAPPA_HOME/iceberg, local warehouse; delta: a Delta table under "
             "$KAPPA_HOME/delta through delta-rs).",
         ),
+        s3: bool = typer.Option(
+            False,
+            "--s3",
+            help="With --lake iceberg: the Iceberg table in the embedded S3-compatible object "
+            "store (started like kappa up --s3; objects in memory, lost at kappa down).",
+        ),
         down: bool = typer.Option(False, "--down", help="Stop the services at the end."),
     ) -> None:
         """Start the embedded stack, produce rider events to Kafka, archive them to the lake
@@ -40,8 +46,9 @@ def register(app: typer.Typer) -> None:
         sessionization in stream mode and backfill it from the lake, then reconcile side by
         side."""
         try:
-            demo_lake(lake, state_dir(), option="--lake")  # a bad value fails before the stack
-            report = run_demo(riders, days, slice_hours, batch_hours, down=down, lake=lake)
+            # a bad value fails before the stack
+            demo_lake(lake, state_dir(), option="--lake", catalog={} if s3 else None)
+            report = run_demo(riders, days, slice_hours, batch_hours, down=down, lake=lake, s3=s3)
         except KappaError as exc:
             if exc.exit_code != 2:
                 raise

@@ -430,11 +430,12 @@ def status_command(
     ),
     limit: int = typer.Option(20, "--limit", "-n", help="Show the latest N runs."),
 ) -> None:
-    """List recorded runs and where they stand (run records + checkpoint offset logs).
+    """List recorded runs and where they stand (run records + checkpoint offset logs),
+    then the local services running (kappa up: broker, metastore server, s3 store).
 
     The default fits 80 columns: job, mode, status, start, event time done, rows, rows
     dropped as late and dead letters. --wide adds run ids, ranges and where each
-    checkpoint stands; --json prints everything.
+    checkpoint stands; --json prints the runs only, with every field.
     """
     from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
@@ -490,6 +491,19 @@ def status_command(
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
+    _show_runs(rows, wide)
+    from kappaplus.cli.stack import running_services
+
+    services = running_services()
+    _console.print(
+        "local services: " + ", ".join(services) if services else "no local services running",
+        style="dim",
+        markup=False,
+    )
+
+
+def _show_runs(rows: list[dict[str, Any]], wide: bool) -> None:
+    """The runs of ``kappa status`` as 80-column lines, or as a wide table."""
     if not rows:
         _console.print("no runs recorded")
         return

@@ -1,9 +1,11 @@
-"""``kappa up``, ``kappa down`` and ``kappa metastore start|stop|status``: the local stack.
+"""``kappa up``, ``kappa down``, ``kappa metastore start|stop|status`` and
+``kappa s3 start|stop|status``: the local stack.
 
 ``kappa up`` starts the embedded Kafka broker and the Hive metastore server of the state
-directory (detached; a running one is reused) and ``kappa down`` stops both. Sessions of
-the same state directory find the metastore server by themselves, so a stream run and a
-backfill run of one job can run side by side.
+directory (detached; a running one is reused), with ``--s3`` also an S3-compatible object
+store (moto's server), and ``kappa down`` stops them all. Sessions of the same state
+directory find the metastore server by themselves, so a stream run and a backfill run of
+one job can run side by side.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kappaplus.core.errors import KappaError
 from kappaplus.core.settings import state_dir
 from kappaplus.local.broker import EmbeddedBroker
 from kappaplus.local.metastore import MetastoreServer
+from kappaplus.local.s3 import ENDPOINT_ENV, ObjectStore, delta_storage_options, toml_inline
 
 _console = Console()
 _HOME = typer.Option(None, "--home", help="State directory (default $KAPPA_HOME or ./.kappa).")
@@ -78,12 +81,86 @@ def metastore_status(home: Path = _HOME) -> None:
     )
 
 
+s3_app = typer.Typer(
+    help="The local S3-compatible object store (moto_server on 127.0.0.1; objects in memory, "
+    "lost when it stops).",
+    no_args_is_help=True,
+)
+
+
+@s3_app.command("start")
+def s3_start(
+    port: int = typer.Option(None, "--port", "-p", help="Port (default 5000, else a free one)."),
+    bucket: str = typer.Option("kappa", "--bucket", help="Bucket to create (kept if it exists)."),
+    home: Path = _HOME,
+) -> None:
+    """Start the object store detached (and create the bucket), or report the one running;
+    prints the catalog and storage properties to paste into a job config."""
+    store = ObjectStore(home, port, bucket=bucket)
+    before = store.status()
+    try:
+        endpoint = store.start()
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    verb = f"already running (pid {before.pid})" if before.running else "started"
+    _console.print(f"s3 store {verb} at [bold]{endpoint}[/bold] (log {store.log_file})")
+    print_s3_properties(store, endpoint)
+
+
+@s3_app.command("stop")
+def s3_stop(home: Path = _HOME) -> None:
+    """Stop the object store: its objects (kept in memory) are gone, and so is the SQL
+    catalog under the state directory that named them."""
+    try:
+        stopped = ObjectStore(home).stop()
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    _console.print("s3 store stopped" if stopped else "no s3 store running")
+
+
+@s3_app.command("status")
+def s3_status(home: Path = _HOME) -> None:
+    """Show pid, endpoint and bucket of the running object store."""
+    info = ObjectStore(home).status()
+    if not info.running:
+        _console.print("no s3 store running")
+        raise typer.Exit(1)
+    since = dt.datetime.fromtimestamp(info.started_at or 0).isoformat(timespec="seconds")
+    _console.print(
+        f"s3 store running: pid {info.pid}, [bold]{info.endpoint}[/bold], bucket "
+        f"s3://{info.bucket}/, since {since}\nlog: {info.log_file}"
+    )
+
+
+def print_s3_properties(store: ObjectStore, endpoint: str) -> None:
+    """The lines a user pastes into a job config to keep tables in the store's bucket."""
+    catalog = store.iceberg_catalog(endpoint)
+    _console.print(
+        f"Iceberg tables in s3://{store.bucket}/warehouse ([inputs|outputs.<name>.iceberg]; "
+        "the SQL catalog file is removed with the store):",
+        markup=False,
+    )
+    print(f"  catalog = {toml_inline(catalog)}")
+    _console.print(
+        f'Delta tables at path = "s3://{store.bucket}/<table>" ([inputs|outputs.<name>.delta]):',
+        markup=False,
+    )
+    print(f"  storage_options = {toml_inline(delta_storage_options(endpoint))}")
+    _console.print(
+        "objects live in the server's memory: kappa down (or kappa s3 stop) loses them",
+        style="dim",
+    )
+
+
 UP_HELP = (
     "Start the local services, or reuse the running ones: the embedded Kafka broker and the "
     "Hive metastore server, detached, with their files under the state directory.\n\n"
     "`kappa run` (any session of the same state directory) uses the metastore server by "
     "itself, so a stream run and a backfill run of one job can run at the same time. "
-    "The broker keeps topics in memory only. `kappa down` stops both."
+    "The broker keeps topics in memory only.\n\n"
+    "--s3 (opt-in) also starts an S3-compatible object store (moto_server, objects in memory) "
+    "with a bucket, and prints the Iceberg catalog and Delta storage properties that put "
+    "tables there. `kappa down` stops them all."
 )
 
 
@@ -101,6 +178,12 @@ def up(
     metastore_port: int = typer.Option(
         None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
     ),
+    s3: bool = typer.Option(
+        False,
+        "--s3/--no-s3",
+        help="Also start the S3-compatible object store (moto_server; objects in memory).",
+    ),
+    s3_port: int = typer.Option(None, "--s3-port", help="Object store port (default 5000)."),
     print_env: bool = typer.Option(
         False,
         "--print-env",
@@ -108,7 +191,7 @@ def up(
     ),
 ) -> None:
     """Start (or reuse) the embedded broker and the metastore server; see ``UP_HELP``."""
-    if not (broker or metastore):
+    if not (broker or metastore or s3):
         _console.print("[red]error:[/red] nothing to start (--no-broker and --no-metastore)")
         raise typer.Exit(2)
     root = state_dir(home)
@@ -116,12 +199,15 @@ def up(
     logs: list[str] = []
     addresses: dict[str, str] = {}
     failed = False
-    wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer, str]] = []
+    wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer | ObjectStore, str]] = []
     if broker:
         wanted.append(("broker", "kafka broker", EmbeddedBroker(root, broker_port), "the broker"))
     if metastore:
         server = MetastoreServer(root, metastore_port)
         wanted.append(("metastore", "hive metastore", server, "the metastore server (a JVM)"))
+    store = ObjectStore(root, s3_port)
+    if s3:
+        wanted.append(("s3", "s3 object store", store, "the object store (moto_server)"))
     for key, label, service, what in wanted:
         try:
             was_running = service.status().running
@@ -154,6 +240,9 @@ def up(
             "kappa run and create_session pick this metastore up automatically when they use "
             f"the same state directory (KAPPA_HOME={root})"
         )
+    if "s3" in addresses:
+        _console.print(f"s3 endpoint: [bold]{addresses['s3']}[/bold]")
+        print_s3_properties(store, addresses["s3"])
     if exports:
         _console.print(
             'for job configs (bootstrap_servers = "${KAPPA_BOOTSTRAP}") and other shells, '
@@ -182,15 +271,36 @@ def export_lines(addresses: dict[str, str], home: Path) -> list[str]:
         lines.append(f"export KAPPA_BOOTSTRAP={addresses['broker']}")
     if "metastore" in addresses:
         lines.append(f"export KAPPA_METASTORE_URI={addresses['metastore']}")
+    if "s3" in addresses:
+        lines.append(f"export {ENDPOINT_ENV}={addresses['s3']}")
     return lines
 
 
+def running_services(home: Path | None = None) -> list[str]:
+    """One entry per local service running for the state directory ``home`` (broker,
+    metastore server, object store) with its address, from the pid files alone: what
+    ``kappa status`` shows under the runs. No request is made to the services."""
+    found = []
+    bootstrap = EmbeddedBroker(home).bootstrap()
+    if bootstrap is not None:
+        found.append(f"broker {bootstrap}")
+    metastore = MetastoreServer(home).status()
+    if metastore.running:
+        found.append(f"metastore {metastore.uri}")
+    store = ObjectStore(home).status()
+    if store.running:
+        found.append(f"s3 {store.endpoint} (s3://{store.bucket}/)")
+    return found
+
+
 def down(home: Path = _HOME) -> None:
-    """Stop the local services: the metastore server and the embedded broker."""
+    """Stop the local services: the metastore server, the embedded broker and the object
+    store (whose objects, kept in memory, are gone with it)."""
     failed = False
-    services: list[tuple[str, EmbeddedBroker | MetastoreServer]] = [
+    services: list[tuple[str, EmbeddedBroker | MetastoreServer | ObjectStore]] = [
         ("metastore", MetastoreServer(home)),
         ("broker", EmbeddedBroker(home)),
+        ("s3 store", ObjectStore(home)),
     ]
     for key, service in services:
         try:
@@ -204,7 +314,9 @@ def down(home: Path = _HOME) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``kappa up``, ``kappa down`` and the ``kappa metastore`` group to the CLI."""
+    """Add ``kappa up``, ``kappa down`` and the ``kappa metastore`` and ``kappa s3`` groups
+    to the CLI."""
     app.command("up", help=UP_HELP)(up)
     app.command("down")(down)
     app.add_typer(metastore_app, name="metastore")
+    app.add_typer(s3_app, name="s3")

@@ -89,3 +89,7 @@ class BrokerError(KappaError):
 
 class MetastoreError(KappaError):
     """The local Hive metastore server cannot be started, reached or stopped."""
+
+
+class ObjectStoreError(KappaError):
+    """The local S3-compatible object store cannot be started, reached or stopped."""

@@ -123,6 +123,11 @@ class EmbeddedBroker(DetachedService):
         self.storage = storage
         self.env = dict(env or {})
 
+    def bootstrap(self) -> str | None:
+        """``127.0.0.1:PORT`` of the running broker (from its pid file alone), or None."""
+        state = self._running_state()
+        return str(state["bootstrap"]) if state else None
+
     def start(self) -> str:
         """Start the broker (or reuse the running one) and return its bootstrap address."""
         state = self._running_state()

@@ -282,10 +282,13 @@ def run_demo(
     *,
     down: bool = False,
     lake: str = "hive",
+    s3: bool = False,
 ) -> DemoReport:
     """Run the demo (see the module docstring) with its archive in table format ``lake``
     (``hive`` or ``iceberg``: :data:`kappaplus.local.demo_lakes.LAKES`; ConfigError for
-    another) and return what it measured."""
+    another) and return what it measured. ``s3``: the Iceberg lake in the embedded object
+    store (:class:`~kappaplus.local.s3.ObjectStore`, started or reused), its catalog the
+    store's SQL catalog."""
     from kappaplus.archive import ArchiveOptions, archive_job
     from kappaplus.examples import sessionization
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events
@@ -294,7 +297,12 @@ def run_demo(
     from kappaplus.session import stop_session
 
     home = state_dir()
-    history = demo_lake(lake, home)
+    history = demo_lake(lake, home, catalog={} if s3 else None)  # refused before any start
+    if s3:
+        from kappaplus.local.s3 import ObjectStore
+
+        store = ObjectStore(home)
+        history = demo_lake(lake, home, catalog=store.iceberg_catalog(store.start()))
     report = DemoReport(lake=history.name)
     began = time.monotonic()
     work = home / "demo"

@@ -29,7 +29,7 @@ kappaplus.core.errors.ConfigError: option '--lake' = 'orc': expected one of hive
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -132,19 +132,24 @@ class HiveLake(DemoLake):
         return f"{table} (Hive, Parquet partitions under {self.home / 'warehouse'})"
 
 
+@dataclass(frozen=True)
 class IcebergLake(DemoLake):
     """An unpartitioned Iceberg table in the embedded SQL catalog (``$KAPPA_HOME/iceberg``,
     a SQLite file and a local warehouse), one snapshot per archive micro-batch; the
     backfill pins a snapshot and slices by the data files' event-time statistics. The
-    catalog is written into the job's TOML, so ``kappa run``/``reconcile`` find it."""
+    catalog is written into the job's TOML, so ``kappa run``/``reconcile`` find it.
+
+    ``properties``: another catalog instead (``kappa demo --s3``: the SQL catalog of the
+    embedded object store, its warehouse in the store's bucket)."""
 
     name = "iceberg"
     title = "Iceberg"
+    properties: dict[str, str] | None = field(default=None, compare=False)
 
     def catalog(self) -> dict[str, str]:
         from kappaplus.connectors.iceberg.catalog import default_catalog
 
-        return default_catalog(self.home)
+        return dict(self.properties) if self.properties else default_catalog(self.home)
 
     def archive_options(self, table: str = "") -> dict[str, Any]:
         return {"table_format": "iceberg", "iceberg_catalog": self.catalog()}
@@ -262,9 +267,16 @@ LAKES: dict[str, type[DemoLake]] = {lake.name: lake for lake in (HiveLake, Icebe
 """The lake formats ``kappa demo --lake`` runs with."""
 
 
-def demo_lake(name: str, home: Path, *, option: str = "lake") -> DemoLake:
+def demo_lake(
+    name: str,
+    home: Path,
+    *,
+    option: str = "lake",
+    catalog: dict[str, str] | None = None,
+) -> DemoLake:
     """The strategy of lake format ``name``; ConfigError (exit 2) naming ``option`` and
-    the choices."""
+    the choices. ``catalog``: the Iceberg lake's catalog properties (``--s3``); refused
+    for another format."""
     lake = LAKES.get(name)
     if lake is None:
         raise ConfigError(
@@ -272,4 +284,13 @@ def demo_lake(name: str, home: Path, *, option: str = "lake") -> DemoLake:
             name,
             f"expected one of {', '.join(LAKES)} (the table format of the demo's archive)",
         )
+    if catalog is not None:
+        if lake is not IcebergLake:
+            raise ConfigError(
+                "--s3",
+                True,
+                f"the demo keeps only an Iceberg lake in the object store: "
+                f"use --lake iceberg, or leave out --s3 (--lake {name})",
+            )
+        return IcebergLake(home, catalog)
     return lake(home)

@@ -1,4 +1,5 @@
-"""Small helpers for the detached local services (broker, metastore): ports, pids, logs."""
+"""Small helpers for the detached local services (broker, metastore, s3 store): ports,
+pids, logs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """The life cycle the local servers share: a detached process with a pid file and a log.
 
-:class:`DetachedService` is the part of the broker and the metastore server that is the
-same for both: files under ``home/<name>/`` (``<name>.pid`` as JSON with at least ``pid``,
-and ``<name>.log``), finding the running process again from another shell (a live pid
-that still runs the service, so a recycled pid is not mistaken for it), starting it in a
-session of its own so it outlives the process that started it, cleaning up when it does
-not come up, and stopping it. Subclasses say how to start and when the server is ready.
+:class:`DetachedService` is the part of the broker, the metastore server and the object
+store (:mod:`kappaplus.local.s3`) that is the same for all: files under ``home/<name>/``
+(``<name>.pid`` as JSON with at least ``pid``, and ``<name>.log``), finding the running
+process again from another shell (a live pid that still runs the service, so a recycled
+pid is not mistaken for it), starting it in a session of its own so it outlives the process
+that started it, cleaning up when it does not come up, and stopping it. Subclasses say how
+to start and when the server is ready.
 
 >>> class Echo(DetachedService):                       # doctest: +SKIP
 ...     name, marker, error = "echo", b"echo-server", BrokerError

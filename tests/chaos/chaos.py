@@ -71,7 +71,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from s3_store import S3Store  # noqa: E402
+from kappaplus.local.s3 import ObjectStore, client_env  # noqa: E402
 
 KAPPA = [sys.executable, "-m", "kappaplus.cli"]
 START = "2024-03-01T00:00:00"
@@ -644,7 +644,7 @@ class Stack:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.broker: Any = None
-        self.store: S3Store | None = None
+        self.store: ObjectStore | None = None
         self.store_env: dict[str, str] = {}
         self.metastore: Any = None
         self.restarts: list[str] = []
@@ -677,8 +677,8 @@ class Stack:
 
         storage = MEMORY
         if durable:
-            self.store = S3Store(self.home / "s3", self.BUCKET)
-            self.store_env = self.store.start()
+            self.store = ObjectStore(self.home, free_port(), bucket=self.BUCKET)
+            self.store_env = client_env(self.store.start())
             storage = self.store.storage
         self.broker = EmbeddedBroker(
             self.home, port=free_port(), storage=storage, env=self.store_env

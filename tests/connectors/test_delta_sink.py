@@ -260,10 +260,12 @@ def test_an_s3_delta_output_commits_exactly_once(tmp_path: Path, fault: dict[str
     written and the log committed through delta-rs's object store with the output's
     storage options; a crash before the commit, the replay, a replayed batch skipped."""
     from deltalake import DeltaTable
-    from s3_store import S3Store
 
-    store = S3Store(tmp_path / "s3")
-    env = store.start()
+    from kappaplus.local.processes import free_port
+    from kappaplus.local.s3 import ObjectStore, client_env
+
+    store = ObjectStore(tmp_path, free_port())
+    env = client_env(store.start())
     options = {
         "AWS_ENDPOINT_URL": env["AWS_ENDPOINT"],
         "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],

@@ -347,25 +347,22 @@ def test_unknown_table_is_one_line(spark: SparkSession, scratch: Path) -> None:
 
 @pytest.fixture(scope="module")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``moto_server`` on loopback: an S3-compatible store the tables are written to."""
-    from s3_store import S3Store
+    """``moto_server`` on loopback (:class:`~kappaplus.local.s3.ObjectStore`): an
+    S3-compatible store the tables are written to."""
+    from kappaplus.local.processes import free_port
+    from kappaplus.local.s3 import ObjectStore
 
-    store = S3Store(tmp_path_factory.mktemp("s3"))
+    store = ObjectStore(tmp_path_factory.mktemp("s3"), free_port())
     store.start()
     yield store
     store.stop()
 
 
 def s3_catalog(store: Any, root: Path, prefix: str) -> dict[str, str]:
-    props = catalog_props(root, warehouse=f"s3://{store.bucket}/{prefix}")
-    props.update(
-        {
-            "s3.endpoint": store.env["AWS_ENDPOINT"],
-            "s3.access-key-id": store.env["AWS_ACCESS_KEY_ID"],
-            "s3.secret-access-key": store.env["AWS_SECRET_ACCESS_KEY"],
-            "s3.region": store.env["AWS_DEFAULT_REGION"],
-        }
-    )
+    """The store's catalog properties (its ``s3.*`` FileIO settings), with the SQL catalog
+    under ``root`` and the warehouse at ``s3://BUCKET/prefix``."""
+    props = store.iceberg_catalog(store.endpoint())
+    props.update(catalog_props(root, warehouse=f"s3://{store.bucket}/{prefix}"))
     return props
 
 

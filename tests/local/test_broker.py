@@ -133,10 +133,10 @@ def _read_all(bootstrap: str, topic: str, seconds: float = 5.0) -> list[bytes]:
 
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "s3"])
 def test_restart_keeps_topics_only_with_s3_storage(tmp_path: Path, durable: bool) -> None:
-    from s3_store import S3Store
+    from kappaplus.local.s3 import ObjectStore, client_env
 
-    store = S3Store(tmp_path / "s3")
-    env = store.start() if durable else {}
+    store = ObjectStore(tmp_path, free_port())
+    env = client_env(store.start()) if durable else {}
     port = free_port()
     storage = store.storage if durable else MEMORY
     try:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 from runtime_helpers import (
     FLUSH_RIDER,
     example_config,
@@ -26,7 +24,7 @@ from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from iceberg_tables import catalog_props, open_catalog  # noqa: E402
+from iceberg_tables import catalog_props, write_events  # noqa: E402
 
 START = "2024-03-01T00:00:00"
 T0 = datetime.fromisoformat(START + "+00:00")
@@ -36,40 +34,6 @@ LAKE_UNTIL = T0 + timedelta(hours=6)
 COLUMNS = ["rider_id", "session_start", "session_end", "event_count", "event_types"]
 COLUMNS += ["trip_requested"]
 GAP = 30 * 60
-
-
-def write_events(props: dict[str, str], name: str, events: list[dict[str, Any]]) -> None:
-    """An unpartitioned Iceberg table of rider events, in four appends in arrival order
-    (files out of event-time order)."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField, StringType, TimestamptzType
-
-    catalog = open_catalog(props)
-    catalog.create_namespace_if_not_exists("db")
-    schema = Schema(
-        *[
-            NestedField(i + 1, c, StringType(), required=False)
-            for i, c in enumerate(["event_id", "rider_id", "event_type", "area"])
-        ],
-        NestedField(5, "event_time", TimestamptzType(), required=False),
-    )
-    table = catalog.create_table(name, schema=schema)
-    ordered = arrival_order(events)
-    for k in range(4):
-        chunk = ordered[k::4]
-        table.append(
-            pa.table(
-                {
-                    **{
-                        c: pa.array([e[c] for e in chunk], pa.string())
-                        for c in schema.column_names[:4]
-                    },
-                    "event_time": pa.array(
-                        [e["event_time"] for e in chunk], pa.timestamp("us", tz="UTC")
-                    ),
-                }
-            )
-        )
 
 
 def test_backfill_from_iceberg_equals_truth(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]
