@@ -75,15 +75,32 @@ def register_command(
         help="--location is a Delta table: record NAME for it in the state directory "
         "(no Spark started); [inputs.<n>.delta] path and describe --delta accept NAME.",
     ),
+    iceberg: bool = typer.Option(
+        False,
+        "--iceberg",
+        help="--location is an Iceberg table (its directory or metadata file): register it "
+        "as NAME in the Iceberg catalog (no Spark started).",
+    ),
+    catalog: str = typer.Option(
+        None,
+        "--catalog",
+        help='With --iceberg: catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
+        "(default: the embedded SQL catalog of the state directory).",
+    ),
 ) -> None:
     """Register the directory --location as the external table NAME: columns from the
     files, partition columns (STRING) from the directory names, every partition added.
 
     Run it again to add partitions that appeared since. Dropping the table later never
-    deletes the files. With --delta: NAME stands for the Delta table at --location.
+    deletes the files. With --delta: NAME stands for the Delta table at --location. With
+    --iceberg: NAME (namespace.table) is registered in the Iceberg catalog for the table's
+    newest metadata file (or the one --location names).
     """
     if delta:
         _register_delta(name, location, replace)
+        return
+    if iceberg or catalog is not None:
+        _register_iceberg(name, location, catalog, replace)
         return
     from rich.progress import Progress
 
@@ -207,6 +224,25 @@ def _describe_iceberg(
         return
     for line in iceberg_lines(found):
         print(line)
+
+
+def _register_iceberg(name: str, location: str, catalog: str | None, replace: bool) -> None:
+    from kappaplus.lake.iceberg_register import register_iceberg
+
+    try:
+        props = json.loads(catalog) if catalog else None
+    except json.JSONDecodeError as exc:
+        raise _fail(ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
+    try:
+        done = register_iceberg(name, location, props, replace=replace)
+    except KappaError as exc:
+        raise _fail(exc) from exc
+    _console.print(
+        f"registered Iceberg table {done.table} -> {done.metadata_location} "
+        f"(snapshot {done.snapshot_id}){' (replaced)' if done.replaced else ''}"
+    )
+    flag = f" --catalog '{catalog}'" if catalog else ""
+    _console.print(f"see what a backfill reads: kappa table describe --iceberg {name}{flag}")
 
 
 def _register_delta(name: str, location: str, replace: bool) -> None:

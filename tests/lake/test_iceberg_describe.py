@@ -58,3 +58,44 @@ def test_cli_describe_iceberg(tmp_path: Path) -> None:
         ["table", "describe", "db.cli", "--catalog", json.dumps(props), "--json", "-e", "nope"],
     )
     assert shown.exit_code == 2 and "nope" in shown.output
+
+
+def test_register_an_iceberg_table_written_elsewhere(tmp_path: Path) -> None:
+    """A table another engine wrote (here: another catalog) is registered by its directory
+    in a second catalog, reads the same rows there, and a name taken is refused."""
+    from iceberg_tables import open_catalog
+
+    from kappaplus.lake.iceberg_register import register_iceberg
+
+    source = catalog_props(tmp_path / "elsewhere")
+    written = write_table(source, "db.rides", "day", per_day=40)
+    table = open_catalog(source).load_table("db.rides")
+    directory = table.location()
+    ours = catalog_props(tmp_path / "ours")
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["table", "register", "lake.rides", "--iceberg", "-l", directory, "--catalog"]
+        + [json.dumps(ours)],
+    )
+    assert result.exit_code == 0, result.output
+    assert table.metadata_location in result.output.replace("\n", "")
+    again = open_catalog(ours).load_table("lake.rides")
+    assert again.current_snapshot().snapshot_id == table.current_snapshot().snapshot_id
+    assert again.scan().to_arrow().num_rows == len(written.rows)
+    d = describe_iceberg("lake.rides", ours, "ts")
+    assert d.rows == len(written.rows)
+    taken = runner.invoke(
+        app,
+        ["table", "register", "lake.rides", "--iceberg", "-l", directory, "--catalog"]
+        + [json.dumps(ours)],
+    )
+    assert taken.exit_code != 0 and "--replace" in taken.output
+    assert register_iceberg("lake.rides", table.metadata_location, ours, replace=True).replaced
+    empty = runner.invoke(
+        app,
+        ["table", "register", "lake.none", "--iceberg", "-l", str(tmp_path), "--catalog"]
+        + [json.dumps(ours)],
+    )
+    assert empty.exit_code == 2 and "--location" in empty.output
+    assert "metadata" in empty.output
