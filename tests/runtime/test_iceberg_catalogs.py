@@ -8,10 +8,10 @@ hand from the events written, ``kappa table describe --iceberg --catalog`` throu
 one-line errors naming the catalog's URI or the table. Through REST a snapshot committed
 between two starts of a run is counted and not mixed in; a fresh run reads it.
 
-What the Hive metastore of ``kappa up`` does not do: commit. pyiceberg's HiveCatalog takes
-a metastore lock for every commit (append, schema change) and Hive 2.3 on Derby has no
-transaction tables behind its lock API, so the commit is refused; tables are written
-elsewhere and registered (``register_table``), or created empty, and read.
+Through Hive every commit (append, schema change) takes a metastore lock: the server of
+``kappa up`` has the transaction tables behind its lock API (created once before its first
+start, kappaplus.local.metastore.prepare_txn_tables). A table written elsewhere is also
+registered (``register_table``) and read.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from kappaplus.runtime.runner import run_job
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from iceberg_rest_server import RestCatalogServer  # noqa: E402
 from iceberg_tables import (  # noqa: E402
+    WrittenTable,
     arrow_rows,
     catalog_props,
     make_rows,
@@ -71,18 +72,13 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def hive_props(uri: str) -> dict[str, str]:
+    """What a job's config says: no more than the type and the URI."""
     return {"type": "hive", "uri": uri}
 
 
-def register_in_hive(uri: str, name: str, scratch: Path, events: list[dict[str, Any]]) -> None:
-    """Write ``name`` with pyiceberg (a SQL catalog in ``scratch``), then register its
-    metadata in the metastore: the Hive catalog alone knows it from then on."""
-    written = catalog_props(scratch / "writer")
-    write_events(written, name, events)
-    location = open_catalog(written).load_table(name).metadata_location
-    hive = open_catalog(hive_props(uri))
-    hive.create_namespace_if_not_exists(name.split(".")[0])
-    hive.register_table(name, location)
+def hive_writer(uri: str) -> dict[str, str]:
+    """pyiceberg's own HiveCatalog writing to Hive 2.3 (kappa's load_catalog sets this)."""
+    return {**hive_props(uri), "hive.hive2-compatible": "true"}
 
 
 def backfill(spark: SparkSession, props: dict[str, str], name: str, scratch: Path) -> list:
@@ -252,46 +248,41 @@ def test_backfill_through_hive_catalog_equals_truth(
 ) -> None:
     events = events_for(23)
     name = f"db.rides_{uid()}"
-    register_in_hive(metastore, name, scratch, events)
+    write_events(hive_writer(metastore), name, events)  # four commits, each under a lock
+    table = open_catalog(hive_props(metastore)).load_table(name)
+    assert len(table.history()) == 4, "four appends, four snapshots"
     rows = backfill(spark, hive_props(metastore), name, scratch)
     assert len(rows) == len(set(rows)), "no duplicate sessions"
     assert set(rows) == sessions_by_hand(events, GAP)
 
 
-def test_cli_describe_through_hive_catalog(metastore: str, scratch: Path) -> None:
-    written = write_table(catalog_props(scratch / "writer"), "db.hdescribed", "none", per_day=60)
-    hive = open_catalog(hive_props(metastore))
-    hive.create_namespace_if_not_exists("db")
-    hive.register_table("db.hdescribed", written.table().metadata_location)
+def test_cli_describe_through_hive_catalog(metastore: str) -> None:
+    written = write_table(hive_writer(metastore), f"db.described_{uid()}", "day", per_day=60)
     result = CliRunner().invoke(
         app,
-        ["table", "describe", "db.hdescribed", "--iceberg", "--json"]
+        ["table", "describe", written.name, "--iceberg", "--json"]
         + ["--catalog", json.dumps(hive_props(metastore))],
     )
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
     assert shown["rows"] == len(written.rows) and shown["data_files"] == 6
+    assert shown["snapshot_id"] == written.table().current_snapshot().snapshot_id
 
 
-def test_hive_catalog_creates_tables_but_refuses_commits(metastore: str) -> None:
-    """What works against the Derby metastore: create and load; an append is refused at the
-    lock and the table keeps no snapshot (nothing half-committed)."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, TimestamptzType
+def test_hive_catalog_registers_evolves_and_reads(metastore: str, scratch: Path) -> None:
+    """A table written by another catalog, registered in the metastore, then evolved
+    through it (column renamed and added, rows appended, rows deleted): the rows read back
+    through the Hive catalog are the rows as evolved."""
+    from iceberg_tables import evolve
 
-    hive = open_catalog(hive_props(metastore))
+    outside = write_table(catalog_props(scratch / "writer"), f"db.reg_{uid()}", "none", per_day=50)
+    hive = open_catalog(hive_writer(metastore))
     hive.create_namespace_if_not_exists("db")
-    name = f"db.created_{uid()}"
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=False),
-        NestedField(2, "ts", TimestamptzType(), required=False),
-    )
-    table = hive.create_table(name, schema=schema)
-    assert hive.table_exists(name) and (("db", name.split(".")[1]) in hive.list_tables("db"))
-    rows = make_rows(1, 5, seed=3)
-    with pytest.raises(Exception, match="lock"):
-        table.append(arrow_rows(rows).select(["id", "ts"]))
-    assert hive.load_table(name).current_snapshot() is None
+    hive.register_table(outside.name, outside.table().metadata_location)
+    evolved = evolve(WrittenTable(outside.name, hive_writer(metastore), outside.rows))
+    read = hive.load_table(outside.name).scan().to_pandas()
+    assert sorted(read["id"]) == sorted(evolved.rows["id"])
+    assert list(read.columns) == ["id", "key", "ts", "value", "note"]
 
 
 def test_hive_catalog_errors_name_the_uri_and_the_table(metastore: str) -> None:

@@ -5,8 +5,8 @@ Catalogs (pyiceberg): ``sql`` (a SQLite file, the embedded default under the sta
 directory: ``$KAPPA_HOME/iceberg/catalog.db`` with its warehouse beside it), ``rest`` and
 ``hive`` (a metastore's thrift URI) as configured. All three are tested: ``rest`` against
 an Iceberg REST server on loopback, ``hive`` against the metastore ``kappa up`` starts (Hive
-2.3 on Derby), where tables are read, created and registered but a commit fails: that
-metastore has no lock service (see the README's Limits).
+2.3 on Derby, with the transaction tables its lock API needs: pyiceberg locks the table for
+every commit).
 
 The snapshot is pinned per run: the first start of a run records the table's current
 snapshot (and the metadata file that holds it) in the source's state directory, which lives
@@ -52,13 +52,18 @@ def default_catalog(home: Path | None = None) -> dict[str, str]:
 
 def load_catalog(properties: dict[str, str] | None = None, name: str = "kappa") -> Any:
     """A pyiceberg catalog from ``properties`` (``type`` sql | rest | hive, ``uri``,
-    ``warehouse``, FileIO settings such as ``s3.endpoint``); default the embedded one."""
+    ``warehouse``, FileIO settings such as ``s3.endpoint``); default the embedded one.
+    ``hive`` defaults ``hive.hive2-compatible`` to true (Hive 2.3 column types)."""
     from pyiceberg.catalog import load_catalog as pyiceberg_catalog
 
     props = dict(properties or default_catalog())
     kind = props.get("type", "sql")
     if kind not in CATALOG_TYPES:
         raise ConfigError("catalog.type", kind, f"expected one of {', '.join(CATALOG_TYPES)}")
+    if kind == "hive":
+        # Hive 2.3 (the metastore of `kappa up`) has no "timestamp with local time zone":
+        # a commit of a table with a timestamptz column is refused without this
+        props.setdefault("hive.hive2-compatible", "true")
     if kind == "sql" and props.get("uri", "").startswith("sqlite:///"):
         Path(props["uri"][len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     try:
