@@ -81,8 +81,20 @@ def hive_writer(uri: str) -> dict[str, str]:
     return {**hive_props(uri), "hive.hive2-compatible": "true"}
 
 
-def backfill(spark: SparkSession, props: dict[str, str], name: str, scratch: Path) -> list:
+def backfill(
+    spark: SparkSession,
+    props: dict[str, str],
+    name: str,
+    scratch: Path,
+    iceberg_output: dict[str, Any] | None = None,
+) -> list:
+    """Backfill the sessionization job from Iceberg table ``name`` through ``props``; its
+    rows, from a Hive table, or from ``iceberg_output`` (an Iceberg output table, read with
+    pyiceberg; the comparable columns only: no trip_requested)."""
     out = f"sessions_{uid()}"
+    output = (
+        {"hive": None, "iceberg": iceberg_output} if iceberg_output else {"hive": {"table": out}}
+    )
     config = example_config(
         "sessionization",
         {
@@ -92,7 +104,7 @@ def backfill(spark: SparkSession, props: dict[str, str], name: str, scratch: Pat
                     "iceberg": {"table": name, "event_time_column": "event_time", "catalog": props},
                 }
             },
-            "outputs": {"sessions": {"hive": {"table": out}}},
+            "outputs": {"sessions": output},
             "mode": {"backfill": {"inputs": {"rider_events": {"hive": None}}}},
         },
         scratch,
@@ -104,7 +116,20 @@ def backfill(spark: SparkSession, props: dict[str, str], name: str, scratch: Pat
         RunOptions("backfill", start=START, end="2024-03-01T08:00:00", trigger="available-now"),
     )
     assert result.status == "finished"
-    return table_rows(spark, f"{out}_backfill", COLUMNS)
+    if iceberg_output is None:
+        return table_rows(spark, f"{out}_backfill", COLUMNS)
+    target = load_catalog(iceberg_output["catalog"]).load_table(
+        f"{iceberg_output['table']}_backfill"
+    )
+    return [
+        (r["rider_id"], micros(r["session_start"]), micros(r["session_end"]), r["event_count"])
+        + (tuple(r["event_types"]),)
+        for r in target.scan().to_arrow().to_pylist()
+    ]
+
+
+def micros(value: datetime) -> int:
+    return int(value.timestamp() * 1_000_000)
 
 
 def events_for(seed: int) -> list[dict[str, Any]]:
@@ -251,9 +276,15 @@ def test_backfill_through_hive_catalog_equals_truth(
     write_events(hive_writer(metastore), name, events)  # four commits, each under a lock
     table = open_catalog(hive_props(metastore)).load_table(name)
     assert len(table.history()) == 4, "four appends, four snapshots"
-    rows = backfill(spark, hive_props(metastore), name, scratch)
+    # the output too goes to an Iceberg table through the metastore: kappa's own commits
+    # (one snapshot per micro-batch, the batch mark in the same commit) under its lock
+    output = {"table": f"db.sessions_{uid()}", "catalog": hive_props(metastore)}
+    rows = backfill(spark, hive_props(metastore), name, scratch, iceberg_output=output)
     assert len(rows) == len(set(rows)), "no duplicate sessions"
-    assert set(rows) == sessions_by_hand(events, GAP)
+    assert set(rows) == {r[:5] for r in sessions_by_hand(events, GAP)}
+    target = open_catalog(hive_props(metastore)).load_table(f"{output['table']}_backfill")
+    assert len(target.snapshots()) >= 1
+    assert all("kappa.batch" in s.summary.additional_properties for s in target.snapshots())
 
 
 def test_cli_describe_through_hive_catalog(metastore: str) -> None:
