@@ -119,9 +119,8 @@ class RestCatalogServer:
         if parts == ["config"]:
             return f"{method} /v1/config"
         if parts[:1] == ["namespaces"] and len(parts) <= 4:
+            # literal segments stay (tables, register), parameters get their names
             named = [p if i % 2 == 0 else shape[i] for i, p in enumerate(parts)]
-            if len(parts) == 3 and parts[2] == "register":
-                named = shape[:2] + ["register"]
             return f"{method} /v1/" + "/".join(named)
         raise _HttpError(404, "NotFoundException", f"no such endpoint: /v1/{'/'.join(parts)}")
 

@@ -204,7 +204,6 @@ def read_windows(spark: SparkSession, out: Path) -> list[tuple]:
     )
 
 
-@pytest.mark.slow  # three streaming queries: 96-113 s on the shared 2-core machine
 def test_snapshot_committed_through_rest_between_runs_is_counted_not_mixed(
     spark: SparkSession, rest: RestCatalogServer, scratch: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -269,7 +268,6 @@ def test_rest_catalog_errors_name_the_uri_and_the_table(rest: RestCatalogServer)
 # -- Hive metastore (kappa up's) ----------------------------------------------------------
 
 
-@pytest.mark.slow  # 58-98 s here; the default suite reaches Hive through describe and register
 def test_backfill_through_hive_catalog_equals_truth(
     spark: SparkSession, metastore: str, scratch: Path
 ) -> None:
