@@ -263,6 +263,41 @@ def test_rest_catalog_errors_name_the_uri_and_the_table(rest: RestCatalogServer)
         load_table(load_catalog(rest.catalog_props()), "db.nope")
     message = str(missing.value)
     assert "'db.nope'" in message and rest.uri in message and "\n" not in message
+    shown = CliRunner().invoke(
+        app,
+        [
+            "table",
+            "describe",
+            "db.nope",
+            "--iceberg",
+            "--catalog",
+            json.dumps(rest.catalog_props()),
+        ],
+    )
+    assert shown.exit_code == 2 and "'db.nope'" in shown.output and rest.uri in shown.output
+
+
+def test_rest_server_refuses_a_stale_commit(
+    rest: RestCatalogServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Commits go through the server's requirement checks (SqlCatalog.commit_table): an
+    append from a table handle older than the current snapshot is the spec's 409, which
+    pyiceberg answers by rebasing on the new snapshot and committing again: both appends
+    land, once each."""
+    commit = "POST /v1/namespaces/{namespace}/tables/{table}"
+    written = write_table(rest.catalog_props(), "db.stale", "none", per_day=20, files=1)
+    catalog = open_catalog(rest.catalog_props())
+    first, stale = catalog.load_table("db.stale"), catalog.load_table("db.stale")
+    extra = make_rows(1, 10, seed=4)
+    extra["id"] += 10_000
+    first.append(arrow_rows(extra))
+    before = rest.requests[commit]
+    with caplog.at_level(logging.WARNING, logger="pyiceberg.table"):
+        stale.append(arrow_rows(extra.assign(id=extra["id"] + 10_000)))
+    assert any("concurrent update" in m for m in caplog.messages), "the 409 was seen"
+    assert rest.requests[commit] == before + 2, "refused once, then committed"
+    ids = catalog.load_table("db.stale").scan().to_arrow().column("id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(written.rows) + 2 * len(extra)
 
 
 # -- Hive metastore (kappa up's) ----------------------------------------------------------
