@@ -284,7 +284,8 @@ class IcebergInput(StrictModel):
     event-time slices planned from its manifests' statistics, from one snapshot per run.
 
     ``catalog``: pyiceberg catalog properties: ``type`` (``sql``: a SQLite file, the
-    embedded default under the state directory; ``rest``; ``hive``), ``uri``, ``warehouse``
+    embedded default under the state directory; ``rest``; ``hive``: a metastore's thrift URI,
+    ``kappa up``'s included), ``uri``, ``warehouse``
     and FileIO settings (``s3.endpoint``...). ``snapshot``: the snapshot a new run pins
     (default the current one); a run keeps its snapshot across restarts.
     """

@@ -58,24 +58,13 @@ def describe_iceberg(
     slice_rows: int = TYPICAL_SLICE_ROWS,
 ) -> IcebergDescription:
     """Describe ``table_name`` (see the module docstring)."""
-    from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.manifest import DataFileContent
     from pyiceberg.types import TimestampType, TimestamptzType
 
-    from kappaplus.connectors.iceberg.catalog import load_catalog
+    from kappaplus.connectors.iceberg.catalog import load_catalog, load_table
     from kappaplus.connectors.iceberg.lister import _bound
-    from kappaplus.core.errors import TableError, TableNotFound
 
-    loaded = load_catalog(catalog)  # its own one-line error
-    try:
-        table = loaded.load_table(table_name)
-    except NoSuchTableError as exc:
-        raise TableNotFound(
-            f"Iceberg table {table_name!r} not found in the catalog: {exc}; check the "
-            "name and the catalog ([inputs.<name>.iceberg] catalog)"
-        ) from exc
-    except Exception as exc:
-        raise TableError(f"Iceberg table {table_name!r} cannot be loaded: {exc}") from exc
+    table = load_table(load_catalog(catalog), table_name)  # one-line errors naming both
     schema = table.schema()
     if event_time_column is None:
         stamps = [

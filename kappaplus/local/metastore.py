@@ -18,6 +18,14 @@ Two settings make the pyspark jars work as a server: ``hive.async.log.enabled=fa
 (Hive's async logging needs the LMAX disruptor, which pyspark does not ship) and
 ``hive.metastore.schema.verification=false`` (there is no schema tool to stamp a version).
 
+The lock API (``lock``/``check_lock``/``unlock``, what pyiceberg's HiveCatalog takes around
+every Iceberg commit) needs two more: the transaction tables (``HIVE_LOCKS``, ``TXNS``...),
+which DataNucleus does not create, are created once by Hive's own ``TxnDbUtil.prepDb``
+before the first start (:func:`prepare_txn_tables`, a short JVM run of
+``PrepareTxnTables.java``; ``txn-tables.ok`` marks it done), and
+``datanucleus.connectionPoolingType=DBCP``: the default pool, BoneCP, is not among
+pyspark's jars, so the lock handler could not open its connection pool.
+
 ``create_session(..., metastore_discovery=LOCAL_DISCOVERY)`` (what the ``kappa`` commands
 do) finds a running server of its state directory by itself (:func:`discover`: the status
 file, a live pid, an open port -- no JVM is started), so
@@ -91,12 +99,70 @@ def hive_site(database: Path, warehouse: Path) -> str:
         "hive.metastore.warehouse.dir": str(warehouse),
         "hive.async.log.enabled": "false",
         "hive.metastore.event.db.notification.api.auth": "false",
+        # BoneCP (the default) is not among pyspark's jars; commons-dbcp is
+        "datanucleus.connectionPoolingType": "DBCP",
     }
     body = "\n".join(
         f"  <property><name>{escape(key)}</name><value>{escape(value)}</value></property>"
         for key, value in settings.items()
     )
     return f'<?xml version="1.0"?>\n<configuration>\n{body}\n</configuration>\n'
+
+
+PREPARE_TXN_TABLES = """\
+import org.apache.hadoop.hive.conf.HiveConf;
+import org.apache.hadoop.hive.metastore.txn.TxnDbUtil;
+
+/** Creates the metastore's transaction tables (the lock API's) in its Derby database. */
+public class PrepareTxnTables {
+    public static void main(String[] args) throws Exception {
+        TxnDbUtil.prepDb(new HiveConf());
+    }
+}
+"""
+TXN_MARKER = "txn-tables.ok"
+
+
+def prepare_txn_tables(directory: Path, conf_dir: Path, timeout: float = 300.0) -> bool:
+    """Create the transaction tables in the Derby database of ``directory`` (the server must
+    not run: Derby admits one process), once: ``txn-tables.ok`` marks it done. Runs
+    ``TxnDbUtil.prepDb`` from the pyspark jars with Java's source launcher (a JDK). On a
+    failure the server still starts (tables, schemas and reads work); commits that need a
+    metastore lock (pyiceberg's HiveCatalog) are then refused, which is logged here."""
+    marker = directory / TXN_MARKER
+    if marker.exists():
+        return True
+    source = directory / "PrepareTxnTables.java"
+    source.write_text(PREPARE_TXN_TABLES)
+    command = [
+        java_binary(),
+        f"-Dderby.system.home={directory}",
+        "-cp",
+        f"{conf_dir}{os.pathsep}{pyspark_jars()}/*",
+        str(source),
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=directory, capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning(
+            "metastore: the transaction tables were not created (%s); Iceberg "
+            "commits through the Hive catalog will be refused at the lock",
+            exc,
+        )
+        return False
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        log.warning(
+            "metastore: the transaction tables were not created (exit %s: %s); "
+            "Iceberg commits through the Hive catalog will be refused at the lock",
+            done.returncode,
+            last,
+        )
+        return False
+    marker.write_text("TxnDbUtil.prepDb done\n")
+    return True
 
 
 @dataclass(frozen=True)
@@ -171,6 +237,7 @@ class MetastoreServer(DetachedService):
             conf_dir.mkdir(exist_ok=True)
             self.warehouse.mkdir(parents=True, exist_ok=True)
             (conf_dir / "hive-site.xml").write_text(hive_site(self.database, self.warehouse))
+            prepare_txn_tables(self.dir, conf_dir)
             for attempt in range(PORT_ATTEMPTS):
                 port = self.port
                 if port is None:

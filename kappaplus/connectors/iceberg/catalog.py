@@ -3,7 +3,10 @@ event-time stream.
 
 Catalogs (pyiceberg): ``sql`` (a SQLite file, the embedded default under the state
 directory: ``$KAPPA_HOME/iceberg/catalog.db`` with its warehouse beside it), ``rest`` and
-``hive`` (a metastore's thrift URI) as configured; only ``sql`` is exercised by the tests.
+``hive`` (a metastore's thrift URI) as configured. All three are tested: ``rest`` against
+an Iceberg REST server on loopback, ``hive`` against the metastore ``kappa up`` starts (Hive
+2.3 on Derby, with the transaction tables its lock API needs: pyiceberg locks the table for
+every commit).
 
 The snapshot is pinned per run: the first start of a run records the table's current
 snapshot (and the metadata file that holds it) in the source's state directory, which lives
@@ -49,20 +52,59 @@ def default_catalog(home: Path | None = None) -> dict[str, str]:
 
 def load_catalog(properties: dict[str, str] | None = None, name: str = "kappa") -> Any:
     """A pyiceberg catalog from ``properties`` (``type`` sql | rest | hive, ``uri``,
-    ``warehouse``, FileIO settings such as ``s3.endpoint``); default the embedded one."""
+    ``warehouse``, FileIO settings such as ``s3.endpoint``); default the embedded one.
+    ``hive`` defaults ``hive.hive2-compatible`` to true (Hive 2.3 column types)."""
     from pyiceberg.catalog import load_catalog as pyiceberg_catalog
 
     props = dict(properties or default_catalog())
     kind = props.get("type", "sql")
     if kind not in CATALOG_TYPES:
         raise ConfigError("catalog.type", kind, f"expected one of {', '.join(CATALOG_TYPES)}")
+    if kind == "hive":
+        # Hive 2.3 (the metastore of `kappa up`) has no "timestamp with local time zone":
+        # a commit of a table with a timestamptz column is refused without this
+        props.setdefault("hive.hive2-compatible", "true")
     if kind == "sql" and props.get("uri", "").startswith("sqlite:///"):
         Path(props["uri"][len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     try:
         return pyiceberg_catalog(name, **props)
     except Exception as exc:
         raise TableError(
-            f"cannot open the Iceberg {kind} catalog at {props.get('uri')!r}: {exc}"
+            f"cannot open the Iceberg {kind} catalog at {props.get('uri')!r}: {_first_line(exc)}"
+            "; check [inputs.<name>.iceberg] catalog (or --catalog) and that it is running"
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message on one line (HTTP and thrift errors span several)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def catalog_name(catalog: Any) -> str:
+    """``<type> catalog at <uri>``: where a table was looked up, for messages."""
+    props = getattr(catalog, "properties", {}) or {}
+    kind = props.get("type") or type(catalog).__name__
+    return f"{kind} catalog at {props.get('uri')!r}"
+
+
+def load_table(catalog: Any, table_name: str) -> Any:
+    """``table_name`` from ``catalog``; a missing table, an unreachable catalog or a refused
+    request is one line naming the table and the catalog's URI."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    where = catalog_name(catalog)
+    try:
+        return catalog.load_table(table_name)
+    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        raise TableNotFound(
+            f"Iceberg table {table_name!r} not found in the {where}: {_first_line(exc)}; "
+            "check the name and the catalog ([inputs.<name>.iceberg] catalog)"
+        ) from exc
+    except Exception as exc:
+        raise TableError(
+            f"Iceberg table {table_name!r} cannot be loaded from the {where}: "
+            f"{_first_line(exc)}; check that the catalog is running and reachable"
         ) from exc
 
 
@@ -89,17 +131,7 @@ def pin_snapshot(
     """The table and its snapshot for this run: the one pinned in ``pin_dir`` by an earlier
     start of the run, else ``snapshot_id``, else the current one (then pinned). Snapshots
     committed after the pinned one are counted (and logged), not read."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        table = catalog.load_table(table_name)
-    except NoSuchTableError as exc:
-        raise TableNotFound(
-            f"Iceberg table {table_name!r} not found in the catalog: {exc}; check the "
-            "name and the catalog ([inputs.<name>.iceberg] catalog)"
-        ) from exc
-    except Exception as exc:
-        raise TableError(f"Iceberg table {table_name!r} cannot be loaded: {exc}") from exc
+    table = load_table(catalog, table_name)
     path = _pin_path(pin_dir, table_name)
     if path.exists():
         pinned = json.loads(path.read_text())
