@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from kappaplus.connectors.hive.files import event_times, file_stats
-from kappaplus.connectors.hive.stored_time import (
+from kappaplus.core.errors import ConfigError
+from kappaplus.slicing.stored_time import (
     column_micros,
     sortable,
     stat_micros,
     storage_of,
     strptime_format,
 )
-from kappaplus.core.errors import ConfigError
 
 T0 = datetime(2013, 1, 1, 5, tzinfo=UTC)
 US = int(T0.timestamp()) * 1_000_000

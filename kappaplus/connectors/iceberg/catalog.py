@@ -83,16 +83,12 @@ def _pin_path(pin_dir: str, table: str) -> Path:
     return Path(pin_dir) / "iceberg-pins" / f"{key}.json"
 
 
-def pin_snapshot(
-    catalog: Any, table_name: str, pin_dir: str, snapshot_id: int | None = None
-) -> tuple[Any, PinnedSnapshot]:
-    """The table and its snapshot for this run: the one pinned in ``pin_dir`` by an earlier
-    start of the run, else ``snapshot_id``, else the current one (then pinned). Snapshots
-    committed after the pinned one are counted (and logged), not read."""
+def load_table(catalog: Any, table_name: str) -> Any:
+    """``table_name`` from ``catalog`` (a pyiceberg catalog); one-line errors."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        table = catalog.load_table(table_name)
+        return catalog.load_table(table_name)
     except NoSuchTableError as exc:
         raise TableNotFound(
             f"Iceberg table {table_name!r} not found in the catalog: {exc}; check the "
@@ -100,6 +96,21 @@ def pin_snapshot(
         ) from exc
     except Exception as exc:
         raise TableError(f"Iceberg table {table_name!r} cannot be loaded: {exc}") from exc
+
+
+def table_schema(table_name: str, catalog: dict[str, str] | None) -> StructType:
+    """The current schema of ``table_name`` as Spark sees it (what the source delivers
+    before a stored event time becomes a timestamp): for checking a binding's mapping."""
+    return spark_schema(load_table(load_catalog(catalog), table_name))
+
+
+def pin_snapshot(
+    catalog: Any, table_name: str, pin_dir: str, snapshot_id: int | None = None
+) -> tuple[Any, PinnedSnapshot]:
+    """The table and its snapshot for this run: the one pinned in ``pin_dir`` by an earlier
+    start of the run, else ``snapshot_id``, else the current one (then pinned). Snapshots
+    committed after the pinned one are counted (and logged), not read."""
+    table = load_table(catalog, table_name)
     path = _pin_path(pin_dir, table_name)
     if path.exists():
         pinned = json.loads(path.read_text())
