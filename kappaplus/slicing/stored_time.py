@@ -95,7 +95,7 @@ def micros_array(column: pa.Array | pa.ChunkedArray, storage: str) -> np.ndarray
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def stat_micros(value: object, storage: str) -> int | None:
+def stat_micros(value: object, storage: str, *, upper: bool = False) -> int | None:
     """A row group's (or a data file's) min or max event-time statistic in microseconds, or
     None when it does not bound the times (a format that does not sort as the times, a
     value that is not a time).
@@ -104,7 +104,10 @@ def stat_micros(value: object, storage: str) -> int | None:
     and of an upper bound with its last character incremented) is completed with the
     smallest value of each missing field (the epoch's): a prefix of the minimum so
     completed is at most the minimum, an incremented prefix so completed is above every
-    string it bounds, so both still bound the times."""
+    string it bounds, so both still bound the times. An incremented character that is no
+    longer a digit (``'9'`` + 1 = ``':'``; ``upper``: the statistic is a maximum) leaves the
+    prefix before it, completed and moved on by the unit above its last field: above every
+    time starting with that prefix (a bound for planning, wider than the file's times)."""
     kind, _, arg = storage.partition(":")
     if kind == "unit" and isinstance(value, int | float) and not isinstance(value, bool):
         return int(round(value * UNIT_MICROS[arg]))
@@ -117,9 +120,40 @@ def stat_micros(value: object, storage: str) -> int | None:
         try:
             moment = datetime.strptime(text, fmt)
         except ValueError:
-            return None
+            cut = value.decode() if isinstance(value, bytes) else value
+            return _past_prefix(cut[:-1], arg) if upper and len(cut) < len(smallest) else None
         return to_micros(moment)
     return None
+
+
+_ABOVE = {
+    "MM": 366 * 86_400_000_000,
+    "dd": 31 * 86_400_000_000,
+    "HH": 86_400_000_000,
+    "mm": 3_600_000_000,
+    "ss": 60_000_000,
+}
+"""Per field, a span that covers every completion of a prefix ending in it."""
+
+
+def _past_prefix(prefix: str, pattern: str) -> int | None:
+    """A time above every time whose text starts with ``prefix`` (None when the prefix
+    ends inside the year, or is not the start of a time)."""
+    smallest = _smallest(pattern)
+    try:
+        start = to_micros(
+            datetime.strptime(prefix + smallest[len(prefix) :], strptime_format(pattern))
+        )
+    except ValueError:
+        return None
+    position, last = 0, None
+    for token in _TOKEN.findall(pattern):
+        if position >= len(prefix):
+            break
+        last = token if token in _FIELDS else last
+        position += len(token.strip("'")) if token.startswith("'") else len(token)
+    span = _ABOVE.get(last or "")
+    return None if span is None else start + span
 
 
 def stored_micros_array(column: pa.Array | pa.ChunkedArray, storage: str = "") -> np.ndarray:
@@ -136,6 +170,7 @@ def stored_bounds(lo: int, hi: int, storage: str) -> tuple[object, object] | Non
     format at the next whole second formatted. None when the storage cannot be filtered
     so (a timestamp column: filter it as it is; a format that does not sort as the times)."""
     kind, _, arg = storage.partition(":")
+    lo, hi = int(lo), int(hi)
     if kind == "unit":
         step = UNIT_MICROS[arg]
         return -(-lo // step), -(-hi // step)

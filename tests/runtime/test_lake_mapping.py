@@ -313,3 +313,75 @@ def test_bootstrap_of_a_mapped_lake_then_a_nested_topic_hands_over_exactly(
     owned = int((rows["ts_ms"] < cutoff_ms).sum())
     assert counts["skipped"] == owned and counts["delivered"] == produced - owned, counts
     assert counts["dead"] == 0, counts
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_listers_convert_stored_statistics_and_readers_filter_in_the_stored_unit(
+    scratch: Path, kind: str
+) -> None:
+    """Each file's statistics of a stored event time become microseconds for the planner:
+    Delta's bigint epoch ms exactly (no timestamp truncation widening), Iceberg's text
+    bounds (cut to 16 characters in the manifest) still bounding the file's times; a file
+    read for a slice delivers exactly the rows whose time is in ``[lo, hi)``."""
+    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.slicing.stored_time import column_micros
+
+    rows = case.lake_rows(seed=15)
+    text = kind == "iceberg"
+    if text:
+        rows["ts_ms"] = rows["ts_ms"] // 1000 * 1000
+    if kind == "iceberg":
+        from kappaplus.connectors.iceberg.catalog import iceberg_lake_options
+        from kappaplus.connectors.iceberg.lister import IcebergFileLister as Lister
+        from kappaplus.connectors.iceberg.lister import read_task
+        from kappaplus.connectors.iceberg.options import IcebergSourceOptions as Options
+
+        lake = iceberg_binding(scratch, rows, text=True)
+        resolved = iceberg_lake_options(
+            lake["table"],
+            lake["catalog"],
+            None,
+            event_time_column="ts_text",
+            eventTimeFormat="yyyy-MM-dd HH:mm:ss",
+            manifestDir=str(scratch / "pin"),
+        )
+    else:
+        from kappaplus.connectors.delta.lister import DeltaFileLister as Lister  # type: ignore[assignment]
+        from kappaplus.connectors.delta.lister import read_delta_file
+        from kappaplus.connectors.delta.options import DeltaSourceOptions as Options  # type: ignore[assignment]
+        from kappaplus.connectors.delta.table import delta_lake_options
+
+        lake = delta_binding(scratch, rows)
+        resolved = delta_lake_options(
+            lake["path"],
+            None,
+            None,
+            event_time_column="ts_ms",
+            eventTimeUnit="ms",
+            manifestDir=str(scratch / "pin"),
+        )
+    options: HiveSourceOptions = Options.parse(resolved)
+    lister = Lister(options)  # type: ignore[arg-type]
+    files = lister.files()
+    assert len(files) == HOURS
+    column = "ts_text" if text else "ts_ms"
+    seen = 0
+    for f in files:
+        (stats,) = lister.stats(f)
+        times = lister.times(f, 0)
+        assert stats.ts_min is not None and stats.ts_max is not None, f.path
+        assert stats.ts_min <= times.min() and times.max() <= stats.ts_max
+        hour = int(times.min()) // 3_600_000_000 * 3_600_000_000
+        if not text:  # epoch numbers: the bounds are the file's exact min and max
+            assert (stats.ts_min, stats.ts_max) == (times.min(), times.max())
+        # a slice inside the file's hour, bounds between two stored steps
+        lo, hi = hour + 600_000_000 + 1, hour + 1_800_000_000 + 1
+        if kind == "iceberg":
+            batches = read_task(options, f.path, [column], lo, hi)  # type: ignore[arg-type]
+        else:
+            batches = read_delta_file(options, f.path, f.size, [column], lo, hi)  # type: ignore[arg-type]
+        read = pa.Table.from_batches(list(batches))
+        got = sorted(column_micros(read.column(column), options.storage).to_pylist())
+        assert got == sorted(int(t) for t in times if lo <= t < hi), f.path
+        seen += len(got)
+    assert seen > 0

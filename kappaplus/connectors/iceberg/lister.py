@@ -107,7 +107,7 @@ def _equality_delete_file(static: StaticTable, snapshot_id: int) -> str:
     return "?"
 
 
-def _bound(kind: Any, raw: bytes | None, storage: str = "") -> int | None:
+def _bound(kind: Any, raw: bytes | None, storage: str = "", *, upper: bool = False) -> int | None:
     """A manifest bound of the event-time column as microseconds (None when absent, or
     when it does not bound the times): a timestamp as it is; an event time stored as
     epoch numbers or formatted strings (``storage``) converted
@@ -119,7 +119,7 @@ def _bound(kind: Any, raw: bytes | None, storage: str = "") -> int | None:
         return None
     value = from_bytes(kind, raw)
     if storage:
-        return stat_micros(value, storage)
+        return stat_micros(value, storage, upper=upper)
     if not isinstance(value, int):
         return None
     if isinstance(kind, TimestampNanoType | TimestamptzNanoType):
@@ -168,7 +168,8 @@ class IcebergFileLister:
         field = self._field()
         storage = self.options.storage
         lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id), storage)
-        hi = _bound(field.field_type, (f.upper_bounds or {}).get(field.field_id), storage)
+        upper = (f.upper_bounds or {}).get(field.field_id)
+        hi = _bound(field.field_type, upper, storage, upper=True)
         nulls = (f.null_value_counts or {}).get(field.field_id)
         if (lo is None or hi is None) and (self.options.table, path) not in _MISSING_LOGGED:
             _MISSING_LOGGED.add((self.options.table, path))
