@@ -385,3 +385,25 @@ def test_listers_convert_stored_statistics_and_readers_filter_in_the_stored_unit
         assert got == sorted(int(t) for t in times if lo <= t < hi), f.path
         seen += len(got)
     assert seen > 0
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_the_stored_unit_is_part_of_the_run_identity(scratch: Path, kind: str) -> None:
+    """The same table read as epoch seconds or milliseconds puts other rows into the same
+    slices: another run, another checkpoint; a timestamp binding's identity is unchanged."""
+    from kappaplus.config import resolve
+    from kappaplus.runtime.state.identity import run_identity
+
+    where = {"table": "db.rides"} if kind == "iceberg" else {"path": str(scratch / "t")}
+    run = RunOptions("backfill", START.isoformat(), END)
+
+    def identity(**binding: Any) -> Any:
+        cfg = lake_config(kind, {**where, **binding}, "o", scratch)
+        return run_identity(case.JOB, resolve(cfg, "backfill"), run)
+
+    ms = identity(event_time={"column": "ts_ms", "unit": "ms"}, columns=COLUMNS)
+    s = identity(event_time={"column": "ts_ms", "unit": "s"}, columns=COLUMNS)
+    assert ms.key() != s.key()
+    assert ms.binding()["inputs"]["rides"][f"{kind}.event_time"] == "unit ms"
+    plain = identity(event_time_column="ride_time")
+    assert f"{kind}.event_time" not in plain.binding()["inputs"]["rides"]
