@@ -451,8 +451,8 @@ def _iceberg_backfill(
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
     # read only the columns the mapping reads (conform keeps nothing else)
-    options["columns"] = ",".join(resolution.reads)
-    lake = mapped_lake(read_iceberg_stream(spark, iceberg.table, **options), resolution)
+    options["columns"] = lake_reads(spec, resolution)
+    lake = mapped_lake(read_iceberg_stream(spark, iceberg.table, **options), spec, resolution)
     raw = _observe_source(lake, spec, "lake")
     source = f"iceberg {iceberg.table}"
     if options["start"] or options["end"]:
@@ -583,8 +583,8 @@ def _delta_backfill(
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
     # read only the columns the mapping reads (conform keeps nothing else)
-    options["columns"] = ",".join(resolution.reads)
-    lake = mapped_lake(read_delta_stream(spark, delta.path, **options), resolution)
+    options["columns"] = lake_reads(spec, resolution)
+    lake = mapped_lake(read_delta_stream(spark, delta.path, **options), spec, resolution)
     raw = _observe_source(lake, spec, "lake")
     source = f"delta {delta.path}"
     if options["start"] or options["end"]:
@@ -678,13 +678,24 @@ def kafka_is_mapped(spec: InputSpec, kafka: KafkaInput) -> bool:
     return bool(kafka.columns or kafka.fields or own_event)
 
 
-def mapped_lake(df: DataFrame, resolution: Resolution) -> DataFrame:
+def lake_reads(spec: InputSpec, resolution: Resolution) -> str:
+    """The ``columns`` option of a lake source: the columns the mapping reads, and the
+    Kafka metadata columns of a job that receives them (an archive keeps them)."""
+    extra = [n for n in spec.job_struct_type().fieldNames() if n not in spec.field_names()]
+    return ",".join(dict.fromkeys([*resolution.reads, *extra]))
+
+
+def mapped_lake(df: DataFrame, spec: InputSpec, resolution: Resolution) -> DataFrame:
     """A lake source's rows as the job's columns by its binding's resolved mapping (as they
-    are when it reads every column by its own name); the end-of-input markers kept."""
+    are when it reads every column by its own name); the end-of-input markers and the Kafka
+    metadata columns (:func:`lake_reads`) kept as they are."""
     from kappaplus.mapping import apply_mapping, is_identity
 
     mapping = {c.column: c.expression for c in resolution.columns}
-    return df if is_identity(mapping) else apply_mapping(df, mapping, [MARKER_COLUMN])
+    if is_identity(mapping):
+        return df
+    extra = [n for n in spec.job_struct_type().fieldNames() if n not in mapping]
+    return apply_mapping(df, mapping, [*extra, MARKER_COLUMN])
 
 
 def lake_then_kafka(
