@@ -251,7 +251,6 @@ def test_a_narrowing_type_is_named_by_check_and_refused_by_run_with_the_same_lin
     assert any("event-time column 'ts_ms' is bigint" in m for m in shown.mismatches), shown
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["iceberg", "delta"])
 def test_bootstrap_of_a_mapped_lake_then_a_nested_topic_hands_over_exactly(
     spark: SparkSession, kafka_bootstrap: str, new_topic: Any, scratch: Path, kind: str
