@@ -406,3 +406,71 @@ def test_the_stored_unit_is_part_of_the_run_identity(scratch: Path, kind: str) -
     assert ms.binding()["inputs"]["rides"][f"{kind}.event_time"] == "unit ms"
     plain = identity(event_time_column="ride_time")
     assert f"{kind}.event_time" not in plain.binding()["inputs"]["rides"]
+
+
+@pytest.mark.slow  # two commands, each its own Spark: about 60 s
+def test_kappa_check_and_kappa_run_name_an_iceberg_mismatch_with_the_same_line(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """The commands themselves (own processes, own state directory): ``kappa check`` prints
+    the Iceberg binding's columns and the mismatch, ``kappa run`` refuses with the same line,
+    both exit 2 before any query starts."""
+    import os
+    import subprocess
+    import tomllib
+
+    from kappaplus.runtime.binding.unify import describe_bindings
+
+    rows = case.lake_rows(seed=16).iloc[::12]
+    lake = iceberg_binding(scratch, rows)
+    lake["columns"] = {"ride_id": "ride_no", "city": "city_name"}
+    out = f"cli_narrow_{uid()}"
+    (shown,) = describe_bindings(spark, NARROW, lake_config("iceberg", lake, out, scratch))
+    (line,) = shown.mismatches
+    here = Path(__file__).parent
+    (scratch / "narrowjob.py").write_text(
+        f"import sys\nsys.path[:0] = [{str(here)!r}, {str(here.parent)!r}]\n"
+        "from test_lake_mapping import NARROW as JOB\n"
+    )
+    catalog = ", ".join(f"{k} = {v!r}".replace("'", '"') for k, v in lake["catalog"].items())
+    (scratch / "narrowjob.toml").write_text(
+        f'checkpoint_dir = "{scratch / "cp"}"\n'
+        "[inputs.rides.iceberg]\n"
+        f'table = "{lake["table"]}"\n'
+        f"catalog = {{ {catalog} }}\n"
+        'event_time = { column = "ts_ms", unit = "ms" }\n'
+        'columns = { ride_id = "ride_no", city = "city_name" }\n'
+        "[outputs.counts.hive]\n"
+        f'table = "{out}"\n'
+    )
+    tomllib.loads((scratch / "narrowjob.toml").read_text())  # written right
+    env = {
+        **os.environ,
+        "KAPPA_HOME": str(scratch / "home"),
+        "COLUMNS": "400",
+        "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(scratch)]),
+    }
+    base = [sys.executable, "-m", "kappaplus"]
+    config = ["-c", str(scratch / "narrowjob.toml")]
+    checked = subprocess.run(
+        [*base, "check", "narrowjob:JOB", *config],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert "ride_id int <- ride_no (bigint)" in checked.stdout, checked.stdout
+    assert line in " ".join(checked.stdout.split()), checked.stdout
+    ran = subprocess.run(
+        [*base, "run", "narrowjob:JOB", *config, "--mode", "backfill"]
+        + ["--start", START.isoformat(), "--end", END],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert line in " ".join((ran.stdout + ran.stderr).split()), ran.stdout + ran.stderr
