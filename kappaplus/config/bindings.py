@@ -117,6 +117,55 @@ class RangeMapping(StrictModel):
         return parse_timestamp(self.from_)
 
 
+class MappedLakeInput(StrictModel):
+    """What every lake binding (Hive, Iceberg, Delta) says about its table's shape, with one
+    meaning and one validation for all three: ``event_time_column`` (or ``event_time = {
+    column, unit | format }`` for an event time stored as epoch numbers or formatted
+    strings), ``columns`` (job column -> expression over the table's columns) and
+    ``mappings`` (other ``columns`` from a date on). Applied by :mod:`kappaplus.mapping`."""
+
+    event_time_column: str = Field(min_length=1)
+    event_time: StoredEventTime | None = None
+    """``{ column, unit | format }``: the stored event time (sets ``event_time_column``)."""
+    columns: Columns = Field(default_factory=dict)
+    """Job column -> Spark SQL expression over the table's columns (see ``Columns``)."""
+    mappings: list[RangeMapping] = Field(default_factory=list)
+    """Other ``columns`` from a date on (see ``RangeMapping``); ``from`` strictly rising."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_column(cls, data: Any) -> Any:
+        stored = data.get("event_time") if isinstance(data, dict) else None
+        if isinstance(stored, dict) and stored.get("column") and "event_time_column" not in data:
+            data = {**data, "event_time_column": stored["column"]}
+        return data
+
+    @model_validator(mode="after")
+    def _mapped(self) -> MappedLakeInput:
+        stored = self.event_time
+        if stored is not None and stored.column not in (None, self.event_time_column):
+            raise ValueError("event_time.column and event_time_column differ: set one")
+        if stored is not None and stored.format is not None:
+            from kappaplus.slicing.stored_time import strptime_format
+
+            try:
+                strptime_format(stored.format)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
+        moments = [m.micros for m in self.mappings]
+        if any(b <= a for a, b in zip(moments, moments[1:], strict=False)):
+            raise ValueError(
+                "mappings: each 'from' must be later than the one before (they are ranges "
+                "of event time, oldest first)"
+            )
+        return self
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether the table has a shape of its own (not the job's columns by name)."""
+        return bool(self.columns or self.mappings or self.event_time)
+
+
 class KafkaInput(StrictModel):
     """A logical input bound to a Kafka topic.
 
@@ -168,7 +217,7 @@ def redact(options: Mapping[str, str]) -> dict[str, str]:
     return dict(redact_secrets(options))
 
 
-class HiveInput(StrictModel):
+class HiveInput(MappedLakeInput):
     """A logical input bound to a Hive table read as a stream in event-time slices.
 
     ``partition_format`` maps a time to the table's partition path, e.g.
@@ -185,13 +234,6 @@ class HiveInput(StrictModel):
     """
 
     table: TableName
-    event_time_column: str = Field(min_length=1)
-    event_time: StoredEventTime | None = None
-    """``{ column, unit | format }``: the stored event time (sets ``event_time_column``)."""
-    columns: Columns = Field(default_factory=dict)
-    """Job column -> Spark SQL expression over the table's columns (see ``Columns``)."""
-    mappings: list[RangeMapping] = Field(default_factory=list)
-    """Other ``columns`` from a date on (see ``RangeMapping``); ``from`` strictly rising."""
     partition_format: str | None = None
     partition_time: Literal["event", "arrival"] = "event"
     max_lateness: DurationField | None = None
@@ -211,14 +253,6 @@ class HiveInput(StrictModel):
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _stored_column(cls, data: Any) -> Any:
-        stored = data.get("event_time") if isinstance(data, dict) else None
-        if isinstance(stored, dict) and stored.get("column") and "event_time_column" not in data:
-            data = {**data, "event_time_column": stored["column"]}
-        return data
 
     @field_validator("partition_format")
     @classmethod
@@ -247,22 +281,6 @@ class HiveInput(StrictModel):
 
     @model_validator(mode="after")
     def _arrival(self) -> HiveInput:
-        stored = self.event_time
-        if stored is not None and stored.column not in (None, self.event_time_column):
-            raise ValueError("event_time.column and event_time_column differ: set one")
-        if stored is not None and stored.format is not None:
-            from kappaplus.connectors.hive.stored_time import strptime_format
-
-            try:
-                strptime_format(stored.format)
-            except ConfigError as exc:
-                raise ValueError(exc.problem) from None
-        moments = [m.micros for m in self.mappings]
-        if any(b <= a for a, b in zip(moments, moments[1:], strict=False)):
-            raise ValueError(
-                "mappings: each 'from' must be later than the one before (they are ranges "
-                "of event time, oldest first)"
-            )
         if self.partition_time == "arrival" and self.max_lateness is None:
             raise ValueError("partition_time 'arrival' needs 'max_lateness' (e.g. '2 hours')")
         if self.dlq is not None and self.unplaceable != "dead_letter":
@@ -279,7 +297,7 @@ class HiveInput(StrictModel):
         return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
 
 
-class IcebergInput(StrictModel):
+class IcebergInput(MappedLakeInput):
     """A logical input bound to an Iceberg table, read (backfill, bootstrap) as a stream of
     event-time slices planned from its manifests' statistics, from one snapshot per run.
 
@@ -288,10 +306,14 @@ class IcebergInput(StrictModel):
     ``kappa up``'s included), ``uri``, ``warehouse``
     and FileIO settings (``s3.endpoint``...). ``snapshot``: the snapshot a new run pins
     (default the current one); a run keeps its snapshot across restarts.
+
+    The table's shape, as for every lake binding (:class:`MappedLakeInput`): ``event_time``
+    (``{ column, unit | format }`` for epoch numbers or formatted strings), ``columns``
+    and ``mappings``; columns are matched by field id (a renamed or widened column reads
+    right across old files).
     """
 
     table: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-    event_time_column: str = Field(min_length=1)
     catalog: dict[str, str] | None = None
     snapshot: int | None = None
     max_lateness: DurationField | None = None
@@ -325,7 +347,7 @@ class IcebergInput(StrictModel):
         return value
 
 
-class DeltaInput(StrictModel):
+class DeltaInput(MappedLakeInput):
     """A logical input bound to a Delta table, read (backfill, bootstrap) as a stream of
     event-time slices planned from the statistics its log keeps per file, from one version
     per run (delta-rs; no JVM jars).
@@ -334,10 +356,13 @@ class DeltaInput(StrictModel):
     ``kappa table register --delta``; ``storage_options``: delta-rs storage options
     (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``...). ``version``: the version a new run
     pins (default the current one); a run keeps its version across restarts.
+
+    The table's shape, as for every lake binding (:class:`MappedLakeInput`): ``event_time``
+    (``{ column, unit | format }`` for epoch numbers or formatted strings), ``columns``
+    and ``mappings``.
     """
 
     path: str = Field(min_length=1)
-    event_time_column: str = Field(min_length=1)
     storage_options: dict[str, str] | None = None
     version: int | None = Field(None, ge=0)
     max_lateness: DurationField | None = None

@@ -248,9 +248,8 @@ def check_job(config: JobConfig, job: Job) -> None:
     for name, binding in config.inputs.items():
         spec = job.input(name)
         lake = binding.hive or binding.iceberg or binding.delta
-        hive = binding.hive
-        if lake is None or (hive is not None and (hive.event_time is not None or hive.columns)):
-            continue  # no lake, or a mapped Hive binding: its event time is checked on the table
+        if lake is None or lake.event_time is not None or lake.columns:
+            continue  # no lake, or a mapped lake binding: its event time is checked on the table
         if lake.event_time_column not in spec.field_names():
             raise ConfigError(
                 f"inputs.{name}.{_lake_kind(binding)}.event_time_column",

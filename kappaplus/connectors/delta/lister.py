@@ -4,7 +4,9 @@ delta-rs replays the log up to the pinned version; each ``add`` action becomes a
 :class:`~kappaplus.slicing.files.DataFile` that admits every event time (a Delta table need
 not be partitioned by event time) with one
 :class:`~kappaplus.slicing.files.RowGroupStats` for the whole file: ``numRecords``, the file
-size and the event-time column's ``minValues`` / ``maxValues`` / ``nullCount``. A file
+size and the event-time column's ``minValues`` / ``maxValues`` / ``nullCount`` (an event
+time stored as epoch numbers or formatted strings converted to microseconds:
+:mod:`kappaplus.slicing.stored_time`). A file
 belongs to every slice its ``[min, max]`` overlaps and is read with the slice's filter.
 
 Delta writes timestamp statistics truncated to milliseconds, so a file's maximum is
@@ -30,8 +32,9 @@ import pyarrow.fs as pafs
 from kappaplus.connectors.delta.log import add_actions, open_delta
 from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.core.errors import DataError
-from kappaplus.slicing.files import TS_UTC, DataFile, RowGroupStats, to_micros_array
+from kappaplus.slicing.files import TS_UTC, DataFile, RowGroupStats
 from kappaplus.slicing.manifest import ManifestEntry
+from kappaplus.slicing.stored_time import stat_micros, stored_bounds, stored_micros_array
 
 if TYPE_CHECKING:
     from kappaplus.connectors.delta.options import DeltaSourceOptions
@@ -52,7 +55,11 @@ def file_uri(location: str, path: str) -> str:
     return f"{location.rstrip('/')}/{unquote(path)}"
 
 
-def _micros(column: pa.ChunkedArray) -> list[int | None]:
+def _micros(column: pa.ChunkedArray, storage: str = "") -> list[int | None]:
+    """A statistics column of the event time as microseconds: a timestamp as it is, epoch
+    numbers or formatted strings (``storage``) converted (None where it bounds nothing)."""
+    if storage:
+        return [stat_micros(v, storage) for v in column.to_pylist()]
     if not pa.types.is_timestamp(column.type):
         return [None] * len(column)
     as_us = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False)
@@ -74,19 +81,21 @@ def version_files(
     version: int,
     event_time_column: str,
     storage: tuple[tuple[str, str], ...],
+    stored: str = "",
 ) -> dict[str, tuple[DataFile, RowGroupStats]]:
-    """The data files of ``version`` and their statistics, by full path; cached per process."""
+    """The data files of ``version`` and their statistics, by full path; cached per process.
+    ``stored``: how the event time is stored (:mod:`kappaplus.slicing.stored_time`)."""
     delta = open_delta(location, dict(storage), version)
     adds = add_actions(delta)
     names = adds.column_names
     n = adds.num_rows
     lo = (
-        _micros(adds.column(f"min.{event_time_column}"))
+        _micros(adds.column(f"min.{event_time_column}"), stored)
         if f"min.{event_time_column}" in names
         else [None] * n
     )
     hi = (
-        _micros(adds.column(f"max.{event_time_column}"))
+        _micros(adds.column(f"max.{event_time_column}"), stored)
         if f"max.{event_time_column}" in names
         else [None] * n
     )
@@ -121,7 +130,8 @@ def version_files(
         rows = records[i]
         top = hi[i]
         low = lo[i] if rows is not None else None
-        high = top + STATS_TRUNCATION_US if top is not None and rows is not None else None
+        widen = 0 if stored else STATS_TRUNCATION_US  # numbers and strings are exact
+        high = top + widen if top is not None and rows is not None else None
         if rows is None:  # no statistics at all: the row count from the file's footer
             rows = _footer_rows(location, dict(storage), path)
         mask = masks.get(_local(path))
@@ -189,7 +199,7 @@ class DeltaFileLister:
     def _files(self) -> dict[str, tuple[DataFile, RowGroupStats]]:
         o = self.options
         return version_files(
-            o.table, o.location, o.delta_version, o.event_time_column, _storage_key(o)
+            o.table, o.location, o.delta_version, o.event_time_column, _storage_key(o), o.storage
         )
 
     def files(self) -> list[DataFile]:
@@ -228,7 +238,7 @@ class DeltaFileLister:
         if not batches:
             return np.empty(0, dtype=np.int64)
         column = pa.Table.from_batches(batches).column(o.event_time_column)
-        return np.sort(to_micros_array(column))
+        return np.sort(stored_micros_array(column, o.storage))
 
     def partition_frontier(self, files: list[DataFile]) -> int | None:
         return None  # a version is complete: its data's end is the frontier
@@ -295,7 +305,11 @@ def read_delta_file(
         ts = options.event_time_column
         if lo is not None and hi is not None and ts in dataset.schema.names:
             kind = dataset.schema.field(ts).type
-            if pa.types.is_timestamp(kind):
+            bounds = stored_bounds(lo, hi, options.storage) if options.storage else None
+            if bounds is not None:  # epoch numbers or strings: the bounds converted
+                low_s, high_s = pa.scalar(bounds[0]), pa.scalar(bounds[1])
+                row_filter = (pc.field(ts) >= low_s) & (pc.field(ts) < high_s)
+            elif not options.storage and pa.types.is_timestamp(kind):
                 low = pa.scalar(lo, TS_UTC).cast(kind)
                 high = pa.scalar(hi, TS_UTC).cast(kind)
                 row_filter = (pc.field(ts) >= low) & (pc.field(ts) < high)

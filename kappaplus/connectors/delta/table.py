@@ -117,6 +117,15 @@ def spark_schema(table: Any) -> StructType:
     return from_arrow_schema(arrow_schema(table))
 
 
+def table_schema(path: str, storage_options: dict[str, str] | None) -> StructType:
+    """The current schema of the Delta table at ``path`` (a location or a registered name)
+    as Spark sees it: for checking a binding's mapping."""
+    location, _ = resolve_delta_location(path)
+    if "://" not in location:
+        location = os.path.abspath(location)
+    return spark_schema(open_delta(location, storage_options))
+
+
 def _key(storage_options: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((storage_options or {}).items()))
 

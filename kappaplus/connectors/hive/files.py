@@ -25,7 +25,6 @@ from kappaplus.connectors.hive.layout import (
     is_hidden,
     parse_partition_values,
 )
-from kappaplus.connectors.hive.stored_time import micros_array, stat_micros
 from kappaplus.core.errors import DataError
 from kappaplus.core.table.commit_log import COMMITS_DIR, parse_published
 from kappaplus.core.timeutil import to_micros
@@ -37,6 +36,7 @@ from kappaplus.slicing.files import (
     RowGroupStats,
     to_micros_array,
 )
+from kappaplus.slicing.stored_time import stat_micros, stored_micros_array
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def file_stats(
     storage: str = "",
 ) -> tuple[RowGroupStats, ...]:
     """Row-group (Parquet) or stripe (ORC) statistics; cached by path, size and mtime.
-    ``storage``: how the event time is stored (:mod:`~kappaplus.connectors.hive.stored_time`)."""
+    ``storage``: how the event time is stored (:mod:`~kappaplus.slicing.stored_time`)."""
     fs, _ = filesystem_for(location)
     try:
         if fmt == "parquet":
@@ -249,12 +249,6 @@ def read_columns(
                     yield reader.read_stripe(stripe, columns=present)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"cannot read {fmt} file {path!r}: {exc}") from exc
-
-
-def stored_micros_array(column: pa.Array | pa.ChunkedArray, storage: str = "") -> np.ndarray:
-    """Event times as int64 microseconds (UTC), nulls removed; ``storage``: how they are
-    stored when not as timestamps (epoch units, a format: :mod:`.stored_time`)."""
-    return micros_array(column, storage) if storage else to_micros_array(column)
 
 
 @lru_cache(maxsize=512)

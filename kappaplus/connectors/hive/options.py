@@ -12,7 +12,6 @@ from typing import Any
 
 from pyspark.sql.types import StructField, StructType, TimestampType
 
-from kappaplus.connectors.hive.stored_time import storage_of, stored_type_ok
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.event_time import MARKER_COLUMN
 from kappaplus.core.options import (
@@ -30,6 +29,7 @@ from kappaplus.core.options import (
     to_options,
 )
 from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
+from kappaplus.slicing.stored_time import storage_of
 
 SUPPORTED_FORMATS = ("parquet", "orc")
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
@@ -154,7 +154,7 @@ class HiveSourceOptions:
 
     @property
     def storage(self) -> str:
-        """How the event time is stored (:mod:`~kappaplus.connectors.hive.stored_time`)."""
+        """How the event time is stored (:mod:`~kappaplus.slicing.stored_time`)."""
         return storage_of(self.event_time_unit, self.event_time_format)
 
     @property
@@ -252,3 +252,14 @@ class HiveSourceOptions:
     def to_options(self) -> dict[str, str]:
         """The string options :meth:`parse` reads as this object."""
         return to_options(self)
+
+
+def stored_type_ok(kind: object, storage: str) -> bool:
+    """Whether a Spark column type can hold event times stored as ``storage``."""
+    from pyspark.sql import types as T
+
+    if storage.startswith("unit:"):
+        return isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType)
+    if storage.startswith("format:"):
+        return isinstance(kind, T.StringType | T.VarcharType | T.CharType)
+    return isinstance(kind, T.TimestampType | T.TimestampNTZType)

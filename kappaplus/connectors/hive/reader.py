@@ -27,11 +27,11 @@ from kappaplus.connectors.hive.files import (
     read_columns,
 )
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
-from kappaplus.connectors.hive.stored_time import column_micros
 from kappaplus.core.errors import DataError
 from kappaplus.core.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
 from kappaplus.core.timeutil import iso
 from kappaplus.slicing.manifest import ManifestEntry
+from kappaplus.slicing.stored_time import column_micros
 
 
 @dataclass

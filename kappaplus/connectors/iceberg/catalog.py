@@ -125,6 +125,12 @@ def _pin_path(pin_dir: str, table: str) -> Path:
     return Path(pin_dir) / "iceberg-pins" / f"{key}.json"
 
 
+def table_schema(table_name: str, catalog: dict[str, str] | None) -> StructType:
+    """The current schema of ``table_name`` as Spark sees it (what the source delivers
+    before a stored event time becomes a timestamp): for checking a binding's mapping."""
+    return spark_schema(load_table(load_catalog(catalog), table_name))
+
+
 def pin_snapshot(
     catalog: Any, table_name: str, pin_dir: str, snapshot_id: int | None = None
 ) -> tuple[Any, PinnedSnapshot]:

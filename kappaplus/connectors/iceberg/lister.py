@@ -7,7 +7,9 @@ and partition); each data file becomes a
 need not be partitioned by event time) with one
 :class:`~kappaplus.slicing.files.RowGroupStats` for the whole file: the record count, the
 file size, and the event-time column's lower/upper bounds and null count from the manifest,
-found by *field id*, so a renamed column keeps its statistics across old files. A file
+found by *field id*, so a renamed column keeps its statistics across old files. An event
+time stored as epoch numbers or formatted strings has its bounds converted to microseconds
+(:mod:`kappaplus.slicing.stored_time`); the rows keep their stored values. A file
 belongs to every slice its ``[min, max]`` overlaps and is read with the slice's filter.
 
 A file without bounds for the event-time column is read whole in every slice (said once
@@ -35,8 +37,9 @@ from kappaplus.connectors.iceberg.deletes import (
     plan_snapshot,
 )
 from kappaplus.core.errors import DataError, TableError
-from kappaplus.slicing.files import DataFile, RowGroupStats, to_micros_array
+from kappaplus.slicing.files import DataFile, RowGroupStats
 from kappaplus.slicing.manifest import ManifestEntry
+from kappaplus.slicing.stored_time import stat_micros, stored_bounds, stored_micros_array
 
 if TYPE_CHECKING:
     from pyiceberg.table import StaticTable
@@ -78,14 +81,19 @@ def scan_tasks(
     return plan_snapshot(table, static, snapshot_id)
 
 
-def _bound(kind: Any, raw: bytes | None) -> int | None:
-    """A manifest bound of a timestamp column as microseconds (None when absent)."""
+def _bound(kind: Any, raw: bytes | None, storage: str = "", *, upper: bool = False) -> int | None:
+    """A manifest bound of the event-time column as microseconds (None when absent, or
+    when it does not bound the times): a timestamp as it is; an event time stored as
+    epoch numbers or formatted strings (``storage``) converted
+    (:func:`~kappaplus.slicing.stored_time.stat_micros`)."""
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import TimestampNanoType, TimestamptzNanoType
 
     if raw is None:
         return None
     value = from_bytes(kind, raw)
+    if storage:
+        return stat_micros(value, storage, upper=upper)
     if not isinstance(value, int):
         return None
     if isinstance(kind, TimestampNanoType | TimestamptzNanoType):
@@ -132,8 +140,10 @@ class IcebergFileLister:
             )
         f = task.file  # its record count is before deletes (see the module docstring)
         field = self._field()
-        lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id))
-        hi = _bound(field.field_type, (f.upper_bounds or {}).get(field.field_id))
+        storage = self.options.storage
+        lo = _bound(field.field_type, (f.lower_bounds or {}).get(field.field_id), storage)
+        upper = (f.upper_bounds or {}).get(field.field_id)
+        hi = _bound(field.field_type, upper, storage, upper=True)
         nulls = (f.null_value_counts or {}).get(field.field_id)
         if (lo is None or hi is None) and (self.options.table, path) not in _MISSING_LOGGED:
             _MISSING_LOGGED.add((self.options.table, path))
@@ -159,7 +169,7 @@ class IcebergFileLister:
         if not batches:
             return np.empty(0, dtype=np.int64)
         column = pa.Table.from_batches(batches).column(o.event_time_column)
-        return np.sort(to_micros_array(column))
+        return np.sort(stored_micros_array(column, o.storage))
 
     def partition_frontier(self, files: list[DataFile]) -> int | None:
         return None  # a snapshot is complete: its data's end is the frontier
@@ -174,7 +184,8 @@ def read_task(
 ) -> Iterator[pa.RecordBatch]:
     """Rows of one data file of the pinned snapshot, its delete files applied, columns
     matched by field id (renamed and added columns read right across old files); with
-    ``lo``/``hi`` pyiceberg prunes row groups and rows outside ``[lo, hi)``.
+    ``lo``/``hi`` pyiceberg prunes row groups and rows outside ``[lo, hi)`` (bounds in the
+    stored unit or format when the event time is stored as numbers or strings).
 
     pyiceberg's Arrow scan applies the position deletes; the equality delete files that
     apply to the file are applied to its rows after, their equality columns read along
@@ -213,7 +224,12 @@ def read_task(
         ts = options.event_time_column
         at_least: Any = GreaterThanOrEqual  # pydantic models: their typed __init__ is
         below: Any = LessThan  # keyword-only, the documented one positional
-        row_filter = And(at_least(ts, lo), below(ts, hi))
+        # an event time stored as epoch numbers or strings: the slice's bounds converted
+        # to the stored unit or format (the rows keep theirs); no filter where a format
+        # does not sort as the times (the delivery filter is exact either way)
+        bounds = stored_bounds(lo, hi, options.storage) if options.storage else (lo, hi)
+        if bounds is not None:
+            row_filter = And(at_least(ts, bounds[0]), below(ts, bounds[1]))
     scan = ArrowScan(static.metadata, static.io, projected, row_filter)
     try:
         for batch in scan.to_record_batches([task.task]):

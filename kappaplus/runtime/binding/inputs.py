@@ -52,7 +52,9 @@ if TYPE_CHECKING:
         ResolvedConfig,
         ResolvedInput,
     )
+    from kappaplus.config.bindings import MappedLakeInput
     from kappaplus.jobs import InputSpec, Job
+    from kappaplus.mapping import Resolution
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
     from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
@@ -428,15 +430,19 @@ def _iceberg_backfill(
     source_state: str | None,
     drain_file: str | None,
 ) -> tuple[DataFrame, str]:
+    """Backfill from an Iceberg table's pinned snapshot (kept in the run's source state),
+    its columns mapped to the job's by the binding (:func:`mapped_lake`)."""
     from kappaplus.connectors.iceberg import read_iceberg_stream
+    from kappaplus.runtime.binding.unify import (
+        iceberg_resolution,
+        refuse_mismatches,
+        stored_options,
+    )
 
-    if iceberg.event_time_column != spec.event_time_column:
-        raise ConfigError(
-            f"inputs.{spec.name}.iceberg.event_time_column",
-            iceberg.event_time_column,
-            f"must be the job's event-time column {spec.event_time_column!r}",
-        )
+    resolution = iceberg_resolution(spark, spec, iceberg)  # the table's columns -> the job's
+    refuse_mismatches(resolution)
     options = iceberg_options(iceberg, run)
+    options.update(stored_options(iceberg))
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.iceberg"
@@ -444,8 +450,10 @@ def _iceberg_backfill(
         options["manifest_dir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
-    raw = _observe_source(read_iceberg_stream(spark, iceberg.table, **options), spec, "lake")
+    # read only the columns the mapping reads (conform keeps nothing else)
+    options["columns"] = lake_reads(spec, resolution)
+    lake = mapped_lake(read_iceberg_stream(spark, iceberg.table, **options), spec, resolution)
+    raw = _observe_source(lake, spec, "lake")
     source = f"iceberg {iceberg.table}"
     if options["start"] or options["end"]:
         source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
@@ -478,12 +486,10 @@ def _iceberg_bootstrap(
         raise ConfigError(
             f"inputs.{spec.name}", None, "bootstrap mode needs an Iceberg table and a Kafka topic"
         )
-    if iceberg.event_time_column != spec.event_time_column:
-        raise ConfigError(
-            f"inputs.{spec.name}.iceberg.event_time_column",
-            iceberg.event_time_column,
-            f"must be the job's event-time column {spec.event_time_column!r}",
-        )
+    from kappaplus.runtime.binding.unify import iceberg_resolution, refuse_mismatches
+
+    lake_side = iceberg_resolution(spark, spec, iceberg)
+    refuse_mismatches(lake_side)
     cutoff = run.cutoff if run.cutoff is not None else iceberg.end
     if cutoff is None:
         raise ConfigError(
@@ -519,7 +525,9 @@ def _iceberg_bootstrap(
         options["lake.manifestDir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    raw = _observe_source(lake_then_kafka(spark, spec, kafka, options), spec, "source")
+    raw = _observe_source(
+        lake_then_kafka(spark, spec, iceberg, lake_side, kafka, options), spec, "source"
+    )
     source = (
         f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
@@ -545,15 +553,6 @@ def delta_options(delta: DeltaInput, run: RunOptions) -> dict[str, Any]:
     }
 
 
-def _check_delta_event_time(spec: InputSpec, delta: DeltaInput) -> None:
-    if delta.event_time_column != spec.event_time_column:
-        raise ConfigError(
-            f"inputs.{spec.name}.delta.event_time_column",
-            delta.event_time_column,
-            f"must be the job's event-time column {spec.event_time_column!r}",
-        )
-
-
 def _delta_backfill(
     spark: SparkSession,
     spec: InputSpec,
@@ -563,11 +562,19 @@ def _delta_backfill(
     source_state: str | None,
     drain_file: str | None,
 ) -> tuple[DataFrame, str]:
-    """Backfill from a Delta table's pinned version (kept in the run's source state)."""
+    """Backfill from a Delta table's pinned version (kept in the run's source state), its
+    columns mapped to the job's by the binding (:func:`mapped_lake`)."""
     from kappaplus.connectors.delta import read_delta_stream
+    from kappaplus.runtime.binding.unify import (
+        delta_resolution,
+        refuse_mismatches,
+        stored_options,
+    )
 
-    _check_delta_event_time(spec, delta)
+    resolution = delta_resolution(spark, spec, delta)  # the table's columns -> the job's
+    refuse_mismatches(resolution)
     options = delta_options(delta, run)
+    options.update(stored_options(delta))
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.delta"
@@ -575,8 +582,10 @@ def _delta_backfill(
         options["manifest_dir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    options["columns"] = ",".join(spec.job_struct_type().fieldNames())
-    raw = _observe_source(read_delta_stream(spark, delta.path, **options), spec, "lake")
+    # read only the columns the mapping reads (conform keeps nothing else)
+    options["columns"] = lake_reads(spec, resolution)
+    lake = mapped_lake(read_delta_stream(spark, delta.path, **options), spec, resolution)
+    raw = _observe_source(lake, spec, "lake")
     source = f"delta {delta.path}"
     if options["start"] or options["end"]:
         source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
@@ -609,7 +618,10 @@ def _delta_bootstrap(
         raise ConfigError(
             f"inputs.{spec.name}", None, "bootstrap mode needs a Delta table and a Kafka topic"
         )
-    _check_delta_event_time(spec, delta)
+    from kappaplus.runtime.binding.unify import delta_resolution, refuse_mismatches
+
+    lake_side = delta_resolution(spark, spec, delta)
+    refuse_mismatches(lake_side)
     cutoff = run.cutoff if run.cutoff is not None else delta.end
     if cutoff is None:
         raise ConfigError(
@@ -648,7 +660,9 @@ def _delta_bootstrap(
         options["lake.manifestDir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    raw = _observe_source(lake_then_kafka(spark, spec, kafka, options), spec, "source")
+    raw = _observe_source(
+        lake_then_kafka(spark, spec, delta, lake_side, kafka, options), spec, "source"
+    )
     source = (
         f"delta {delta.path} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
@@ -664,31 +678,66 @@ def kafka_is_mapped(spec: InputSpec, kafka: KafkaInput) -> bool:
     return bool(kafka.columns or kafka.fields or own_event)
 
 
+def lake_reads(spec: InputSpec, resolution: Resolution) -> str:
+    """The ``columns`` option of a lake source: the columns the mapping reads, and the
+    Kafka metadata columns of a job that receives them (an archive keeps them)."""
+    extra = [n for n in spec.job_struct_type().fieldNames() if n not in spec.field_names()]
+    return ",".join(dict.fromkeys([*resolution.reads, *extra]))
+
+
+def mapped_lake(df: DataFrame, spec: InputSpec, resolution: Resolution) -> DataFrame:
+    """A lake source's rows as the job's columns by its binding's resolved mapping (as they
+    are when it reads every column by its own name); the end-of-input markers and the Kafka
+    metadata columns (:func:`lake_reads`) kept as they are."""
+    from kappaplus.mapping import apply_mapping, is_identity
+
+    mapping = {c.column: c.expression for c in resolution.columns}
+    if is_identity(mapping):
+        return df
+    extra = [n for n in spec.job_struct_type().fieldNames() if n not in mapping]
+    return apply_mapping(df, mapping, [*extra, MARKER_COLUMN])
+
+
 def lake_then_kafka(
-    spark: SparkSession, spec: InputSpec, kafka: KafkaInput, options: dict[str, Any]
+    spark: SparkSession,
+    spec: InputSpec,
+    lake: MappedLakeInput,
+    lake_side: Resolution,
+    kafka: KafkaInput,
+    options: dict[str, Any],
 ) -> DataFrame:
-    """The hybrid source of an Iceberg or Delta bootstrap (the lake holds the job's columns):
-    a mapped Kafka binding's records are mapped by its own mapping and the lake's rows read
-    by name (:func:`kappaplus.mapping.apply_phase_mappings`), not conformed to the lake's
-    schema by name; an unmapped one as before."""
+    """The hybrid source of an Iceberg or Delta bootstrap. When the lake or the topic has
+    a shape of its own (the lake binding's ``columns``, ``mappings``, stored event time;
+    the Kafka binding's ``columns``, ``fields``, event-time field), each side is read as it
+    is and mapped by its own binding's mapping before the watermark
+    (:func:`kappaplus.mapping.apply_phase_mappings`): the lake rows by ``lake_side``, the
+    Kafka records by the Kafka binding's. The cutoff applies to each side's own event time
+    (the lake's reader converts it to the stored unit or format). Else as before: Kafka's
+    events conformed to the lake's columns by name."""
     from kappaplus.connectors.hybrid.options import (
         KAFKA_FIELD_PREFIX,
         LAKE_FIELD_PREFIX,
         PHASE_COLUMN,
     )
     from kappaplus.connectors.hybrid.source import PHASE_LAKE, read_hybrid_stream
-    from kappaplus.mapping import apply_phase_mappings, quoted
-    from kappaplus.runtime.binding.unify import kafka_resolution, refuse_mismatches
+    from kappaplus.mapping import apply_phase_mappings, is_identity
+    from kappaplus.runtime.binding.unify import (
+        kafka_resolution,
+        refuse_mismatches,
+        stored_options,
+    )
 
-    if not kafka_is_mapped(spec, kafka):
+    lake_mapping = {c.column: c.expression for c in lake_side.columns}
+    if not kafka_is_mapped(spec, kafka) and not lake.is_mapped and is_identity(lake_mapping):
         return read_hybrid_stream(spark, **options)
     resolution = kafka_resolution(spark, spec, kafka)
     refuse_mismatches(resolution)
-    target = spec.struct_type()
+    options.update({f"lake.{key}": value for key, value in stored_options(lake).items()})
+    options["lake.columns"] = ",".join(lake_side.reads)
     return apply_phase_mappings(
         read_hybrid_stream(spark, mapped=True, **options),
-        target,
-        {name: quoted(name) for name in target.fieldNames()},
+        spec.struct_type(),
+        lake_mapping,
         {c.column: c.expression for c in resolution.columns},
         phase=PHASE_COLUMN,
         lake_phase=PHASE_LAKE,

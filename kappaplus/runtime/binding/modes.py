@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
-from kappaplus.core.event_time import MARKER_COLUMN
 from kappaplus.core.modes import Mode
 from kappaplus.runtime.binding import inputs as bind
 
@@ -156,7 +155,6 @@ class BackfillMode(RunMode):
     @staticmethod
     def _hive(ctx: InputContext) -> tuple[DataFrame, str]:
         from kappaplus.connectors.hive import read_hive_stream
-        from kappaplus.mapping import apply_mapping, is_identity
         from kappaplus.runtime.binding.unify import (
             hive_resolution,
             refuse_mismatches,
@@ -168,7 +166,6 @@ class BackfillMode(RunMode):
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
         resolution = hive_resolution(ctx.spark, spec, hive)  # the table's columns -> the job's
         refuse_mismatches(resolution)
-        mapping = {c.column: c.expression for c in resolution.columns}
         options = bind.hive_options(hive, ctx.run, ctx.watermark_delay)
         options.update(bind.unplaceable_options(spec.name, hive, ctx.dead_letter_staging))
         options.update(stored_options(hive))
@@ -177,10 +174,10 @@ class BackfillMode(RunMode):
         if ctx.drain_file is not None:
             options[DRAIN_OPTION] = ctx.drain_file
         # read only the columns the mapping reads from the files (conform keeps nothing else)
-        options["columns"] = ",".join(resolution.reads)
-        lake = read_hive_stream(ctx.spark, hive.table, **options)
-        if not is_identity(mapping):
-            lake = apply_mapping(lake, mapping, [MARKER_COLUMN])
+        options["columns"] = bind.lake_reads(spec, resolution)
+        lake = bind.mapped_lake(
+            read_hive_stream(ctx.spark, hive.table, **options), spec, resolution
+        )
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"

@@ -1,6 +1,7 @@
 """Each binding's mapping (:mod:`kappaplus.mapping`) resolved against its source's schema in
-the caller's process: the Hive table's catalog schema (its stored event time delivered as a
-timestamp), the Kafka records' ``fields`` (or the job's declared schema). Used by binding
+the caller's process: a lake table's schema (Hive's catalog, Iceberg's and Delta's own; its
+stored event time delivered as a timestamp), the Kafka records' ``fields`` (or the job's
+declared schema). Used by binding
 (:mod:`kappaplus.runtime.binding.inputs`), ``kappa check`` and ``kappa run``'s pre-flight."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from kappaplus.config import HiveInput, JobConfig, KafkaInput
+    from kappaplus.config import DeltaInput, HiveInput, IcebergInput, JobConfig, KafkaInput
+    from kappaplus.config.bindings import MappedLakeInput
     from kappaplus.jobs import InputSpec, Job
 
 
@@ -49,43 +51,104 @@ def kafka_resolution(spark: SparkSession, spec: InputSpec, kafka: KafkaInput) ->
     return resolve_mapping(spark, spec, binding, mapping, kafka_fields(spec, kafka))
 
 
-def hive_source_schema(spark: SparkSession, hive: HiveInput) -> StructType:
-    """The table's columns as its reader delivers them (a stored event time as timestamp)."""
+def lake_source_schema(lake: MappedLakeInput, table_schema: StructType) -> StructType:
+    """A lake table's columns as its reader delivers them: a stored event time (epoch
+    numbers, formatted strings) as a timestamp, the rest as the table has them."""
     from pyspark.sql.types import StructField, StructType, TimestampType
 
-    from kappaplus.connectors.hive import resolve_table
-
-    table = resolve_table(spark, hive.table)
-    stored = hive.event_time
+    stored = lake.event_time
     converted = stored is not None and (stored.unit is not None or stored.format is not None)
     return StructType(
         [
             StructField(f.name, TimestampType(), True)
-            if converted and f.name == hive.event_time_column
+            if converted and f.name == lake.event_time_column
             else f
-            for f in table.schema.fields
+            for f in table_schema.fields
         ]
     )
+
+
+def hive_source_schema(spark: SparkSession, hive: HiveInput) -> StructType:
+    """The table's columns as its reader delivers them (a stored event time as timestamp)."""
+    from kappaplus.connectors.hive import resolve_table
+
+    return lake_source_schema(hive, resolve_table(spark, hive.table).schema)
 
 
 def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Resolution:
     """The Hive binding's mapping checked against the table's schema, and the columns it
     reads against every data file's own schema (an evolved lake: a file lacking a column
     reads it as null, a narrower type widens; a wider or incompatible type is a mismatch)."""
-    binding = f"inputs.{spec.name}.hive"
-    schema = hive_source_schema(spark, hive)
-    mapping = job_mapping(spec, binding, hive.columns, hive.event_time_column)
-    resolution = resolve_mapping(spark, spec, binding, mapping, schema)
-    if hive.mappings:
-        resolution = _by_date_range(spark, spec, hive, schema, resolution)
+    from kappaplus.connectors.hive import resolve_table
+
+    table = resolve_table(spark, hive.table).schema
+    resolution = lake_resolution(spark, spec, "hive", hive, table)
     resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution))
+    return resolution
+
+
+def iceberg_resolution(spark: SparkSession, spec: InputSpec, iceberg: IcebergInput) -> Resolution:
+    """The Iceberg binding's mapping checked against the table's current schema. Columns
+    are matched by field id and files read in that schema (pyiceberg promotes an old file's
+    int to a long, a float to a double): a widened column is fine across old files; what
+    the schema says is what every file is read as."""
+    from kappaplus.connectors.iceberg.catalog import table_schema
+
+    schema = table_schema(iceberg.table, iceberg.catalog)
+    return lake_resolution(spark, spec, "iceberg", iceberg, schema)
+
+
+def delta_resolution(spark: SparkSession, spec: InputSpec, delta: DeltaInput) -> Resolution:
+    """The Delta binding's mapping checked against the table's current schema."""
+    from kappaplus.connectors.delta.table import table_schema
+
+    schema = table_schema(delta.path, delta.storage_options)
+    return lake_resolution(spark, spec, "delta", delta, schema)
+
+
+def lake_resolution(
+    spark: SparkSession,
+    spec: InputSpec,
+    kind: str,
+    lake: MappedLakeInput,
+    table_schema: StructType,
+) -> Resolution:
+    """A lake binding's mapping (Hive, Iceberg, Delta alike) checked against its table's
+    schema: ``columns`` and the ``mappings`` per date range, and the stored event time's
+    type (epoch numbers need an integer column, a format a string one, else a timestamp)."""
+    from kappaplus.connectors.hive.options import stored_type_ok
+    from kappaplus.slicing.stored_time import storage_of
+
+    binding = f"inputs.{spec.name}.{kind}"
+    schema = lake_source_schema(lake, table_schema)
+    mapping = job_mapping(spec, binding, lake.columns, lake.event_time_column)
+    resolution = resolve_mapping(spark, spec, binding, mapping, schema)
+    if lake.mappings:
+        resolution = _by_date_range(spark, spec, binding, lake, schema, resolution)
+    stored = lake.event_time
+    storage = storage_of(stored.unit, stored.format) if stored is not None else ""
+    column = lake.event_time_column
+    if column in table_schema.fieldNames():
+        kind_of = table_schema[column].dataType
+        if not stored_type_ok(kind_of, storage):
+            wanted = {"": "a timestamp (or set event_time.unit / event_time.format)"}.get(
+                storage,
+                "an integer for event_time.unit"
+                if storage.startswith("unit:")
+                else "a string for event_time.format",
+            )
+            resolution.mismatches.append(
+                f"{binding}: event-time column {column!r} is {kind_of.simpleString()} in the "
+                f"source, the job declares timestamp: needs {wanted}"
+            )
     return resolution
 
 
 def _by_date_range(
     spark: SparkSession,
     spec: InputSpec,
-    hive: HiveInput,
+    binding: str,
+    lake: MappedLakeInput,
     schema: StructType,
     first: Resolution,
 ) -> Resolution:
@@ -95,15 +158,14 @@ def _by_date_range(
     from kappaplus.core.timeutil import iso
     from kappaplus.mapping import by_date_range
 
-    binding = f"inputs.{spec.name}.hive"
     ranges: list[tuple[int | None, str, Resolution]] = [
-        (None, f"before {iso(hive.mappings[0].micros)}", first)
+        (None, f"before {iso(lake.mappings[0].micros)}", first)
     ]
-    columns = dict(hive.columns)
-    for i, entry in enumerate(hive.mappings):
+    columns = dict(lake.columns)
+    for i, entry in enumerate(lake.mappings):
         key = f"{binding}.mappings[{i}]"
         columns.update(entry.columns)  # each range changes only what it lists
-        mapping = job_mapping(spec, key, columns, hive.event_time_column)
+        mapping = job_mapping(spec, key, columns, lake.event_time_column)
         resolved = resolve_mapping(spark, spec, key, mapping, schema)
         ranges.append((entry.micros, f"from {iso(entry.micros)}", resolved))
     event = next(c.expression for c in first.columns if c.column == spec.event_time_column)
@@ -167,9 +229,9 @@ def refuse_mismatches(resolution: Resolution) -> None:
         )
 
 
-def stored_options(hive: HiveInput) -> dict[str, str]:
-    """The Hive source options of a stored event time (``eventTimeUnit|Format``)."""
-    stored = hive.event_time
+def stored_options(lake: MappedLakeInput) -> dict[str, str]:
+    """The lake source options of a stored event time (``eventTimeUnit|Format``)."""
+    stored = lake.event_time
     if stored is None:
         return {}
     if stored.unit is not None:
@@ -182,7 +244,7 @@ def stored_options(hive: HiveInput) -> dict[str, str]:
 def describe_bindings(spark: SparkSession, job: Job, config: JobConfig) -> list[Resolution]:
     """Every binding of every input of ``job`` resolved (what ``kappa check`` shows and
     ``kappa run`` refuses): Kafka bindings against their records' fields, Hive bindings
-    against their table and its files."""
+    against their table and its files, Iceberg and Delta bindings against their table."""
     out: list[Resolution] = []
     for spec in job.inputs:
         binding = config.inputs.get(spec.name)
@@ -192,4 +254,8 @@ def describe_bindings(spark: SparkSession, job: Job, config: JobConfig) -> list[
             out.append(kafka_resolution(spark, spec, binding.kafka))
         if binding.hive is not None:
             out.append(hive_resolution(spark, spec, binding.hive))
+        if binding.iceberg is not None:
+            out.append(iceberg_resolution(spark, spec, binding.iceberg))
+        if binding.delta is not None:
+            out.append(delta_resolution(spark, spec, binding.delta))
     return out

@@ -40,6 +40,7 @@ from kappaplus.runtime.options import RunOptions, slug
 
 if TYPE_CHECKING:
     from kappaplus.config import ResolvedConfig
+    from kappaplus.config.bindings import MappedLakeInput
     from kappaplus.jobs import Job
 
 IDENTITY_FILE = "_kappa_identity.json"
@@ -87,6 +88,18 @@ class RunIdentity:
         return {**self.binding(), "range": self.range, "key": self.key()}
 
 
+def _stored_event_time(kind: str, lake: MappedLakeInput) -> dict[str, str]:
+    """How a lake binding stores its event time, when not as a timestamp (epoch unit,
+    format): another storage reads other rows into the same slices, so it is another run.
+    Nothing for a timestamp column (the identities of such runs stay as they were)."""
+    stored = lake.event_time
+    if stored is None or (stored.unit is None and stored.format is None):
+        return {}
+    return {
+        f"{kind}.event_time": f"unit {stored.unit}" if stored.unit else f"format {stored.format}"
+    }
+
+
 def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIdentity:
     """The identity of running ``job`` with ``resolved`` bindings as ``run`` says."""
     inputs: dict[str, dict[str, Any]] = {}
@@ -102,6 +115,7 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             hive = binding.hive
             entry["hive.table"] = hive.table
             entry["hive.event_time_column"] = hive.event_time_column
+            entry.update(_stored_event_time("hive", hive))
             entry["hive.partition_format"] = hive.partition_format
             entry["hive.partition_time"] = hive.partition_time
             start = start if start is not None else hive.start
@@ -113,6 +127,7 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             # start, kept beside the checkpoint (connectors.iceberg.catalog.pin_snapshot)
             entry["iceberg.table"] = iceberg.table
             entry["iceberg.event_time_column"] = iceberg.event_time_column
+            entry.update(_stored_event_time("iceberg", iceberg))
             entry["iceberg.snapshot"] = iceberg.snapshot if iceberg.snapshot else "pinned"
             start = start if start is not None else iceberg.start
             bound = run.lake_bound()
@@ -123,6 +138,7 @@ def run_identity(job: Job, resolved: ResolvedConfig, run: RunOptions) -> RunIden
             # start, kept beside the checkpoint (connectors.delta.table.pin_version)
             entry["delta.path"] = delta.path
             entry["delta.event_time_column"] = delta.event_time_column
+            entry.update(_stored_event_time("delta", delta))
             entry["delta.version"] = delta.version if delta.version is not None else "pinned"
             start = start if start is not None else delta.start
             bound = run.lake_bound()

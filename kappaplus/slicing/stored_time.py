@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.core.timeutil import to_micros
+from kappaplus.slicing.files import to_micros_array
 
 UNIT_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
 _FIELDS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
@@ -94,28 +95,104 @@ def micros_array(column: pa.Array | pa.ChunkedArray, storage: str) -> np.ndarray
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def stat_micros(value: object, storage: str) -> int | None:
-    """A row group's min or max event-time statistic in microseconds, or None when it does
-    not bound the times (a format that does not sort as the times)."""
+def stat_micros(value: object, storage: str, *, upper: bool = False) -> int | None:
+    """A row group's (or a data file's) min or max event-time statistic in microseconds, or
+    None when it does not bound the times (a format that does not sort as the times, a
+    value that is not a time).
+
+    A string statistic cut short (Iceberg keeps the first 16 characters of a lower bound,
+    and of an upper bound with its last character incremented) is completed with the
+    smallest value of each missing field (the epoch's): a prefix of the minimum so
+    completed is at most the minimum, an incremented prefix so completed is above every
+    string it bounds, so both still bound the times. An incremented character that is no
+    longer a digit (``'9'`` + 1 = ``':'``; ``upper``: the statistic is a maximum) leaves the
+    prefix before it, completed and moved on by the unit above its last field: above every
+    time starting with that prefix (a bound for planning, wider than the file's times)."""
     kind, _, arg = storage.partition(":")
     if kind == "unit" and isinstance(value, int | float) and not isinstance(value, bool):
         return int(round(value * UNIT_MICROS[arg]))
     if kind == "format" and isinstance(value, str | bytes) and sortable(arg):
         text = value.decode() if isinstance(value, bytes) else value
+        fmt = strptime_format(arg)
+        smallest = _smallest(arg)
+        if len(text) < len(smallest):
+            text += smallest[len(text) :]
         try:
-            moment = datetime.strptime(text, strptime_format(arg))
+            moment = datetime.strptime(text, fmt)
         except ValueError:
-            return None
+            cut = value.decode() if isinstance(value, bytes) else value
+            return _past_prefix(cut[:-1], arg) if upper and len(cut) < len(smallest) else None
         return to_micros(moment)
     return None
 
 
-def stored_type_ok(kind: object, storage: str) -> bool:
-    """Whether a Spark column type can hold event times stored as ``storage``."""
-    from pyspark.sql import types as T
+_ABOVE = {
+    "MM": 366 * 86_400_000_000,
+    "dd": 31 * 86_400_000_000,
+    "HH": 86_400_000_000,
+    "mm": 3_600_000_000,
+    "ss": 60_000_000,
+}
+"""Per field, a span that covers every completion of a prefix ending in it."""
 
-    if storage.startswith("unit:"):
-        return isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType)
-    if storage.startswith("format:"):
-        return isinstance(kind, T.StringType | T.VarcharType | T.CharType)
-    return isinstance(kind, T.TimestampType | T.TimestampNTZType)
+
+def _past_prefix(prefix: str, pattern: str) -> int | None:
+    """A time above every time whose text starts with ``prefix`` (None when the prefix
+    ends inside the year, or is not the start of a time)."""
+    smallest = _smallest(pattern)
+    try:
+        start = to_micros(
+            datetime.strptime(prefix + smallest[len(prefix) :], strptime_format(pattern))
+        )
+    except ValueError:
+        return None
+    position, last = 0, None
+    for token in _TOKEN.findall(pattern):
+        if position >= len(prefix):
+            break
+        last = token if token in _FIELDS else last
+        position += len(token.strip("'")) if token.startswith("'") else len(token)
+    span = _ABOVE.get(last or "")
+    return None if span is None else start + span
+
+
+def stored_micros_array(column: pa.Array | pa.ChunkedArray, storage: str = "") -> np.ndarray:
+    """Event times as int64 microseconds (UTC), nulls removed, whatever their storage: a
+    timestamp column, epoch numbers or formatted strings (what a lister samples)."""
+    return micros_array(column, storage) if storage else to_micros_array(column)
+
+
+def stored_bounds(lo: int, hi: int, storage: str) -> tuple[object, object] | None:
+    """The slice ``[lo, hi)`` (microseconds) as bounds on the *stored* values, for a
+    reader's pushed-down filter ``low <= stored < high`` that keeps exactly the rows whose
+    time is in the slice (the bounds are converted, not the rows): epoch numbers rounded up
+    to the unit (``v * unit >= lo`` iff ``v >= ceil(lo / unit)``), strings of a sortable
+    format at the next whole second formatted. None when the storage cannot be filtered
+    so (a timestamp column: filter it as it is; a format that does not sort as the times)."""
+    kind, _, arg = storage.partition(":")
+    lo, hi = int(lo), int(hi)
+    if kind == "unit":
+        step = UNIT_MICROS[arg]
+        return -(-lo // step), -(-hi // step)
+    if kind == "format" and sortable(arg) and _whole_seconds(arg):
+        fmt = strptime_format(arg)
+        return _format_at(-(-lo // 1_000_000), fmt), _format_at(-(-hi // 1_000_000), fmt)
+    return None
+
+
+def _smallest(pattern: str) -> str:
+    """The pattern's smallest string (``0000-01-01 00:00:00``): what completes a prefix."""
+    least = {"yyyy": "0000", "MM": "01", "dd": "01", "HH": "00", "mm": "00", "ss": "00"}
+    return "".join(least.get(t, t.strip("'")) for t in _TOKEN.findall(pattern))
+
+
+def _whole_seconds(pattern: str) -> bool:
+    """Whether the pattern goes down to the second (then a string bound is exact)."""
+    return "ss" in _TOKEN.findall(pattern)
+
+
+def _format_at(seconds: int, fmt: str) -> str:
+    from datetime import UTC, timedelta
+
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
+    return moment.strftime(fmt)
