@@ -30,6 +30,10 @@ BINS = 2048
 PREFIX = "kappa_audit"
 #: The bucket index of rows without any time.
 NO_TIME = -1
+#: A flag observed beside a stage's other metrics instead of a histogram: this stage's
+#: counts are those of the lake stage of the same name (``lake.<name>.delivered``), observed
+#: upstream in the same micro-batch, because nothing between the two can drop or add a row.
+SAME_AS_LAKE = "same_as_lake"
 
 
 def metric_name(stage: str, name: str) -> str:
@@ -160,9 +164,25 @@ def fold_histogram(bins: Iterable[Any] | None) -> tuple[dict[int, int], bool]:
     return counts, len(items) < BINS
 
 
+def same_as_lake(io: str) -> Column:
+    """What a stage observes instead of its histogram ``io`` when its rows are exactly the
+    lake stage's (:data:`SAME_AS_LAKE`): one histogram per row less.
+
+    >>> from kappaplus.audit.counts import SAME_AS_LAKE
+    >>> stage_counts({"kappa_audit.lake.e": {"delivered": [{"x": 5.0, "y": 2.0}]},
+    ...               "kappa_audit.job.e": {"rows": 2, SAME_AS_LAKE: "input"}})[-1]
+    StageCounts(stage='job', name='e', io='input', rows={5: 2}, exact=True)
+    """
+    from pyspark.sql import functions as F
+
+    return F.lit(io).alias(SAME_AS_LAKE)
+
+
 def stage_counts(observed: Mapping[str, Any]) -> list[StageCounts]:
-    """Every audit stage in a progress entry's ``observedMetrics``."""
+    """Every audit stage in a progress entry's ``observedMetrics``; a stage observed as
+    :data:`SAME_AS_LAKE` gets the counts of the lake stage of its name."""
     out: list[StageCounts] = []
+    same: list[tuple[str, str, str]] = []
     for metric, row in observed.items():
         parsed = parse_metric_name(metric)
         if parsed is None:
@@ -170,8 +190,16 @@ def stage_counts(observed: Mapping[str, Any]) -> list[StageCounts]:
         stage, name = parsed
         values = row.asDict() if hasattr(row, "asDict") else dict(row)
         for io, bins in values.items():
+            if io == SAME_AS_LAKE:
+                same.append((stage, name, str(bins)))
+                continue
             if isinstance(bins, int | float):
                 continue  # a plain count observed beside the histograms (``rows``)
             rows, exact = fold_histogram(bins)
             out.append(StageCounts(stage, name, io, rows, exact))
+    lake = {c.name: c for c in out if (c.stage, c.io) == ("lake", "delivered")}
+    for stage, name, io in same:
+        found = lake.get(name)
+        if found is not None:
+            out.append(StageCounts(stage, name, io, dict(found.rows), found.exact))
     return out

@@ -120,9 +120,16 @@ def test_deleted_lake_partition_is_flagged_with_the_exact_missing_rows(  # type:
     )
     assert sum(lost.values()) > 0
 
-    _backfill(spark, table, scratch)
+    backfilled = _backfill(spark, table, scratch)
     report = load_report(spark, table=table, start=START, end=end)
     assert not report.ok
+    # [START, end) lies within the input's bounds: the job's input is counted once, as the
+    # lake's delivered rows (one histogram per row), and equals the events left in the lake
+    bf = backfilled.job.name
+    delivered = report.series[(bf, "backfill", "lake", "rider_events", "delivered")]
+    received = report.series[(bf, "backfill", "job", "rider_events", "input")]
+    assert received == delivered
+    assert sum(received.values()) == len(events) - sum(lost.values())
     missing = {c.bucket: c.missing for c in report.failures if c.what.startswith("lake ")}
     assert missing == dict(lost), "exactly the lost hour's buckets, by exactly the rows lost"
     assert set(report.flagged()) == set(lost)

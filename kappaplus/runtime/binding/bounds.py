@@ -40,6 +40,33 @@ def bounds_metrics_name(input_name: str, prefix: str = "kappa_bounds") -> str:
     return f"{prefix}_{input_name}"
 
 
+def range_within_bounds(
+    bounds: EventTimeBounds, start: int, end: int, now: int | None = None
+) -> bool:
+    """True when no event time in ``[start, end)`` (epoch microseconds) can be out of
+    ``bounds``, ``max_future`` judged from ``now`` (default: the clock; later batches only
+    move it on): then :func:`drop_out_of_bounds` could drop nothing and is left out.
+
+    >>> from kappaplus.config import EventTimeBounds
+    >>> day = 86_400_000_000
+    >>> range_within_bounds(EventTimeBounds(), 19_000 * day, 19_007 * day)
+    True
+    >>> range_within_bounds(EventTimeBounds(min="2024-01-01"), 0, 19_007 * day)
+    False
+    """
+    import time
+
+    if bounds.min is not None and start < parse_timestamp(bounds.min, "min"):
+        return False
+    if bounds.max is not None and end > parse_timestamp(bounds.max, "max"):
+        return False
+    if bounds.max_future is not None:
+        clock = now if now is not None else int(time.time() * 1_000_000)
+        if end > clock + bounds.max_future.micros:
+            return False
+    return True
+
+
 def _violations(column: str, bounds: EventTimeBounds) -> list[tuple[Column, Column]]:
     """``(condition, reason)`` per bound; conditions are false for a null event time."""
     from pyspark.sql import functions as F

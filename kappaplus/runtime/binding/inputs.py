@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kappaplus.audit.counts import bucket_histogram, metric_name
+from kappaplus.audit.counts import bucket_histogram, metric_name, same_as_lake
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.event_time import MARKER_COLUMN
@@ -372,18 +372,30 @@ class SourceReader(Protocol):
         declared types, and a description of where they come from."""
         ...
 
+    def lake_range(self, ctx: InputContext) -> tuple[int, int] | None:
+        """``[start, end)`` holding every event time read, when only the lake is read."""
+        ...
+
 
 def bind_input(ctx: InputContext, reader: SourceReader) -> BoundInput:
     """The watermarked, conformed streaming DataFrame of one input: ``reader`` (the run
     mode) reads it; then, the same in every mode, its rows are conformed to the job's
     declared schema, bounded, tapped for late rows where kept, and watermarked."""
     from kappaplus.core.event_time import apply_watermark
-    from kappaplus.runtime.binding.bounds import bounds_metrics_name, drop_out_of_bounds
+    from kappaplus.runtime.binding.bounds import (
+        bounds_metrics_name,
+        drop_out_of_bounds,
+        range_within_bounds,
+    )
 
     spec, mode = ctx.spec, ctx.run.mode
     raw, source = reader.read_input(ctx)
     conformed = conform(raw, spec)
-    if mode.reads_lake:  # a stream's out-of-bounds records are dead letters already
+    # a backfill over [start, end) within the bounds can drop no row: the job's input is
+    # then the lake's delivered rows, counted once (one histogram per row less)
+    span = reader.lake_range(ctx)
+    lake_is_input = span is not None and range_within_bounds(ctx.binding.bounds, *span)
+    if mode.reads_lake and not lake_is_input:  # a stream's are dead letters already
         conformed = drop_out_of_bounds(
             conformed, spec.event_time_column, ctx.binding.bounds, bounds_metrics_name(spec.name)
         )
@@ -398,7 +410,11 @@ def bind_input(ctx: InputContext, reader: SourceReader) -> BoundInput:
         # the job's input counted per bucket for the audit in the same observation as the
         # rows (after the marker filter, so marker rows are not counted): one operator less
         observe_as=input_metrics_name(spec.name),
-        also=[bucket_histogram(spec.event_time_column, conformed.columns).alias("input")],
+        also=[
+            same_as_lake("input")
+            if lake_is_input
+            else bucket_histogram(spec.event_time_column, conformed.columns).alias("input")
+        ],
     )
     return BoundInput(spec.name, watermarked, source)
 

@@ -60,6 +60,12 @@ class RunMode(ABC):
         """The dead letters the output queries publish batch by batch, by input."""
         return {}
 
+    def lake_range(self, ctx: InputContext) -> tuple[int, int] | None:
+        """``[start, end)`` (epoch microseconds) holding every event time this mode's reader
+        delivers when it reads only the lake, counted as the ``lake`` stage; None when the
+        rows come from elsewhere too or the range is open."""
+        return None
+
     def publish_set_aside(
         self,
         spark: SparkSession,
@@ -127,6 +133,20 @@ class BackfillMode(RunMode):
     """History: each input from its lake table, ``[start, end)`` in event-time slices."""
 
     mode = Mode.BACKFILL
+
+    def lake_range(self, ctx: InputContext) -> tuple[int, int] | None:
+        """The run's (else the binding's) ``[start, end)``: the slices lie within it."""
+        from kappaplus.core.timeutil import parse_timestamp
+
+        binding = ctx.binding
+        lake = binding.delta or binding.iceberg or binding.hive
+        if lake is None:
+            return None
+        start = ctx.run.start if ctx.run.start is not None else lake.start
+        end = ctx.run.end if ctx.run.end is not None else lake.end
+        if start is None or end is None:
+            return None
+        return parse_timestamp(start), parse_timestamp(end)
 
     def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
         binding, spec, run = ctx.binding, ctx.spec, ctx.run
