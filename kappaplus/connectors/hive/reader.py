@@ -160,10 +160,31 @@ def _conform(
             arrays.append(_constant(value, f.type, table.num_rows, entry.path, f.name))
         elif f.name in table.column_names:
             column = table.column(f.name)
-            arrays.append(column if column.type == f.type else pc.cast(column, f.type, safe=False))
+            arrays.append(column if column.type == f.type else _widen(column, f, entry, options))
         else:
             arrays.append(pa.nulls(table.num_rows, type=f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _widen(
+    column: pa.ChunkedArray, field: pa.Field, entry: ManifestEntry, options: HiveSourceOptions
+) -> pa.ChunkedArray:
+    """``column`` of one file as the type the table reads it as: a widening (int to
+    bigint, float to double, a finer timestamp unit truncated to microseconds) casts; a value
+    the type cannot hold (a narrowing or incompatible change the planner could not see, e.g.
+    a file written after the table's schema changed) is one line naming the file, never
+    silently truncated."""
+    if pa.types.is_timestamp(column.type) and pa.types.is_timestamp(field.type):
+        return pc.cast(column, field.type, safe=False)  # ns -> us: sub-microseconds dropped
+    try:
+        return pc.cast(column, field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        table = getattr(options, "table", "?")
+        raise DataError(
+            f"table {table!r}: column {field.name!r} of file {entry.path!r} is {column.type}, "
+            f"read as {field.type}: a narrowing or incompatible change ({exc}); widen the "
+            "declared type, or rewrite the file"
+        ) from None
 
 
 def _constant(value: str | None, kind: pa.DataType, n: int, path: str, column: str) -> pa.Array:
