@@ -36,7 +36,6 @@ open" into a :class:`~kappaplus.core.errors.MetastoreError` before Spark starts.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
@@ -51,21 +50,15 @@ from xml.sax.saxutils import escape
 
 from kappaplus.core.errors import MetastoreError
 from kappaplus.core.settings import state_dir
-from kappaplus.local.processes import free_port, listens_on, pid_alive, port_open
-from kappaplus.local.service import DetachedService
+from kappaplus.local.processes import pid_alive, port_open
+from kappaplus.local.service import HOST, DetachedService
 from kappaplus.session import embedded_database
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9083
-HOST = "127.0.0.1"
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 URI_ENV = "KAPPA_METASTORE_URI"
-PORT_ATTEMPTS = 3
-
-
-class PortTakenError(MetastoreError):
-    """Another process bound the server's port while the server started."""
 
 
 def pyspark_jars() -> Path:
@@ -222,11 +215,11 @@ class MetastoreServer(DetachedService):
     def start(self) -> str:
         """Start the server (or reuse the running one) and return its thrift URI."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._lock():
+        with self._start_lock():
             state = self._running_state()
             if state is not None:
                 uri = str(state["uri"])
-                self._wait_port(int(state["port"]), None)
+                self._wait_listening(int(state["port"]), None, "metastore")
                 log.info("metastore already running: pid %s at %s", state["pid"], uri)
                 return uri
             if self.port is not None and port_open(self.port):
@@ -238,20 +231,9 @@ class MetastoreServer(DetachedService):
             self.warehouse.mkdir(parents=True, exist_ok=True)
             (conf_dir / "hive-site.xml").write_text(hive_site(self.database, self.warehouse))
             prepare_txn_tables(self.dir, conf_dir)
-            for attempt in range(PORT_ATTEMPTS):
-                port = self.port
-                if port is None:
-                    port = DEFAULT_PORT if attempt == 0 and not port_open(DEFAULT_PORT) else None
-                    port = port or free_port()
-                try:
-                    return self._start_on(conf_dir, port)
-                except PortTakenError:
-                    # another process bound the port between our check and the server's
-                    # bind (two servers starting at once): take another free port
-                    if self.port is not None or attempt == PORT_ATTEMPTS - 1:
-                        raise
-                    log.info("port %s was taken while the metastore started; retrying", port)
-            raise AssertionError("unreachable")  # pragma: no cover
+            return self._on_a_port(
+                self.port, DEFAULT_PORT, lambda port: self._start_on(conf_dir, port)
+            )
 
     def _start_on(self, conf_dir: Path, port: int) -> str:
         command = [
@@ -269,42 +251,11 @@ class MetastoreServer(DetachedService):
         self._launch(
             command,
             {"port": port, "uri": uri},
-            lambda process: self._wait_port(port, process),
+            lambda process: self._wait_listening(port, process, "metastore"),
             cwd=self.dir,
         )
         log.info("metastore listens at %s", uri)
         return uri
-
-    @contextlib.contextmanager
-    def _lock(self):  # type: ignore[no-untyped-def]
-        with open(self.dir / "start.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _wait_port(self, port: int, process: subprocess.Popen[bytes] | None) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                if port_open(port):  # ours is gone, so someone else listens there
-                    raise PortTakenError(
-                        f"port {port} on {HOST} was taken by another process while the "
-                        f"metastore started; see {self.log_file}"
-                    )
-                raise MetastoreError(
-                    f"metastore exited with code {process.returncode} at start; "
-                    f"see {self.log_file}:\n{self._log_tail()}"
-                )
-            # the port may answer for another process (ours then fails to bind and exits)
-            if port_open(port) and (process is None or listens_on(process.pid, port) is not False):
-                return
-            time.sleep(0.1)
-        raise MetastoreError(
-            f"metastore did not listen on {HOST}:{port} within {self.start_timeout:.0f}s; "
-            f"see {self.log_file}:\n{self._log_tail()}"
-        )
 
     def status(self) -> MetastoreStatus:
         """Whether the server runs, with pid, port and URI."""

@@ -23,14 +23,11 @@ delta-rs storage options for a Delta table, and the ``AWS_*`` environment of a p
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -38,19 +35,17 @@ from pathlib import Path
 
 from kappaplus.core.errors import ObjectStoreError
 from kappaplus.core.settings import state_dir
-from kappaplus.local.processes import free_port, listens_on, port_open
-from kappaplus.local.service import DetachedService
+from kappaplus.local.processes import port_open
+from kappaplus.local.service import HOST, DetachedService
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 5000
 """moto_server's own default port."""
-HOST = "127.0.0.1"
 BUCKET = "kappa"
 ACCESS_KEY = "kappa"
 SECRET_KEY = "kappa"
 REGION = "us-east-1"
-PORT_ATTEMPTS = 3
 ENDPOINT_ENV = "KAPPA_S3_ENDPOINT"
 """The variable ``kappa up --print-env`` exports, for configs saying ``${KAPPA_S3_ENDPOINT}``."""
 
@@ -146,10 +141,6 @@ def create_bucket(endpoint: str, bucket: str, timeout: float = 30.0) -> None:
         raise ObjectStoreError(f"creating bucket {bucket!r} at {endpoint}: {exc}") from exc
 
 
-class _PortTaken(ObjectStoreError):
-    """Another process bound the server's port while the server started."""
-
-
 @dataclass(frozen=True)
 class ObjectStoreStatus:
     """What ``kappa s3 status`` shows."""
@@ -214,7 +205,7 @@ class ObjectStore(DetachedService):
     def start(self) -> str:
         """Start the server (or reuse the running one), create the bucket, return the endpoint."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self._lock():
+        with self._start_lock():
             state = self._running_state()
             if state is not None:
                 endpoint = str(state["endpoint"])
@@ -228,20 +219,7 @@ class ObjectStore(DetachedService):
                 )
             # a catalog left by a server that died without `stop` names objects that are gone
             self._drop_catalog()
-            for attempt in range(PORT_ATTEMPTS):
-                port = self.port
-                if port is None:
-                    first = attempt == 0 and not port_open(DEFAULT_PORT)
-                    port = DEFAULT_PORT if first else free_port()
-                try:
-                    return self._start_on(port)
-                except _PortTaken:
-                    # another process bound the port between our check and the server's
-                    # bind (two servers starting at once): take another free port
-                    if self.port is not None or attempt == PORT_ATTEMPTS - 1:
-                        raise
-                    log.info("port %s was taken while the s3 store started; retrying", port)
-            raise AssertionError("unreachable")  # pragma: no cover
+            return self._on_a_port(self.port, DEFAULT_PORT, self._start_on)
 
     def _start_on(self, port: int) -> str:
         endpoint = f"http://{HOST}:{port}"
@@ -255,36 +233,8 @@ class ObjectStore(DetachedService):
         return endpoint
 
     def _wait_ready(self, process: subprocess.Popen[bytes], port: int, endpoint: str) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                if port_open(port):  # ours is gone, so someone else listens there
-                    raise _PortTaken(
-                        f"port {port} on {HOST} was taken by another process while the "
-                        f"s3 store started; see {self.log_file}"
-                    )
-                raise ObjectStoreError(
-                    f"moto_server exited with code {process.returncode} at start; "
-                    f"see {self.log_file}:\n{self._log_tail()}"
-                )
-            # the port may answer for another process (ours then fails to bind and exits)
-            if port_open(port) and listens_on(process.pid, port) is not False:
-                create_bucket(endpoint, self.bucket)
-                return
-            time.sleep(0.1)
-        raise ObjectStoreError(
-            f"moto_server did not listen on {HOST}:{port} within {self.start_timeout:.0f}s; "
-            f"see {self.log_file}:\n{self._log_tail()}"
-        )
-
-    @contextlib.contextmanager
-    def _lock(self):  # type: ignore[no-untyped-def]
-        with open(self.dir / "start.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        self._wait_listening(port, process, "moto_server")
+        create_bucket(endpoint, self.bucket)
 
     def stop(self) -> bool:
         """Stop the server (its objects are gone with it) and remove the catalog naming them;

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import subprocess
@@ -29,7 +30,14 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from kappaplus.core.errors import KappaError
-from kappaplus.local.processes import log_tail, pid_alive, port_open, terminate
+from kappaplus.local.processes import (
+    free_port,
+    listens_on,
+    log_tail,
+    pid_alive,
+    port_open,
+    terminate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,14 @@ log = logging.getLogger(__name__)
 # from execve of a valid java binary on a busy 2-core VM that never came back on a rerun
 TRANSIENT_SPAWN_ERRORS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EFAULT, errno.EINTR})
 SPAWN_ATTEMPTS = 3
+#: Loopback: the local servers listen here only.
+HOST = "127.0.0.1"
+#: Ports tried when another process binds the chosen one while the server starts.
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(Exception):
+    """Another process bound the server's port while the server started (try another)."""
 
 
 def runs_command(pid: int, marker: bytes) -> bool:
@@ -114,6 +130,59 @@ class DetachedService(ABC):
         self._started_here = True
         log.info("%s started: pid %s (log %s)", self.name, process.pid, self.log_file)
         return process
+
+    @contextlib.contextmanager
+    def _start_lock(self):  # type: ignore[no-untyped-def]
+        """Held while starting: two processes starting the same service start one."""
+        with open(self.dir / "start.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _on_a_port(self, fixed: int | None, default: int, start_on: Callable[[int], str]) -> str:
+        """``start_on(port)``: on ``fixed``, else on ``default`` if free, else a free port;
+        when another process takes the port meanwhile (:class:`PortTaken`, two servers
+        starting at once), again on another free port."""
+        for attempt in range(PORT_ATTEMPTS):
+            port = fixed
+            if port is None:
+                port = default if attempt == 0 and not port_open(default) else free_port()
+            try:
+                return start_on(port)
+            except PortTaken as exc:
+                if fixed is not None or attempt == PORT_ATTEMPTS - 1:
+                    raise self.error(str(exc)) from None
+                log.info("port %s was taken while the %s started; retrying", port, self.name)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait_listening(
+        self, port: int, process: subprocess.Popen[bytes] | None, program: str
+    ) -> None:
+        """Until ``process`` (``program``; None: a server already running) listens on
+        ``port``, within ``start_timeout``; :class:`PortTaken` when it exited and another
+        process listens there, ``error`` when it exited or never listened."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                if port_open(port):  # ours is gone, so someone else listens there
+                    raise PortTaken(
+                        f"port {port} on {HOST} was taken by another process while the "
+                        f"{self.name} started; see {self.log_file}"
+                    )
+                raise self.error(
+                    f"{program} exited with code {process.returncode} at start; "
+                    f"see {self.log_file}:\n{self._log_tail()}"
+                )
+            # the port may answer for another process (ours then fails to bind and exits)
+            if port_open(port) and (process is None or listens_on(process.pid, port) is not False):
+                return
+            time.sleep(0.1)
+        raise self.error(
+            f"{program} did not listen on {HOST}:{port} within {self.start_timeout:.0f}s; "
+            f"see {self.log_file}:\n{self._log_tail()}"
+        )
 
     def _spawn(
         self, command: list[str], cwd: Path | None, env: Mapping[str, str] | None

@@ -26,6 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kappaplus.local.metastore as metastore_module
+import kappaplus.local.service as service_module
 from kappaplus.core.errors import MetastoreError
 from kappaplus.local.broker import EmbeddedBroker
 from kappaplus.local.metastore import (
@@ -229,6 +230,7 @@ def test_port_taken_during_start_is_retried(
         return port_open(port, timeout)
 
     monkeypatch.setattr(metastore_module, "port_open", first_check_misses)
+    monkeypatch.setattr(service_module, "port_open", first_check_misses)  # the port loop's
     home = tmp_path / "home"
     server = MetastoreServer(home)
     try:
