@@ -179,9 +179,8 @@ def _widen(
     try:
         return pc.cast(column, field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        table = getattr(options, "table", "?")
         raise DataError(
-            f"table {table!r}: column {field.name!r} of file {entry.path!r} is {column.type}, "
+            f"table {options.table!r}: column {field.name!r} of file {entry.path!r} is {column.type}, "
             f"read as {field.type}: a narrowing or incompatible change ({exc}); widen the "
             "declared type, or rewrite the file"
         ) from None
