@@ -368,9 +368,7 @@ def job_config(
     work: Path, job: str, days: int, reader: str = "auto", master: str = "local"
 ) -> Path:
     output = "counts" if job == "HOURLY" else "sessions"
-    suffix = ("" if reader == "auto" else f"_{reader}") + (
-        "" if master == "local" else f"_{master}"
-    )
+    suffix = table_suffix(reader, master)
     path = work / f"{job.lower()}-{days}d{suffix}.toml"
     path.write_text(
         f'job = "backfill_jobs:{job}"\n'
