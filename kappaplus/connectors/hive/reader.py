@@ -180,8 +180,8 @@ def _widen(
         return pc.cast(column, field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise DataError(
-            f"table {options.table!r}: column {field.name!r} of file {entry.path!r} is {column.type}, "
-            f"read as {field.type}: a narrowing or incompatible change ({exc}); widen the "
+            f"table {options.table!r}: column {field.name!r} of file {entry.path!r} is "
+            f"{column.type}, read as {field.type}: a narrowing or incompatible change ({exc}); widen the "
             "declared type, or rewrite the file"
         ) from None
 
