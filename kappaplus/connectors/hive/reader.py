@@ -181,8 +181,8 @@ def _widen(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise DataError(
             f"table {options.table!r}: column {field.name!r} of file {entry.path!r} is "
-            f"{column.type}, read as {field.type}: a narrowing or incompatible change ({exc}); widen the "
-            "declared type, or rewrite the file"
+            f"{column.type}, read as {field.type}: a narrowing or incompatible change ({exc}); "
+            "widen the declared type, or rewrite the file"
         ) from None
 
 
