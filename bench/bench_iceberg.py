@@ -12,7 +12,9 @@ files are out of event-time order). Then the same aggregation (count and sum of 
 per 1-hour window per key) runs as:
 
 - (A) ``read_iceberg_stream`` with the defaults (adaptive slices planned from manifest
-  bounds, the Python reader through pyiceberg's Arrow scan), the watermark, AvailableNow;
+  bounds; ``reader = auto``, which takes the JVM reader for these tables: no delete files,
+  no renamed column, local files), the watermark, AvailableNow;
+- (A-py) the same with ``reader = "python"`` (pyiceberg's Arrow scan in Python workers);
 - (B) one Spark batch query over the snapshot's data files (the paths pyiceberg plans),
   collected;
 - (C) pyarrow: pyiceberg's ``scan().to_arrow()`` and ``group_by`` (the truth).
@@ -107,7 +109,7 @@ def spark_rows(rows: list) -> list[list[int]]:
 
 
 def child_stream(args: argparse.Namespace) -> None:
-    """(A): the Iceberg source with the defaults."""
+    """(A): the Iceberg source with the defaults; (A-py) with the Python reader."""
     spark = session("bench-iceberg-a")
     from kappaplus.connectors.iceberg import read_iceberg_stream
 
@@ -120,7 +122,9 @@ def child_stream(args: argparse.Namespace) -> None:
         end=end,
         watermark_delay="10 minutes",
         manifest_dir=args.checkpoint + "-manifests",
+        reader=args.reader,
     )
+    jvm = "kappa_hive_jvm" in df._jdf.queryExecution().analyzed().toString()
     query = (
         hourly(df)
         .writeStream.format("memory")
@@ -133,7 +137,8 @@ def child_stream(args: argparse.Namespace) -> None:
     query.awaitTermination()
     batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
     rows = spark_rows(spark.table("a_out").collect())
-    Path(args.out).write_text(json.dumps({"rows": rows, "batches": batches}))
+    out = {"rows": rows, "batches": batches, "reader": "jvm" if jvm else "python"}
+    Path(args.out).write_text(json.dumps(out))
     stop(spark)
 
 
@@ -208,6 +213,7 @@ def main() -> None:
     parser.add_argument("--name")
     parser.add_argument("--layout")
     parser.add_argument("--checkpoint")
+    parser.add_argument("--reader", default="auto")
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--files", type=int, default=14)
@@ -241,13 +247,25 @@ def main() -> None:
             days=args.days,
             checkpoint=str(work / f"cp-{layout}"),
         )
+        tp, py = child(
+            "stream",
+            work,
+            catalog=catalog,
+            name=name,
+            days=args.days,
+            checkpoint=str(work / f"cp-py-{layout}"),
+            reader="python",
+        )
         ok_a = "equal" if stream["rows"] == truth["rows"] else "DIFFERENT"
+        ok_p = "equal" if py["rows"] == truth["rows"] else "DIFFERENT"
         ok_b = "equal" if batch["rows"] == truth["rows"] else "DIFFERENT"
         line = (
             f"| {args.days} | {layout} | {rows:,} | {batch['files']} | {ta.seconds:.1f} "
-            f"({stream['batches']} batches, {ta.peak_pss_mb:.0f} MB) | {tb.seconds:.1f} "
+            f"({stream['reader']}, {stream['batches']} batches, {ta.peak_pss_mb:.0f} MB) | "
+            f"{tp.seconds:.1f} ({tp.peak_pss_mb:.0f} MB) | {tb.seconds:.1f} "
             f"({tb.peak_pss_mb:.0f} MB) | {tc.seconds:.1f} ({tc.peak_pss_mb:.0f} MB) | "
-            f"**{ta.seconds / tb.seconds:.2f}x** | A {ok_a}, B {ok_b} |"
+            f"**{ta.seconds / tb.seconds:.2f}x** | {tp.seconds / tb.seconds:.2f}x | "
+            f"A {ok_a}, A-py {ok_p}, B {ok_b} |"
         )
         print(line, flush=True)
         lines.append(line)
@@ -257,9 +275,10 @@ def main() -> None:
         "whole range (files out of event-time order); seconds per way's whole process "
         "(peak PSS of its tree).",
         "",
-        "| days | layout | rows | data files | A: Iceberg backfill s | B: Spark batch s | "
-        "C: pyarrow over pyiceberg scan s | A/B | results vs C |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| days | layout | rows | data files | A: Iceberg backfill s (reader) | "
+        "A-py: Python reader s | B: Spark batch s | C: pyarrow over pyiceberg scan s | A/B | "
+        "A-py/B | results vs C |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     table = "\n".join(header + lines)
     print(table)

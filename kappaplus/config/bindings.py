@@ -326,6 +326,11 @@ class IcebergInput(MappedLakeInput):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    reader: Literal["auto", "jvm", "python"] = "auto"
+    """Which read path: ``jvm`` (Spark's Parquet reader, columns by name), ``python``
+    (pyiceberg: columns by field id, delete files applied) or ``auto`` (the JVM one where
+    reading by name reads the same rows: no delete file, no renamed column, files the
+    session can open; the reason is logged when not)."""
 
     @field_validator("catalog")
     @classmethod

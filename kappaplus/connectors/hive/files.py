@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from datetime import date, datetime
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +65,16 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), uri.rstrip("/")
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path.rstrip("/")
+
+
+def file_uri(location: str, path: str) -> str:
+    """The Hadoop URI of a manifest path (a path of the pyarrow filesystem of ``location``)."""
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file"):
+        return "file://" + path
+    if parts.netloc and path.startswith(parts.netloc + "/"):
+        return f"{parts.scheme}://{path}"  # object stores: bucket/key
+    return f"{parts.scheme}://{parts.netloc}{path if path.startswith('/') else '/' + path}"
 
 
 def list_data_files(

@@ -11,6 +11,7 @@ serve the table, ``python`` always the Python one, ``jvm`` the JVM one or a clea
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pyspark.sql.types import (
@@ -80,8 +81,14 @@ def jvm_unsupported(options: HiveSourceOptions) -> str | None:
     return None
 
 
-def jvm_options(options: HiveSourceOptions) -> dict[str, str]:
-    """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive``."""
+PLANNER_SOURCE = "plannerSource"
+"""The option naming the data source class whose reader plans the slices (``module:Class``,
+a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`); absent: the Hive one."""
+
+
+def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -> dict[str, str]:
+    """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive`` (``planner_source``:
+    another format's data source whose lister plans the slices, e.g. Iceberg's)."""
     output: StructType = options.output_schema
     if options.emits_end_marker:
         output = StructType([*output.fields]).add(MARKER_COLUMN, BooleanType())
@@ -92,18 +99,30 @@ def jvm_options(options: HiveSourceOptions) -> dict[str, str]:
         "pythonExec": sys.executable,
         "unplaceableAdvice": unplaceable_advice(options),
     }
+    if planner_source is not None:
+        extra[PLANNER_SOURCE] = planner_source
     return extra
 
 
 def choose_reader(
-    spark: SparkSession, options: HiveSourceOptions, reader: str
+    spark: SparkSession,
+    options: HiveSourceOptions,
+    reader: str,
+    *,
+    python_format: str = "kappa_hive",
+    unsupported: Callable[[], str | None] | None = None,
+    planner_source: str | None = None,
 ) -> tuple[str, dict[str, str], str | None]:
-    """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python)."""
+    """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python).
+
+    Another lake format passes its Python source's name (``python_format``), why the JVM
+    reader cannot read its table (``unsupported``, asked only when the JVM path is wanted) and
+    the data source class that plans its slices (``planner_source``)."""
     if reader not in READERS:
         raise ConfigError("reader", reader, f"expected one of {', '.join(READERS)}")
     if reader == "python":
-        return "kappa_hive", {}, "reader = 'python'"
-    why = jvm_unsupported(options)
+        return python_format, {}, "reader = 'python'"
+    why = jvm_unsupported(options) if unsupported is None else unsupported()
     if why is None and not jvm_reader_loaded(spark):
         why = (
             "the session has no kappaplus-jvm.jar (set-up builds it with javac; on a cluster "
@@ -114,5 +133,5 @@ def choose_reader(
             raise ConfigError(
                 "reader", reader, f"the JVM reader cannot read {options.table!r}: {why}"
             )
-        return "kappa_hive", {}, why
-    return "kappa_hive_jvm", jvm_options(options), None
+        return python_format, {}, why
+    return "kappa_hive_jvm", jvm_options(options, planner_source), None

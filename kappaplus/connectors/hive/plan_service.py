@@ -10,20 +10,21 @@ are ``{"ok": value}`` or ``{"error": {"type", "message"}}``; logs go to stderr.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import sys
 from typing import Any, TextIO
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from kappaplus.connectors.hive.files import UNBOUNDED_HI
+from kappaplus.connectors.hive.files import UNBOUNDED_HI, file_uri  # noqa: F401 (re-exported)
+from kappaplus.connectors.hive.jvm_reader import PLANNER_SOURCE
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.reader import partition_scalar
-from kappaplus.connectors.hive.source import HiveStreamReader
-from kappaplus.core.errors import KappaError
+from kappaplus.connectors.hive.source import HiveStreamReader, ListedFilesDataSource
+from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.table import HIVE_DEFAULT_PARTITION
 from kappaplus.slicing.manifest import ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
@@ -31,14 +32,21 @@ from kappaplus.slicing.offsets import PHASE_DATA, Position
 log = logging.getLogger(__name__)
 
 
-def file_uri(location: str, path: str) -> str:
-    """The Hadoop URI of a manifest path (a path of the pyarrow filesystem of ``location``)."""
-    parts = urlsplit(location)
-    if parts.scheme in ("", "file"):
-        return "file://" + path
-    if parts.netloc and path.startswith(parts.netloc + "/"):
-        return f"{parts.scheme}://{path}"  # object stores: bucket/key
-    return f"{parts.scheme}://{parts.netloc}{path if path.startswith('/') else '/' + path}"
+def make_reader(options: dict[str, str]) -> HiveStreamReader:
+    """The stream reader whose planner answers: the Hive source's, or that of the data
+    source class named by ``plannerSource`` (``module:Class``, a
+    :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource` of kappaplus: another
+    lake format's lister, e.g. Iceberg's manifests)."""
+    named = options.get(PLANNER_SOURCE)
+    if not named:
+        return HiveStreamReader(HiveSourceOptions.parse(options))
+    module, _, name = named.partition(":")
+    source = None
+    if module.startswith("kappaplus.connectors."):
+        source = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(source, type) and issubclass(source, ListedFilesDataSource)):
+        raise ConfigError(PLANNER_SOURCE, named, "expected a kappaplus lake data source class")
+    return source.reader_class(source.options_class.parse(options))
 
 
 def partition_value(value: str | None, kind: pa.DataType, path: str, column: str) -> Any:
@@ -85,7 +93,7 @@ def jvm_partitions(reader: HiveStreamReader, start: dict, end: dict) -> dict[str
             known["owner"] = known["owner"] or bool(entry.route_row_groups)
             continue
         by_path[entry.path] = {
-            "uri": file_uri(options.location, entry.path),
+            "uri": reader.data_file_uri(entry.path),
             "path": entry.path,
             "size": entry.size,
             "mtimeMs": entry.mtime_ns // 1_000_000,
@@ -145,7 +153,7 @@ def serve(requests: TextIO, answers: TextIO) -> None:
     reader: HiveStreamReader | None = None
     setup_error: dict[str, str] | None = None
     try:
-        reader = HiveStreamReader(HiveSourceOptions.parse(json.loads(first)))
+        reader = make_reader(json.loads(first))
     except KappaError as exc:
         setup_error = _error(exc)
     for line in requests:

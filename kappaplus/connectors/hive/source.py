@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BooleanType, StructField, StructType
 
+from kappaplus.connectors.hive.files import file_uri
 from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
 from kappaplus.connectors.hive.planner import SlicePlanner
 from kappaplus.connectors.hive.reader import (
@@ -129,6 +130,10 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
         yield from read_partition(self.options, partition)
+
+    def data_file_uri(self, path: str) -> str:
+        """The Hadoop URI of a manifest entry's path (what the JVM reader opens)."""
+        return file_uri(self.options.location, path)
 
     def commit(self, end: dict) -> None:
         """Nothing to release (manifests are kept for replays from older checkpoints); the

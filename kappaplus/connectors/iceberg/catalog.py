@@ -280,12 +280,15 @@ def read_iceberg_stream(
     ``catalog``: pyiceberg catalog properties (default the embedded SQL catalog);
     ``snapshot``: the snapshot to pin on the first start (default the current one);
     ``manifest_dir``: the source's state (slice manifests and the pin): keep it with the
-    checkpoint, a new one starts a new run.
+    checkpoint, a new one starts a new run; ``reader``: ``auto`` (default: the JVM reader
+    where reading the files by name reads what pyiceberg reads by field id, see
+    :mod:`kappaplus.connectors.iceberg.jvm_path`; else the Python one, the reason logged),
+    ``jvm`` (or a one-line error saying why not) or ``python``.
 
     >>> df = read_iceberg_stream(spark, "lake.rides", event_time_column="ts",
     ...                          watermark_delay="10 minutes")      # doctest: +SKIP
     """
-    options.pop("reader", None)  # one reader for Iceberg: the Python one
+    reader = str(options.pop("reader", None) or "auto")
     resolved = iceberg_lake_options(
         table,
         catalog,
@@ -298,19 +301,32 @@ def read_iceberg_stream(
         manifestDir=manifest_dir,
         **options,
     )
+    from kappaplus.connectors.hive.jvm_reader import choose_reader
+    from kappaplus.connectors.iceberg.jvm_path import jvm_has_file_system, jvm_unsupported_iceberg
+    from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
+
+    parsed = IcebergSourceOptions.parse(resolved)
+    source, extra, why_python = choose_reader(
+        spark,
+        parsed,
+        reader,
+        python_format=IcebergStreamDataSource.format_name,
+        unsupported=lambda: jvm_unsupported_iceberg(parsed, jvm_has_file_system(spark)),
+        planner_source=f"{IcebergStreamDataSource.__module__}:{IcebergStreamDataSource.__name__}",
+    )
     log.info(
-        "streaming Iceberg table %r snapshot %d by %s slices of %s, with the Python reader "
-        "(pyiceberg: field-id columns, delete files applied; the JVM reader applies neither)",
+        "streaming Iceberg table %r snapshot %d by %s slices of %s, with the %s reader%s",
         table,
-        int(resolved["snapshotId"]),
+        parsed.snapshot_id,
         event_time_column,
         max_event_time_per_trigger
         or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
+        "JVM" if source == "kappa_hive_jvm" else "Python",
+        f" ({why_python})" if why_python else "",
     )
-    from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
-
-    spark.dataSource.register(IcebergStreamDataSource)
-    df = spark.readStream.format("kappa_iceberg").options(**resolved).load()
+    if source == IcebergStreamDataSource.format_name:
+        spark.dataSource.register(IcebergStreamDataSource)
+    df = spark.readStream.format(source).options(**resolved, **extra).load()
     if watermark_delay is None:
         return df
     return apply_watermark(df, event_time_column, parse_duration(watermark_delay))

@@ -7,7 +7,9 @@ over the format-free planner of :mod:`kappaplus.slicing`); what differs is the f
 (:mod:`~kappaplus.connectors.iceberg.lister`: manifests of the pinned snapshot) and how a
 file is read: through pyiceberg's Arrow scan, which matches columns by field id and applies
 position delete files, then equality delete files applied to its rows
-(:mod:`~kappaplus.connectors.iceberg.deletes`).
+(:mod:`~kappaplus.connectors.iceberg.deletes`). Where reading by name reads the same rows
+(:mod:`~kappaplus.connectors.iceberg.jvm_path`), the JVM reader (``kappa_hive_jvm``) reads
+the files instead, its planner being this reader's.
 Use :func:`kappaplus.connectors.iceberg.read_iceberg_stream`.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
+from kappaplus.connectors.iceberg.jvm_path import jvm_file_uri
 from kappaplus.connectors.iceberg.lister import IcebergFileLister, read_task
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.slicing.manifest import ManifestEntry
@@ -35,6 +38,10 @@ class IcebergStreamReader(ListedFilesStreamReader):
         self, entry: ManifestEntry, columns: list[str], lo: int | None, hi: int | None
     ) -> Iterator[pa.RecordBatch]:
         return read_task(self.options, entry.path, columns, lo, hi)
+
+    def data_file_uri(self, path: str) -> str:
+        """Iceberg records data files by URI (or an absolute local path)."""
+        return jvm_file_uri(path)
 
 
 class IcebergStreamDataSource(ListedFilesDataSource):

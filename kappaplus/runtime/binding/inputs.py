@@ -459,6 +459,7 @@ def _iceberg_backfill(
     refuse_mismatches(resolution)
     options = iceberg_options(iceberg, run)
     options.update(stored_options(iceberg))
+    options["reader"] = iceberg.reader
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.iceberg"

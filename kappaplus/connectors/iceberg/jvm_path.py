@@ -1,0 +1,194 @@
+"""Whether an Iceberg table's pinned snapshot can be read by the JVM reader (``kappa_hive_jvm``).
+
+The JVM reader reads a slice's Parquet files with Spark's own vectorized reader, matching
+columns by *name*; pyiceberg's Arrow scan (the Python reader) matches them by *field id* and
+applies delete files. Both plan the same slices with the same planner (the JVM source runs it
+as a child process, :mod:`kappaplus.connectors.hive.plan_service`, here over the Iceberg
+lister), so they deliver the same rows exactly where reading by name reads what reading by
+field id would. That holds, and the JVM path is taken, when:
+
+- every data file of the snapshot is Parquet and no delete file (position or equality)
+  applies to any of them;
+- the files' file system is one the session's JVM has a Hadoop file system for (local paths
+  and ``file:``, ``hdfs:``...; not ``s3://`` without hadoop-aws);
+- the columns read kept their name, their field id and their type in every schema of the
+  table's history (no rename, no name reused by another field, no widened type), so a name
+  in an old file means what it means today;
+- every file holds the source column of each identity partition it was written under (files
+  added from a Hive layout may keep it in their path only, where pyiceberg fills it in);
+- the event time is a timestamp (not stored as numbers or strings) and unplaceable rows fail
+  the run (dead letters are written by the Python reader), as for Hive tables.
+
+Anything else is read by the Python reader, and the reason is said once in the log.
+
+>>> local_only = lambda scheme: scheme == "file"
+>>> jvm_unsupported_iceberg(options, local_only)  # doctest: +SKIP
+"column 'value' was named 'v' in schema 0"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from kappaplus.connectors.hive.options import NullEventTimePolicy
+from kappaplus.connectors.iceberg.lister import _io_key, scan_tasks, static_table
+
+if TYPE_CHECKING:
+    from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+
+
+def file_scheme(path: str) -> str:
+    """The URI scheme of a data file's path (``file`` for a plain local path)."""
+    scheme = urlsplit(path).scheme
+    return "file" if scheme in ("", "file") or len(scheme) == 1 else scheme  # 1: a drive
+
+
+def jvm_file_uri(path: str) -> str:
+    """The Hadoop URI of a data file path as Iceberg records it: a URI as it is
+    (``file:/w/t/a.parquet`` from a Hive metastore's locations too), a plain path as local."""
+    scheme = urlsplit(path).scheme
+    return path if len(scheme) > 1 else "file://" + path
+
+
+def _names_by_id(schema: Any) -> dict[int, str]:
+    from pyiceberg.schema import index_name_by_id
+
+    return dict(index_name_by_id(schema))
+
+
+def _read_ids(schema: Any, columns: list[str]) -> dict[int, str]:
+    """Field ids (nested ones too) of the top-level ``columns`` of ``schema`` -> full names."""
+    names = _names_by_id(schema)
+    return {
+        fid: name
+        for fid, name in names.items()
+        if any(name == c or name.startswith(c + ".") for c in columns)
+    }
+
+
+def schema_history_problem(metadata: Any, columns: list[str]) -> str | None:
+    """Why reading ``columns`` by name could differ from reading them by field id in some
+    file of the table (a rename, a name reused, a type changed), or None."""
+    from pyiceberg.types import PrimitiveType
+
+    current = metadata.schema()
+    wanted = _read_ids(current, columns)
+    for old in metadata.schemas:
+        if old.schema_id == current.schema_id:
+            continue
+        old_names = _names_by_id(old)
+        old_ids = {name: fid for fid, name in old_names.items()}
+        for fid, name in wanted.items():
+            was = old_names.get(fid)
+            if was is not None and was != name:
+                return f"column {name!r} was named {was!r} in schema {old.schema_id}"
+            other = old_ids.get(name)
+            if other is not None and other != fid:
+                return (
+                    f"the name {name!r} belonged to another column (field id {other}) in "
+                    f"schema {old.schema_id}"
+                )
+            if was is not None:
+                then, now = old.find_field(fid).field_type, current.find_field(fid).field_type
+                if isinstance(now, PrimitiveType) and then != now:
+                    return f"column {name!r} was {then} in schema {old.schema_id} (now {now})"
+    return None
+
+
+def _unsupported_type(metadata: Any, columns: list[str]) -> str | None:
+    from pyiceberg.types import (
+        FixedType,
+        TimestampNanoType,
+        TimestamptzNanoType,
+        TimeType,
+        UUIDType,
+    )
+
+    python_only = (FixedType, UUIDType, TimeType, TimestampNanoType, TimestamptzNanoType)
+    current = metadata.schema()
+    for fid, name in _read_ids(current, columns).items():
+        kind = current.find_field(fid).field_type
+        if isinstance(kind, python_only):
+            return f"column {name!r} is {kind}, which Spark's Parquet reader reads otherwise"
+    return None
+
+
+def _missing_partition_column(
+    metadata: Any, tasks: dict[str, Any], columns: list[str]
+) -> str | None:
+    """A file written under an identity partition on a read column that holds no values of
+    it (no per-column statistics for it): it may keep the value in its path only."""
+    from pyiceberg.transforms import IdentityTransform
+
+    current = metadata.schema()
+    wanted = _read_ids(current, columns)
+    identity: dict[int, list[int]] = {}
+    for spec in metadata.partition_specs:
+        identity[spec.spec_id] = [
+            f.source_id
+            for f in spec.fields
+            if isinstance(f.transform, IdentityTransform) and f.source_id in wanted
+        ]
+    for path, task in tasks.items():
+        f = task.file
+        held = set((f.value_counts or {}).keys()) | set((f.column_sizes or {}).keys())
+        for source_id in identity.get(f.spec_id, []):
+            if source_id not in held:
+                return (
+                    f"file {path!r} has no statistics for partition column "
+                    f"{wanted[source_id]!r} (it may keep its value in its path only)"
+                )
+    return None
+
+
+def jvm_unsupported_iceberg(
+    options: IcebergSourceOptions, reachable: Callable[[str], bool]
+) -> str | None:
+    """Why the JVM reader cannot read this pinned snapshot, or None when it can.
+
+    ``reachable(scheme)`` says whether the session's JVM has a file system for a URI scheme.
+    """
+    if options.storage:
+        return "the event time is stored as numbers or strings, which the Python reader converts"
+    if options.null_event_time_policy is not NullEventTimePolicy.FAIL:
+        return "unplaceable rows go to dead letters, which only the Python reader writes"
+    io = _io_key(options.io_properties)
+    metadata = static_table(options.metadata_location, io).metadata
+    tasks = scan_tasks(options.table, options.metadata_location, options.snapshot_id, io)
+    for path, planned in tasks.items():
+        f = planned.file
+        if str(f.file_format).split(".")[-1].upper() != "PARQUET":
+            return f"data file {path!r} is {f.file_format}; the JVM reader reads Parquet"
+        if planned.task.delete_files or planned.equality_deletes:
+            return f"delete files apply to data file {path!r}; the Python reader applies them"
+    schemes = sorted({file_scheme(path) for path in tasks})
+    unreachable = [s for s in schemes if not reachable(s)]
+    if unreachable:
+        return (
+            f"the session's JVM has no file system for {unreachable[0]}:// (on a cluster: "
+            "hadoop-aws for s3a, see docs/cluster.md)"
+        )
+    columns = options.data_columns
+    return (
+        _unsupported_type(metadata, columns)
+        or schema_history_problem(metadata, columns)
+        or _missing_partition_column(metadata, tasks, columns)
+    )
+
+
+def jvm_has_file_system(spark: Any) -> Callable[[str], bool]:
+    """``reachable(scheme)`` for :func:`jvm_unsupported_iceberg`, asked of the session's JVM
+    (Hadoop's ``FileSystem.getFileSystemClass``)."""
+
+    def reachable(scheme: str) -> bool:
+        try:
+            jvm = spark.sparkContext._jvm
+            conf = spark.sparkContext._jsc.hadoopConfiguration()
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+            return True
+        except Exception:  # no such file system, or no py4j gateway (Spark Connect)
+            return False
+
+    return reachable
