@@ -380,6 +380,10 @@ class DeltaInput(MappedLakeInput):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    reader: Literal["auto", "jvm", "python"] = "auto"
+    """Which read path: ``jvm`` (Spark's Parquet reader), ``python`` (pyarrow, deletion
+    vectors applied) or ``auto`` (the JVM one where it reads the same rows: no deletion
+    vectors, no type widening, files the session can open; the reason is logged when not)."""
 
     @field_validator("start", "end")
     @classmethod

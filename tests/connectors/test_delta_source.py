@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappaplus.connectors.delta import read_delta_stream
-from kappaplus.core.errors import TableError
+from kappaplus.core.errors import ConfigError, TableError
 
 ROWS_TARGET = "400"  # several slices per table
 END = "2024-03-06"  # after every row and window: a bounded run emits every window
@@ -97,6 +97,9 @@ def assert_windows(spark: SparkSession, written: WrittenDelta, scratch: Path, ta
 def test_windows_equal_ground_truth(spark: SparkSession, scratch: Path, partitioning: str) -> None:
     written = write_delta(scratch / "lake", partitioning)
     assert len(written.table().file_uris()) == 6, "six files, out of event-time order"
+    # no deletion vectors, local files: the JVM reader reads them (the log's partition values)
+    plan = stream(spark, written, scratch / "plan")._jdf.queryExecution().analyzed().toString()
+    assert "kappa_hive_jvm" in plan
     assert_windows(spark, written, scratch, partitioning)
 
 
@@ -244,7 +247,10 @@ def test_deletion_vectors_are_applied(
     deleted = {stored[0].as_py(), stored[3].as_py()}
     truth = written.truth()
     assert sorted(truth["id"]) == sorted(set(before["id"]) - deleted)
+    with pytest.raises(ConfigError, match="the table has deletion vectors"):
+        stream(spark, written, scratch / "jvm", reader="jvm")  # the JVM reader would keep them
     df = stream(spark, written, scratch)
+    assert "kappa_hive_jvm" not in df._jdf.queryExecution().analyzed().toString()
     run(df.select("id", "ts", "v"), scratch / "cp", f"dt_dv_{partitioning}")
     got = sorted(r.id for r in spark.table(f"dt_dv_{partitioning}").collect())
     assert got == sorted(truth["id"].tolist())
@@ -317,3 +323,36 @@ def test_hybrid_options_take_a_delta_lake(spark: SparkSession, scratch: Path) ->
     assert options.lake.delta_version == written.version()
     assert options.lake.partition_columns == ("day",)
     assert not resolved["deadLetterPath"].startswith(written.path)
+
+
+def test_what_sends_a_delta_table_to_the_python_reader(scratch: Path) -> None:
+    """Type widening, a file system the JVM lacks, dead letters: each named (deletion
+    vectors: :func:`test_deletion_vectors_are_applied`)."""
+    from kappaplus.connectors.delta.jvm_path import delta_file_uri, jvm_unsupported_delta
+    from kappaplus.connectors.delta.options import DeltaSourceOptions
+    from kappaplus.connectors.delta.table import delta_lake_options
+
+    written = write_delta(scratch / "lake", "day", per_day=20)
+
+    def why(features: set[str], reachable: Any = lambda s: s == "file", **extra: Any) -> Any:
+        resolved = delta_lake_options(
+            written.path,
+            None,
+            None,
+            event_time_column="ts",
+            manifestDir=str(scratch / "m"),
+            **extra,
+        )
+        return jvm_unsupported_delta(DeltaSourceOptions.parse(resolved), features, reachable)
+
+    assert why(set()) is None
+    assert why({"typeWidening"}) == (
+        "the table allows type widening; the Python reader casts older files"
+    )
+    assert "no file system for file://" in why(set(), lambda s: False)
+    dead = why(set(), nullEventTimePolicy="deadLetter", deadLetterPath=str(scratch / "dlq"))
+    assert dead == "unplaceable rows go to dead letters, which only the Python reader writes"
+    assert delta_file_uri("/lake/t/day=2024-03-01/a.parquet") == (
+        "file:///lake/t/day=2024-03-01/a.parquet"
+    )
+    assert delta_file_uri("s3://b/t/a.parquet") == "s3://b/t/a.parquet"

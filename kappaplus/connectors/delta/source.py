@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from kappaplus.connectors.delta.jvm_path import delta_file_uri
 from kappaplus.connectors.delta.lister import DeltaFileLister, read_delta_file
 from kappaplus.connectors.delta.options import DeltaSourceOptions
 from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
@@ -33,6 +34,10 @@ class DeltaStreamReader(ListedFilesStreamReader):
         self, entry: ManifestEntry, columns: list[str], lo: int | None, hi: int | None
     ) -> Iterator[pa.RecordBatch]:
         return read_delta_file(self.options, entry.path, entry.size, columns, lo, hi)
+
+    def data_file_uri(self, path: str) -> str:
+        """The lister's full paths (log paths decoded) as Hadoop URIs."""
+        return delta_file_uri(path)
 
 
 class DeltaStreamDataSource(ListedFilesDataSource):

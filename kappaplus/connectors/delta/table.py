@@ -243,12 +243,14 @@ def read_delta_stream(
     ``kappa table register --delta``; ``storage_options``: delta-rs storage options;
     ``version``: the version to pin on the first start (default the current one);
     ``manifest_dir``: the source's state (slice manifests and the pin): keep it with the
-    checkpoint, a new one starts a new run.
+    checkpoint, a new one starts a new run; ``reader``: ``auto`` (default: the JVM reader where
+    it reads the same rows, see :mod:`kappaplus.connectors.delta.jvm_path`; else the Python
+    one, the reason logged), ``jvm`` (or a one-line error saying why not) or ``python``.
 
     >>> df = read_delta_stream(spark, "/lake/rides", event_time_column="ts",
     ...                        watermark_delay="10 minutes")      # doctest: +SKIP
     """
-    options.pop("reader", None)  # one reader for Delta: the Python one
+    reader = str(options.pop("reader", None) or "auto")
     resolved = delta_lake_options(
         path,
         storage_options,
@@ -261,18 +263,43 @@ def read_delta_stream(
         manifestDir=manifest_dir,
         **options,
     )
+    from kappaplus.connectors.delta.jvm_path import jvm_unsupported_delta
+    from kappaplus.connectors.delta.log import open_delta
+    from kappaplus.connectors.delta.options import DeltaSourceOptions
+    from kappaplus.connectors.delta.source import DeltaStreamDataSource
+    from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_has_file_system
+
+    parsed = DeltaSourceOptions.parse(resolved)
+
+    def unsupported() -> str | None:
+        protocol = open_delta(
+            parsed.location, parsed.storage_options, parsed.delta_version
+        ).protocol()
+        features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+        return jvm_unsupported_delta(parsed, features, jvm_has_file_system(spark))
+
+    source, extra, why_python = choose_reader(
+        spark,
+        parsed,
+        reader,
+        python_format=DeltaStreamDataSource.format_name,
+        unsupported=unsupported,
+        planner_source=f"{DeltaStreamDataSource.__module__}:{DeltaStreamDataSource.__name__}",
+    )
     log.info(
-        "streaming Delta table %r version %s by %s slices of %s (statistics from the log)",
+        "streaming Delta table %r version %s by %s slices of %s (statistics from the log), "
+        "with the %s reader%s",
         resolved["table"],
         resolved["deltaVersion"],
         event_time_column,
         max_event_time_per_trigger
         or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
+        "JVM" if source == "kappa_hive_jvm" else "Python",
+        f" ({why_python})" if why_python else "",
     )
-    from kappaplus.connectors.delta.source import DeltaStreamDataSource
-
-    spark.dataSource.register(DeltaStreamDataSource)
-    df = spark.readStream.format("kappa_delta").options(**resolved).load()
+    if source == DeltaStreamDataSource.format_name:
+        spark.dataSource.register(DeltaStreamDataSource)
+    df = spark.readStream.format(source).options(**resolved, **extra).load()
     if watermark_delay is None:
         return df
     return apply_watermark(df, event_time_column, parse_duration(watermark_delay))

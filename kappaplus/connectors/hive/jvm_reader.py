@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import (
     BooleanType,
@@ -65,6 +65,22 @@ def jvm_reader_loaded(spark: SparkSession) -> bool:
         return True
     except Exception:  # no py4j gateway (Spark Connect), or the class is not there
         return False
+
+
+def jvm_has_file_system(spark: SparkSession) -> Callable[[str], bool]:
+    """``reachable(scheme)``: whether the session's JVM has a Hadoop file system for a URI
+    scheme (``FileSystem.getFileSystemClass``); for the Iceberg and Delta rules."""
+
+    def reachable(scheme: str) -> bool:
+        try:
+            jvm: Any = spark.sparkContext._jvm
+            conf = spark.sparkContext._jsc.hadoopConfiguration()
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+            return True
+        except Exception:  # no such file system, or no py4j gateway (Spark Connect)
+            return False
+
+    return reachable
 
 
 def jvm_unsupported(options: HiveSourceOptions) -> str | None:

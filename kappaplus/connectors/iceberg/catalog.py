@@ -301,8 +301,8 @@ def read_iceberg_stream(
         manifestDir=manifest_dir,
         **options,
     )
-    from kappaplus.connectors.hive.jvm_reader import choose_reader
-    from kappaplus.connectors.iceberg.jvm_path import jvm_has_file_system, jvm_unsupported_iceberg
+    from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_has_file_system
+    from kappaplus.connectors.iceberg.jvm_path import jvm_unsupported_iceberg
     from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
 
     parsed = IcebergSourceOptions.parse(resolved)

@@ -176,19 +176,3 @@ def jvm_unsupported_iceberg(
         or schema_history_problem(metadata, columns)
         or _missing_partition_column(metadata, tasks, columns)
     )
-
-
-def jvm_has_file_system(spark: Any) -> Callable[[str], bool]:
-    """``reachable(scheme)`` for :func:`jvm_unsupported_iceberg`, asked of the session's JVM
-    (Hadoop's ``FileSystem.getFileSystemClass``)."""
-
-    def reachable(scheme: str) -> bool:
-        try:
-            jvm = spark.sparkContext._jvm
-            conf = spark.sparkContext._jsc.hadoopConfiguration()
-            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
-            return True
-        except Exception:  # no such file system, or no py4j gateway (Spark Connect)
-            return False
-
-    return reachable

@@ -592,6 +592,7 @@ def _delta_backfill(
     refuse_mismatches(resolution)
     options = delta_options(delta, run)
     options.update(stored_options(delta))
+    options["reader"] = delta.reader
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.delta"
