@@ -12,7 +12,9 @@ whole range (every file spans every day: the files are out of event-time order).
 same aggregation (count and sum of ``amount`` per 1-hour window per key) runs as:
 
 - (A) ``read_delta_stream`` with the defaults (adaptive slices planned from the log's
-  statistics, the Python reader), the watermark, AvailableNow;
+  statistics; ``reader = auto``, which takes the JVM reader for these tables: no deletion
+  vectors, local files), the watermark, AvailableNow;
+- (A-py) the same with ``reader = "python"`` (pyarrow in Python workers);
 - (B) one Spark batch query over the version's data files (``file_uris()``), collected;
 - (C) pyarrow: delta-rs's ``to_pyarrow_table()`` and ``group_by`` (the truth).
 
@@ -34,6 +36,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from bench_backfill import ROOT, Timed, run_timed, session, stop  # noqa: E402
+from lake_ways import HEADER, RULE, compare_ways  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench_delta:start -->", "<!-- bench_delta:end -->"
@@ -85,7 +88,7 @@ def spark_rows(rows: list) -> list[list[int]]:
 
 
 def child_stream(args: argparse.Namespace) -> None:
-    """(A): the Delta source with the defaults."""
+    """(A): the Delta source with the defaults; (A-py) with the Python reader."""
     spark = session("bench-delta-a")
     from kappaplus.connectors.delta import read_delta_stream
 
@@ -97,7 +100,9 @@ def child_stream(args: argparse.Namespace) -> None:
         end=end,
         watermark_delay="10 minutes",
         manifest_dir=args.checkpoint + "-manifests",
+        reader=args.reader,
     )
+    jvm = "kappa_hive_jvm" in df._jdf.queryExecution().analyzed().toString()
     query = (
         hourly(df)
         .writeStream.format("memory")
@@ -110,7 +115,8 @@ def child_stream(args: argparse.Namespace) -> None:
     query.awaitTermination()
     batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
     rows = spark_rows(spark.table("a_out").collect())
-    Path(args.out).write_text(json.dumps({"rows": rows, "batches": batches}))
+    out = {"rows": rows, "batches": batches, "reader": "jvm" if jvm else "python"}
+    Path(args.out).write_text(json.dumps(out))
     stop(spark)
 
 
@@ -183,10 +189,12 @@ def main() -> None:
     parser.add_argument("--name")
     parser.add_argument("--layout")
     parser.add_argument("--checkpoint")
+    parser.add_argument("--reader", default="auto")
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=300_000)
     parser.add_argument("--files", type=int, default=14)
     parser.add_argument("--layouts", default="none,day")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     if args.child:
@@ -205,22 +213,8 @@ def main() -> None:
             files=args.files,
         )
         name, rows = made["name"], made["rows"]
-        tc, truth = child("truth", work, name=name)
-        tb, batch = child("batch", work, name=name)
-        ta, stream = child(
-            "stream",
-            work,
-            name=name,
-            days=args.days,
-            checkpoint=str(work / f"cp-{layout}"),
-        )
-        ok_a = "equal" if stream["rows"] == truth["rows"] else "DIFFERENT"
-        ok_b = "equal" if batch["rows"] == truth["rows"] else "DIFFERENT"
-        line = (
-            f"| {args.days} | {layout} | {rows:,} | {batch['files']} | {ta.seconds:.1f} "
-            f"({stream['batches']} batches, {ta.peak_pss_mb:.0f} MB) | {tb.seconds:.1f} "
-            f"({tb.peak_pss_mb:.0f} MB) | {tc.seconds:.1f} ({tc.peak_pss_mb:.0f} MB) | "
-            f"**{ta.seconds / tb.seconds:.2f}x** | A {ok_a}, B {ok_b} |"
+        line = compare_ways(
+            child, work, days=args.days, layout=layout, rows=rows, rounds=args.rounds, name=name
         )
         print(line, flush=True)
         lines.append(line)
@@ -228,11 +222,10 @@ def main() -> None:
         f"Measured {datetime.now(tz=UTC).strftime('%Y-%m-%d %H:%M')} UTC, "
         f"{args.rows_per_day:,} rows/day, {args.files} appends of rows shuffled over the "
         "whole range (files out of event-time order); seconds per way's whole process "
-        "(peak PSS of its tree).",
+        f"(peak PSS of its tree); medians of {args.rounds} rounds of B, A, A-py.",
         "",
-        "| days | layout | rows | data files | A: Delta backfill s | B: Spark batch s | "
-        "C: pyarrow over delta-rs s | A/B | results vs C |",
-        "|---|---|---|---|---|---|---|---|---|",
+        HEADER.format(kind="Delta", truth="pyarrow over delta-rs"),
+        RULE,
     ]
     table = "\n".join(header + lines)
     print(table)

@@ -37,6 +37,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from bench_backfill import ROOT, Timed, run_timed, session, stop  # noqa: E402
+from lake_ways import HEADER, RULE, compare_ways  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench_iceberg:start -->", "<!-- bench_iceberg:end -->"
@@ -218,6 +219,7 @@ def main() -> None:
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--files", type=int, default=14)
     parser.add_argument("--layouts", default="none,day,hour")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     if args.child:
@@ -237,35 +239,15 @@ def main() -> None:
             files=args.files,
         )
         name, rows = made["name"], made["rows"]
-        tc, truth = child("truth", work, catalog=catalog, name=name)
-        tb, batch = child("batch", work, catalog=catalog, name=name)
-        ta, stream = child(
-            "stream",
+        line = compare_ways(
+            child,
             work,
+            days=args.days,
+            layout=layout,
+            rows=rows,
+            rounds=args.rounds,
             catalog=catalog,
             name=name,
-            days=args.days,
-            checkpoint=str(work / f"cp-{layout}"),
-        )
-        tp, py = child(
-            "stream",
-            work,
-            catalog=catalog,
-            name=name,
-            days=args.days,
-            checkpoint=str(work / f"cp-py-{layout}"),
-            reader="python",
-        )
-        ok_a = "equal" if stream["rows"] == truth["rows"] else "DIFFERENT"
-        ok_p = "equal" if py["rows"] == truth["rows"] else "DIFFERENT"
-        ok_b = "equal" if batch["rows"] == truth["rows"] else "DIFFERENT"
-        line = (
-            f"| {args.days} | {layout} | {rows:,} | {batch['files']} | {ta.seconds:.1f} "
-            f"({stream['reader']}, {stream['batches']} batches, {ta.peak_pss_mb:.0f} MB) | "
-            f"{tp.seconds:.1f} ({tp.peak_pss_mb:.0f} MB) | {tb.seconds:.1f} "
-            f"({tb.peak_pss_mb:.0f} MB) | {tc.seconds:.1f} ({tc.peak_pss_mb:.0f} MB) | "
-            f"**{ta.seconds / tb.seconds:.2f}x** | {tp.seconds / tb.seconds:.2f}x | "
-            f"A {ok_a}, A-py {ok_p}, B {ok_b} |"
         )
         print(line, flush=True)
         lines.append(line)
@@ -273,12 +255,10 @@ def main() -> None:
         f"Measured {datetime.now(tz=UTC).strftime('%Y-%m-%d %H:%M')} UTC, "
         f"{args.rows_per_day:,} rows/day, {args.files} appends of rows shuffled over the "
         "whole range (files out of event-time order); seconds per way's whole process "
-        "(peak PSS of its tree).",
+        f"(peak PSS of its tree); medians of {args.rounds} rounds of B, A, A-py.",
         "",
-        "| days | layout | rows | data files | A: Iceberg backfill s (reader) | "
-        "A-py: Python reader s | B: Spark batch s | C: pyarrow over pyiceberg scan s | A/B | "
-        "A-py/B | results vs C |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        HEADER.format(kind="Iceberg", truth="pyarrow over pyiceberg scan"),
+        RULE,
     ]
     table = "\n".join(header + lines)
     print(table)
