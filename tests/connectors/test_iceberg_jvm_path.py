@@ -73,25 +73,40 @@ def test_plain_tables_take_the_jvm_reader(scratch: Path) -> None:
 
 
 def test_what_sends_a_table_to_the_python_reader(scratch: Path) -> None:
-    """A rename, a reused name, a widened type, delete files, a store the JVM cannot open,
-    an event time stored as numbers, dead letters: each one named."""
+    """A widened type, a name mapping, delete files, a store the JVM cannot open, dead
+    letters: each one named. A rename or a name reused is no reason (the JVM reader matches
+    field ids), nor is it when read by name would be wrong (``by_field_id=False``)."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, TimestamptzType
+
+    from kappaplus.connectors.iceberg.jvm_path import schema_history_problem
 
     props = catalog_props(scratch / "catalog")
 
     renamed = write_table(props, "db.renamed", "none", per_day=20)
     with renamed.table().update_schema() as update:
         update.rename_column("v", "value")
-    assert why_not(renamed, scratch / "r") == "column 'value' was named 'v' in schema 0"
+    assert why_not(renamed, scratch / "r") is None
+    columns = ["id", "key", "ts", "value"]
+    by_name = schema_history_problem(renamed.table().metadata, columns, by_field_id=False)
+    assert by_name == "column 'value' was named 'v' in schema 0"
 
     reused = write_table(props, "db.reused", "none", per_day=20)
     with reused.table().update_schema() as update:
         update.delete_column("v")
     with reused.table().update_schema() as update:
         update.add_column("v", DoubleType())
-    why = why_not(reused, scratch / "u")
-    assert why is not None and "the name 'v' belonged to another column (field id 4)" in why
+    assert why_not(reused, scratch / "u") is None
+    by_name = schema_history_problem(
+        reused.table().metadata, ["id", "key", "ts", "v"], by_field_id=False
+    )
+    assert by_name is not None and "the name 'v' belonged to another column (field id 4)" in by_name
+
+    mapped = write_table(props, "db.mapped", "none", per_day=20)
+    with mapped.table().transaction() as tx:
+        tx.set_properties({"schema.name-mapping.default": "[]"})
+    why = why_not(mapped, scratch / "nm")
+    assert why is not None and why.startswith("the table has a name mapping")
 
     catalog = open_catalog(props)
     widened = catalog.create_table(
@@ -180,8 +195,8 @@ def reader_of(df: DataFrame) -> str:
 
 def test_reader_jvm_names_why_not(spark: SparkSession, scratch: Path) -> None:
     written = write_table(catalog_props(scratch / "catalog"), "db.named", "none", per_day=20)
-    with written.table().update_schema() as update:
-        update.rename_column("v", "value")
+    with written.table().transaction() as tx:
+        tx.set_properties({"schema.name-mapping.default": "[]"})
     with pytest.raises(ConfigError) as caught:
         read_iceberg_stream(
             spark,
@@ -192,7 +207,7 @@ def test_reader_jvm_names_why_not(spark: SparkSession, scratch: Path) -> None:
             reader="jvm",
         )
     text = str(caught.value)
-    assert "reader" in text and "db.named" in text and "was named 'v'" in text
+    assert "reader" in text and "db.named" in text and "name mapping" in text
     df = read_iceberg_stream(
         spark,
         written.name,
@@ -203,25 +218,29 @@ def test_reader_jvm_names_why_not(spark: SparkSession, scratch: Path) -> None:
     assert reader_of(df) == "python"
 
 
-def test_jvm_reader_reads_an_added_column_as_null_in_old_files(
-    spark: SparkSession, scratch: Path
-) -> None:
-    """A column added after the first files (no rename): the JVM reader takes the table and
-    delivers the rows as written, the new column null in the old files, every id once."""
-    from pyiceberg.types import StringType
+def test_jvm_reader_matches_columns_by_field_id(spark: SparkSession, scratch: Path) -> None:
+    """After the first files: ``v`` renamed ``value``, ``key`` dropped and added again (a new
+    field id under the old name), ``note`` added. The JVM reader takes the table and
+    delivers the rows as written: ``value`` from the old files' ``v``, ``key`` and ``note``
+    null in the old files (read by name, ``key`` would bring back the dropped values), every
+    id once, several slices."""
+    import pandas as pd
+    from pyiceberg.types import LongType, StringType
 
-    written = write_table(catalog_props(scratch / "catalog"), "db.added", "day", per_day=150)
+    written = write_table(catalog_props(scratch / "catalog"), "db.evolved", "day", per_day=150)
     with written.table().update_schema() as update:
+        update.rename_column("v", "value")
+        update.delete_column("key")
+    with written.table().update_schema() as update:
+        update.add_column("key", LongType())
         update.add_column("note", StringType())
     extra = make_rows(3, 40, 9)
     extra["id"] += 100_000
-    written.table().append(
-        arrow_rows(extra).append_column("note", pa.array([f"n{i}" for i in extra["id"]]))
+    notes = [f"n{i}" for i in extra["id"]]
+    written.table().append(arrow_rows(extra, "value").append_column("note", pa.array(notes)))
+    rows = pd.concat(
+        [written.rows.assign(key=None, note=None), extra.assign(note=notes)], ignore_index=True
     )
-    rows = written.rows.assign(note=None)
-    import pandas as pd
-
-    rows = pd.concat([rows, extra.assign(note=[f"n{i}" for i in extra["id"]])], ignore_index=True)
     df = read_iceberg_stream(
         spark,
         written.name,
@@ -235,16 +254,23 @@ def test_jvm_reader_reads_an_added_column_as_null_in_old_files(
     assert reader_of(df) == "jvm"
     query = (
         df.writeStream.format("memory")
-        .queryName("added_rows")
+        .queryName("evolved_rows")
         .option("checkpointLocation", str(scratch / "cp"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
     assert sum(1 for p in query.recentProgress if p["numInputRows"]) >= 3, "several slices"
-    got = spark.table("added_rows").filter(F.col("id").isNotNull()).toPandas()
+    got = spark.table("evolved_rows").filter(F.col("id").isNotNull()).toPandas()
     assert len(got) == len(rows) and got["id"].is_unique
-    truth = dict(zip(rows["id"], rows["note"], strict=True))
-    assert {int(i): n for i, n in zip(got["id"], got["note"], strict=True)} == truth
+
+    def by_id(frame: pd.DataFrame) -> dict[int, tuple]:
+        return {
+            int(r.id): (None if pd.isna(r.key) else int(r.key), float(r.v), r.note)
+            for r in frame.itertuples()
+        }
+
+    assert by_id(got.rename(columns={"value": "v"})) == by_id(rows)
+    assert got["key"].isna().sum() == len(written.rows), "the dropped key is not read back"
     got["ts"] = got["ts"].dt.tz_localize("UTC")  # the session's time zone is UTC
-    assert tumbling(got[["id", "key", "ts", "v"]], 10) == tumbling(rows, 10)
+    assert tumbling(got.rename(columns={"value": "v"}), 10) == tumbling(rows, 10)

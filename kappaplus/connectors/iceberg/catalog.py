@@ -302,7 +302,10 @@ def read_iceberg_stream(
         **options,
     )
     from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_has_file_system
-    from kappaplus.connectors.iceberg.jvm_path import jvm_unsupported_iceberg
+    from kappaplus.connectors.iceberg.jvm_path import (
+        jvm_field_id_options,
+        jvm_unsupported_iceberg,
+    )
     from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
 
     parsed = IcebergSourceOptions.parse(resolved)
@@ -326,6 +329,8 @@ def read_iceberg_stream(
     )
     if source == IcebergStreamDataSource.format_name:
         spark.dataSource.register(IcebergStreamDataSource)
+    else:  # the JVM reader, matching columns by field id as pyiceberg does
+        extra = jvm_field_id_options(extra, parsed)
     df = spark.readStream.format(source).options(**resolved, **extra).load()
     if watermark_delay is None:
         return df

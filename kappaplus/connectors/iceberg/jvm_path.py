@@ -1,19 +1,22 @@
 """Whether an Iceberg table's pinned snapshot can be read by the JVM reader (``kappa_hive_jvm``).
 
-The JVM reader reads a slice's Parquet files with Spark's own vectorized reader, matching
-columns by *name*; pyiceberg's Arrow scan (the Python reader) matches them by *field id* and
-applies delete files. Both plan the same slices with the same planner (the JVM source runs it
-as a child process, :mod:`kappaplus.connectors.hive.plan_service`, here over the Iceberg
-lister), so they deliver the same rows exactly where reading by name reads what reading by
-field id would. That holds, and the JVM path is taken, when:
+The JVM reader reads a slice's Parquet files with Spark's own vectorized reader; for an
+Iceberg table it matches columns by their Parquet *field ids* (Spark's
+``spark.sql.parquet.fieldId.read.enabled`` for this source only: the read schema carries each
+field's id, :func:`with_field_ids`), as pyiceberg's Arrow scan (the Python reader) does, so a
+renamed column, or a name dropped and added again, reads right across old files and a column
+added later is null in them. Both readers plan the same slices with the same planner (the JVM
+source runs it as a child process, :mod:`kappaplus.connectors.hive.plan_service`, here over
+the Iceberg lister). The JVM path is taken when:
 
 - every data file of the snapshot is Parquet and no delete file (position or equality)
-  applies to any of them;
+  applies to any of them (pyiceberg applies them);
 - the files' file system is one the session's JVM has a Hadoop file system for (local paths
   and ``file:``, ``hdfs:``...; not ``s3://`` without hadoop-aws);
-- the columns read kept their name, their field id and their type in every schema of the
-  table's history (no rename, no name reused by another field, no widened type), so a name
-  in an old file means what it means today;
+- the table has no name mapping (``schema.name-mapping.default``: files without field ids,
+  added from elsewhere, which pyiceberg maps by name) and no column read changed its type in
+  the schema history (pyiceberg casts the older files' values);
+- no column read is a fixed, uuid, time or nanosecond timestamp type;
 - every file holds the source column of each identity partition it was written under (files
   added from a Hive layout may keep it in their path only, where pyiceberg fills it in);
 - the event time is a timestamp (not stored as numbers or strings) and unplaceable rows fail
@@ -23,20 +26,77 @@ Anything else is read by the Python reader, and the reason is said once in the l
 
 >>> local_only = lambda scheme: scheme == "file"
 >>> jvm_unsupported_iceberg(options, local_only)  # doctest: +SKIP
-"column 'value' was named 'v' in schema 0"
+"column 'n' was int in schema 0 (now long)"
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from pyspark.sql.types import ArrayType, DataType, StructField, StructType
+from pyspark.sql.types import MapType as SparkMapType
 
 from kappaplus.connectors.hive.options import NullEventTimePolicy
 from kappaplus.connectors.iceberg.lister import _io_key, scan_tasks, static_table
 
 if TYPE_CHECKING:
     from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+
+
+NAME_MAPPING = "schema.name-mapping.default"
+FIELD_ID_KEY = "parquet.field.id"
+"""Spark's metadata key for a read schema field's Parquet field id."""
+
+
+def with_field_ids(read_schema: StructType, schema: Any) -> StructType:
+    """``read_schema`` (Spark) with each field's Iceberg field id in its metadata
+    (:data:`FIELD_ID_KEY`), nested struct fields too, from the table's current ``schema``:
+    what makes Spark's Parquet reader match columns by id."""
+    from pyiceberg.types import ListType, MapType
+    from pyiceberg.types import StructType as IcebergStruct
+
+    def tag(kind: DataType, iceberg: Any) -> DataType:
+        if isinstance(kind, StructType) and isinstance(iceberg, IcebergStruct):
+            fields = []
+            for f in kind.fields:
+                match = next((x for x in iceberg.fields if x.name == f.name), None)
+                if match is None:
+                    fields.append(f)
+                    continue
+                meta = {**(f.metadata or {}), FIELD_ID_KEY: match.field_id}
+                fields.append(
+                    StructField(f.name, tag(f.dataType, match.field_type), f.nullable, meta)
+                )
+            return StructType(fields)
+        if isinstance(kind, ArrayType) and isinstance(iceberg, ListType):
+            return ArrayType(tag(kind.elementType, iceberg.element_type), kind.containsNull)
+        if isinstance(kind, SparkMapType) and isinstance(iceberg, MapType):
+            return SparkMapType(
+                tag(kind.keyType, iceberg.key_type),
+                tag(kind.valueType, iceberg.value_type),
+                kind.valueContainsNull,
+            )
+        return kind
+
+    tagged = tag(read_schema, schema.as_struct())
+    assert isinstance(tagged, StructType)
+    return tagged
+
+
+def jvm_field_id_options(extra: dict[str, str], options: IcebergSourceOptions) -> dict[str, str]:
+    """The JVM source's options for an Iceberg table: its read schema with field ids and the
+    switch that makes Spark's Parquet reader match by them."""
+    io = _io_key(options.io_properties)
+    schema = static_table(options.metadata_location, io).schema()
+    read = StructType.fromJson(json.loads(extra["readSchema"]))
+    return {
+        **extra,
+        "readSchema": with_field_ids(read, schema).json(),
+        "parquetFieldIds": "true",
+    }
 
 
 def file_scheme(path: str) -> str:
@@ -68,9 +128,12 @@ def _read_ids(schema: Any, columns: list[str]) -> dict[int, str]:
     }
 
 
-def schema_history_problem(metadata: Any, columns: list[str]) -> str | None:
-    """Why reading ``columns`` by name could differ from reading them by field id in some
-    file of the table (a rename, a name reused, a type changed), or None."""
+def schema_history_problem(
+    metadata: Any, columns: list[str], *, by_field_id: bool = True
+) -> str | None:
+    """Why Spark's Parquet reader could read ``columns`` otherwise than pyiceberg in some file
+    of the table, or None: a type changed (pyiceberg casts old files' values); read by name
+    (``by_field_id`` False), also a rename or a name reused by another field."""
     from pyiceberg.types import PrimitiveType
 
     current = metadata.schema()
@@ -82,10 +145,10 @@ def schema_history_problem(metadata: Any, columns: list[str]) -> str | None:
         old_ids = {name: fid for fid, name in old_names.items()}
         for fid, name in wanted.items():
             was = old_names.get(fid)
-            if was is not None and was != name:
+            if not by_field_id and was is not None and was != name:
                 return f"column {name!r} was named {was!r} in schema {old.schema_id}"
             other = old_ids.get(name)
-            if other is not None and other != fid:
+            if not by_field_id and other is not None and other != fid:
                 return (
                     f"the name {name!r} belonged to another column (field id {other}) in "
                     f"schema {old.schema_id}"
@@ -169,6 +232,11 @@ def jvm_unsupported_iceberg(
         return (
             f"the session's JVM has no file system for {unreachable[0]}:// (on a cluster: "
             "hadoop-aws for s3a, see docs/cluster.md)"
+        )
+    if metadata.properties.get(NAME_MAPPING):
+        return (
+            f"the table has a name mapping ({NAME_MAPPING}): files without field ids, which "
+            "pyiceberg maps by name"
         )
     columns = options.data_columns
     return (

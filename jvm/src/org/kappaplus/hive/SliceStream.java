@@ -172,6 +172,15 @@ final class SliceStream implements MicroBatchStream, SupportsTriggerAvailableNow
         SQLConf.PARQUET_READER_RESPECT_UNKNOWN_TYPE_ANNOTATION())) {
       hadoop.set(entry.key(), conf.getConfString(entry.key(), entry.defaultValueString()));
     }
+    // Iceberg tables: columns matched by the Parquet field ids the read schema carries in its
+    // fields' metadata (parquet.field.id), as Iceberg does, so renamed columns read right
+    if ("true".equals(options.get("parquetFieldIds"))) {
+      hadoop.setBoolean(SQLConf.PARQUET_FIELD_ID_READ_ENABLED().key(), true);
+      hadoop.setBoolean(SQLConf.IGNORE_MISSING_PARQUET_FIELD_ID().key(), false);
+      conf = conf.clone();
+      conf.setConfString(SQLConf.PARQUET_FIELD_ID_READ_ENABLED().key(), "true");
+      conf.setConfString(SQLConf.IGNORE_MISSING_PARQUET_FIELD_ID().key(), "false");
+    }
     Broadcast<SerializableConfiguration> broadcast = spark.sparkContext().broadcast(
         new SerializableConfiguration(hadoop),
         ClassTag$.MODULE$.apply(SerializableConfiguration.class));
