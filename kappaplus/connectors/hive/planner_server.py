@@ -20,6 +20,7 @@ restarted query gets the new process's address.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import secrets
@@ -46,7 +47,7 @@ class PlannerServer:
     def __init__(self) -> None:
         self.secret = secrets.token_hex(32)
         self._socket = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self._socket.getsockname()[1]
+        self.address = f"127.0.0.1:{self._socket.getsockname()[1]}"
         self._lock = threading.Lock()
         self.served = 0
         """Connections authenticated so far (one per query that used this planner)."""
@@ -94,10 +95,8 @@ class PlannerServer:
                 with self._lock:
                     self.active -= 1
                 for stream in (requests, answers):
-                    try:
+                    with contextlib.suppress(OSError):
                         stream.close()
-                    except OSError:
-                        pass
 
     def close(self) -> None:
         """Stop accepting connections (those being served go on until their query ends)."""
