@@ -2,10 +2,10 @@
 
 The JVM reader reads a slice's Parquet files with Spark's own vectorized reader, matching
 columns by *name*; pyiceberg's Arrow scan (the Python reader) matches them by *field id* and
-applies delete files. Both plan the same slices with the same planner (the JVM source runs it
-as a child process, :mod:`kappaplus.connectors.hive.plan_service`, here over the Iceberg
-lister), so they deliver the same rows exactly where reading by name reads what reading by
-field id would. That holds, and the JVM path is taken, when:
+applies delete files. Both plan the same slices with the same planner (served to the JVM source
+from the driver's Python process, :mod:`kappaplus.connectors.hive.planner_server`, here over
+the Iceberg lister), so they deliver the same rows exactly where reading by name reads what
+reading by field id would. That holds, and the JVM path is taken, when:
 
 - every data file of the snapshot is Parquet and no delete file (position or equality)
   applies to any of them;
