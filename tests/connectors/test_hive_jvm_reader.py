@@ -216,6 +216,29 @@ def test_the_planner_is_served_in_process_and_without_its_options_spawned(
     assert watch.served == 0 and len(watch.children) == 1, "the planner process, as before"
     assert rows_of(spark.table("jvm_spawned")) == truth
 
+    # an address nothing answers at (a warning in the driver log): the planner process too
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    short = hive_stream_options(
+        resolve_table(spark, jvm_table),
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(start + 2 * HOUR),
+        max_event_time_per_trigger="1 hour",
+        manifest_dir=str(tmp_path / "dead" / "manifests"),
+    )
+    with PlannerWatch() as watch:
+        stream = (
+            spark.readStream.format(source)
+            .options(**short, **{**extra, PLANNER_ADDRESS: dead})
+            .load()
+        )
+        run_to_table(stream, tmp_path / "dead" / "ck", "jvm_unreachable")
+    assert watch.served == 0 and len(watch.children) == 1
+    assert rows_of(spark.table("jvm_unreachable")) == slice_truth(
+        spark, jvm_table, start, start + 2 * HOUR
+    )
+
 
 def test_the_in_process_planner_wants_the_secret_first() -> None:
     """A connection that does not start with the secret gets no answer; one that does is
