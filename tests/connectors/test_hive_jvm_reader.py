@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,8 +27,16 @@ from kappaplus.connectors.hive.catalog import hive_stream_options
 from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_reader_loaded
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
+from kappaplus.connectors.hive.planner_server import (
+    PLANNER_ADDRESS,
+    PLANNER_SECRET,
+    planner_server,
+)
 from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.jars import jvm_jar
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from planner_watch import PlannerWatch  # noqa: E402
 
 HOUR = 3600
 
@@ -155,6 +165,93 @@ def test_jvm_reader_with_pruned_columns_and_the_end_of_input_flush(
     got = rows_of(spark.table("jvm_flush"))
     assert len(truth) == 24 * 13
     assert got == truth, "every window up to the end, the last hour's included"
+
+
+def slice_truth(spark: SparkSession, table: str, start: int, end: int) -> list[tuple]:
+    return rows_of(
+        spark.table(table).where(
+            (F.col("ts") >= F.lit(iso(start)).cast("timestamp"))
+            & (F.col("ts") < F.lit(iso(end)).cast("timestamp"))
+        )
+    )
+
+
+def test_the_planner_is_served_in_process_and_without_its_options_spawned(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    """The JVM reader asks this (the driver's) Python process for its slices: no planner
+    process is started, one connection per query, closed when the query stops. The same
+    source without the address option (a driver that did not set it) starts the planner
+    process as before. Both deliver the batch query's rows."""
+    start, end = BASE + 3 * HOUR, BASE + 9 * HOUR
+    truth = slice_truth(spark, jvm_table, start, end)
+    assert len(truth) > 500
+    with PlannerWatch() as watch:
+        stream = read(
+            spark, jvm_table, "jvm", tmp_path / "in", start=iso(start), end=iso(end),
+            max_event_time_per_trigger="1 hour",
+        )  # fmt: skip
+        progress = run_to_table(stream, tmp_path / "in" / "ck", "jvm_in_process")
+    assert progress[0]["sources"][0]["description"].startswith("kappa_hive_jvm")
+    assert sum(p["numInputRows"] > 0 for p in progress) == 6
+    assert watch.children == set(), "no planner process started"
+    assert watch.served == 1, "one in-process planner connection for the query"
+    assert PlannerWatch.wait_idle() == 0, "the connection closes when the query stops"
+    assert rows_of(spark.table("jvm_in_process")) == truth
+
+    resolved = hive_stream_options(
+        resolve_table(spark, jvm_table),
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(end),
+        max_event_time_per_trigger="1 hour",
+        manifest_dir=str(tmp_path / "spawn" / "manifests"),
+    )
+    source, extra, _ = choose_reader(spark, HiveSourceOptions.parse(resolved), "jvm")
+    assert source == "kappa_hive_jvm" and {PLANNER_ADDRESS, PLANNER_SECRET} <= extra.keys()
+    without = {k: v for k, v in extra.items() if k not in (PLANNER_ADDRESS, PLANNER_SECRET)}
+    with PlannerWatch() as watch:
+        stream = spark.readStream.format(source).options(**resolved, **without).load()
+        run_to_table(stream, tmp_path / "spawn" / "ck", "jvm_spawned")
+    assert watch.served == 0 and len(watch.children) == 1, "the planner process, as before"
+    assert rows_of(spark.table("jvm_spawned")) == truth
+
+    # an address nothing answers at (a warning in the driver log): the planner process too
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    short = hive_stream_options(
+        resolve_table(spark, jvm_table),
+        event_time_column="ts",
+        start=iso(start),
+        end=iso(start + 2 * HOUR),
+        max_event_time_per_trigger="1 hour",
+        manifest_dir=str(tmp_path / "dead" / "manifests"),
+    )
+    with PlannerWatch() as watch:
+        stream = (
+            spark.readStream.format(source)
+            .options(**short, **{**extra, PLANNER_ADDRESS: dead})
+            .load()
+        )
+        run_to_table(stream, tmp_path / "dead" / "ck", "jvm_unreachable")
+    assert watch.served == 0 and len(watch.children) == 1
+    assert rows_of(spark.table("jvm_unreachable")) == slice_truth(
+        spark, jvm_table, start, start + 2 * HOUR
+    )
+
+
+def test_the_in_process_planner_wants_the_secret_first() -> None:
+    """A connection that does not start with the secret gets no answer; one that does is
+    answered with the planner's protocol (here: the error for options it cannot use)."""
+    server = planner_server()
+    host, port = server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as intruder:
+        intruder.sendall(b"guess\n")
+        assert intruder.makefile("rb").read() == b"", "closed without an answer"
+    with socket.create_connection((host, int(port)), timeout=30) as client:
+        client.sendall(f"{server.secret}\n".encode() + b'{"format": "csv"}\n{"op": "x"}\n')
+        answer = json.loads(client.makefile("rb").readline())
+    assert answer["error"]["type"] == "kappaplus.core.errors.ConfigError", answer
 
 
 def test_reader_choice_falls_back_or_names_the_option(

@@ -4,6 +4,7 @@ checked against hand-made truths; the stream differs exactly by the late rows it
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,9 @@ from kappaplus.examples.generate import (
 )
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from planner_watch import PlannerWatch  # noqa: E402
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T06:00:00"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -76,9 +80,13 @@ def test_rider_trips_backfill(spark, rocksdb, scratch: Path) -> None:  # type: i
         },
         scratch,
     )
-    result = run_job(spark, rider_trips.JOB, config, RunOptions("backfill", START, END))
+    with PlannerWatch() as watch:
+        result = run_job(spark, rider_trips.JOB, config, RunOptions("backfill", START, END))
     assert result.status == "finished"
     assert result.rows_dropped_late == 0  # event-time slices in order: nothing is late
+    # the JVM reader's slice planner ran in this (the driver's) process, one connection per
+    # query (one query per output), and no planner process was started
+    assert watch.served == 2 and watch.children == set(), (watch.served, watch.children)
     rows = table_rows(
         spark, f"{out}_counts_backfill", ["rider_id", "event_id", "event_time", "trip_number"]
     )

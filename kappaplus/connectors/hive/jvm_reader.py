@@ -1,6 +1,7 @@
 """Which read path a Hive stream takes: the JVM one (``kappa_hive_jvm``) or the Python one.
 
-Both plan the same event-time slices with the same Python planner (the JVM source runs it as
+Both plan the same event-time slices with the same Python planner (the JVM source asks the
+driver's Python process, :mod:`kappaplus.connectors.hive.planner_server`, or without it runs
 a child process, :mod:`kappaplus.connectors.hive.plan_service`) and deliver the same rows; the
 JVM one reads a slice's Parquet files with Spark's own vectorized reader instead of sending
 Arrow batches from Python workers, which is what limits the Python path's read rate
@@ -104,7 +105,13 @@ a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`); absent: the
 
 def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -> dict[str, str]:
     """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive`` (``planner_source``:
-    another format's data source whose lister plans the slices, e.g. Iceberg's)."""
+    another format's data source whose lister plans the slices, e.g. Iceberg's).
+
+    They include the address and secret of this process's planner server
+    (:mod:`~kappaplus.connectors.hive.planner_server`), started here on first use, so the
+    JVM asks this process instead of spawning a planner process per query."""
+    from kappaplus.connectors.hive.planner_server import in_process_options
+
     output: StructType = options.output_schema
     if options.emits_end_marker:
         output = StructType([*output.fields]).add(MARKER_COLUMN, BooleanType())
@@ -117,6 +124,7 @@ def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -
     }
     if planner_source is not None:
         extra[PLANNER_SOURCE] = planner_source
+    extra.update(in_process_options())
     return extra
 
 

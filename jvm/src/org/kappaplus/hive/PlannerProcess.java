@@ -5,6 +5,8 @@ import java.io.BufferedWriter;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -13,25 +15,60 @@ import java.util.Map;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
- * The Python slice planner, run as one long-lived child process of the driver for the life
- * of a query ({@code python -m kappaplus.connectors.hive.plan_service}).
+ * The Python slice planner for the life of a query: served by the driver's own Python
+ * process when the options name it ({@code plannerAddress} and {@code plannerSecret}, set by
+ * kappaplus's {@code jvm_options}: a loopback connection, see
+ * {@code kappaplus.connectors.hive.planner_server}), otherwise one long-lived child process
+ * of the driver ({@code python -m kappaplus.connectors.hive.plan_service}).
  *
- * <p>One JSON request per line on its stdin, one JSON answer per line on its stdout; its
- * stderr (logs) goes to the driver's. An answer is {@code {"ok": value}} or
+ * <p>One JSON request per line, one JSON answer per line (the connection, or the child's
+ * stdin and stdout; the child's stderr, its log, goes to the driver's). An answer is {@code {"ok": value}} or
  * {@code {"error": {"type": ..., "message": ...}}}; an error becomes a
  * {@link PlannerException} whose message starts with the Python error type, so the runtime
  * reports it as the same one-line error the Python source would give.
  */
 final class PlannerProcess implements AutoCloseable {
   static final ObjectMapper JSON = new ObjectMapper();
+  static final String ADDRESS = "plannerAddress";
+  static final String SECRET = "plannerSecret";
+  private static final Logger LOG = LoggerFactory.getLogger(PlannerProcess.class);
+  private static final int CONNECT_TIMEOUT_MS = 10_000;
 
   private final Process process;
+  private final Socket socket;
   private final BufferedWriter requests;
   private final BufferedReader answers;
 
   PlannerProcess(String python, Map<String, String> options) {
+    Socket connected = options.containsKey(ADDRESS) ? connect(options) : null;
+    ObjectNode first = JSON.createObjectNode();
+    options.forEach((key, value) -> {
+      if (!key.equals(ADDRESS) && !key.equals(SECRET)) {
+        first.put(key, value);
+      }
+    });
+    if (connected != null) {
+      socket = connected;
+      process = null;
+      try {
+        requests = new BufferedWriter(
+            new OutputStreamWriter(socket.getOutputStream(), StandardCharsets.UTF_8));
+        answers = new BufferedReader(
+            new InputStreamReader(socket.getInputStream(), StandardCharsets.UTF_8));
+        requests.write(options.getOrDefault(SECRET, ""));
+        requests.write('\n');
+      } catch (IOException e) {
+        throw new PlannerException("cannot reach the driver's slice planner at "
+            + options.get(ADDRESS) + ": " + e.getMessage(), e);
+      }
+      send(first);
+      return;
+    }
+    socket = null;
     List<String> command = new ArrayList<>();
     command.add(python);
     command.add("-m");
@@ -49,9 +86,35 @@ final class PlannerProcess implements AutoCloseable {
         new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8));
     answers = new BufferedReader(
         new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
-    ObjectNode first = JSON.createObjectNode();
-    options.forEach(first::put);
     send(first);
+  }
+
+  /**
+   * A connection to the driver's in-process planner, or null (with a warning) when it cannot
+   * be reached: then the planner runs as a child process, which answers the same.
+   */
+  private static Socket connect(Map<String, String> options) {
+    String address = options.get(ADDRESS);
+    int colon = address.lastIndexOf(':');
+    Socket connection = new Socket();
+    try {
+      int port = Integer.parseInt(address.substring(colon + 1));
+      connection.connect(
+          new InetSocketAddress(address.substring(0, colon), port), CONNECT_TIMEOUT_MS);
+      connection.setTcpNoDelay(true);
+      LOG.info("kappa_hive_jvm: slice planner served by the driver's Python process at {}",
+          address);
+      return connection;
+    } catch (IOException | RuntimeException e) {
+      try {
+        connection.close();
+      } catch (IOException ignored) {
+        // nothing was open
+      }
+      LOG.warn("kappa_hive_jvm: cannot reach the driver's slice planner at {} ({}); "
+          + "starting a planner process instead", address, e.toString());
+      return null;
+    }
   }
 
   /** Ask the planner {@code op} with {@code args}; its answer's value. */
@@ -63,11 +126,11 @@ final class PlannerProcess implements AutoCloseable {
     try {
       line = answers.readLine();
     } catch (IOException e) {
-      throw new PlannerException("the slice planner process failed: " + e.getMessage(), e);
+      throw new PlannerException(what() + " failed: " + e.getMessage(), e);
     }
     if (line == null) {
       throw new PlannerException(
-          "the slice planner process exited (status " + exitStatus() + ") during '" + op
+          what() + " ended (status " + exitStatus() + ") during '" + op
               + "'; its error is in the log above", null);
     }
     JsonNode answer;
@@ -91,12 +154,19 @@ final class PlannerProcess implements AutoCloseable {
       requests.flush();
     } catch (IOException e) {
       throw new PlannerException(
-          "cannot reach the slice planner process (status " + exitStatus() + "): "
+          "cannot reach " + what() + " (status " + exitStatus() + "): "
               + e.getMessage(), e);
     }
   }
 
+  private String what() {
+    return process == null ? "the driver's slice planner" : "the slice planner process";
+  }
+
   private String exitStatus() {
+    if (process == null) {
+      return socket.isClosed() ? "connection closed" : "connection open";
+    }
     return process.isAlive() ? "running" : String.valueOf(process.exitValue());
   }
 
@@ -106,6 +176,14 @@ final class PlannerProcess implements AutoCloseable {
       requests.close();
     } catch (IOException ignored) {
       // the process may be gone already
+    }
+    if (process == null) {
+      try {
+        socket.close();  // the driver's planner thread sees the end of its requests
+      } catch (IOException ignored) {
+        // already closed
+      }
+      return;
     }
     try {
       if (!process.waitFor(1, java.util.concurrent.TimeUnit.SECONDS)) {
