@@ -21,10 +21,13 @@ Two settings make the pyspark jars work as a server: ``hive.async.log.enabled=fa
 The lock API (``lock``/``check_lock``/``unlock``, what pyiceberg's HiveCatalog takes around
 every Iceberg commit) needs two more: the transaction tables (``HIVE_LOCKS``, ``TXNS``...),
 which DataNucleus does not create, are created once by Hive's own ``TxnDbUtil.prepDb``
-before the first start (:func:`prepare_txn_tables`, a short JVM run of
-``PrepareTxnTables.java``; ``txn-tables.ok`` marks it done), and
+before the first start (:func:`prepare_txn_tables`; ``txn-tables.ok`` marks it done), and
 ``datanucleus.connectionPoolingType=DBCP``: the default pool, BoneCP, is not among
-pyspark's jars, so the lock handler could not open its connection pool.
+pyspark's jars, so the lock handler could not open its connection pool. ``prepDb`` is a JVM
+run of a few seconds (``PrepareTxnTables.java``), so it runs once per user and pyspark
+version, into a template Derby database under :func:`cache_dir`
+(``metastore-template/<pyspark version>-<digest of the jars>/``), and every fresh server's
+database starts as a copy of that template (:func:`txn_template`).
 
 ``create_session(..., metastore_discovery=LOCAL_DISCOVERY)`` (what the ``kappa`` commands
 do) finds a running server of its state directory by itself (:func:`discover`: the status
@@ -36,13 +39,16 @@ open" into a :class:`~kappaplus.core.errors.MetastoreError` before Spark starts.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +109,8 @@ def hive_site(database: Path, warehouse: Path) -> str:
 
 
 PREPARE_TXN_TABLES = """\
+import java.sql.DriverManager;
+import java.sql.SQLException;
 import org.apache.hadoop.hive.conf.HiveConf;
 import org.apache.hadoop.hive.metastore.txn.TxnDbUtil;
 
@@ -110,21 +118,48 @@ import org.apache.hadoop.hive.metastore.txn.TxnDbUtil;
 public class PrepareTxnTables {
     public static void main(String[] args) throws Exception {
         TxnDbUtil.prepDb(new HiveConf());
+        try {
+            // a clean shutdown, so that the database directory can be copied as it is
+            DriverManager.getConnection("jdbc:derby:;shutdown=true");
+        } catch (SQLException expected) {
+            // Derby reports a successful shutdown as an exception (XJ015)
+        }
     }
 }
 """
 TXN_MARKER = "txn-tables.ok"
+CACHE_ENV = "KAPPA_CACHE_DIR"
 
 
-def prepare_txn_tables(directory: Path, conf_dir: Path, timeout: float = 300.0) -> bool:
-    """Create the transaction tables in the Derby database of ``directory`` (the server must
-    not run: Derby admits one process), once: ``txn-tables.ok`` marks it done. Runs
-    ``TxnDbUtil.prepDb`` from the pyspark jars with Java's source launcher (a JDK). On a
-    failure the server still starts (tables, schemas and reads work); commits that need a
-    metastore lock (pyiceberg's HiveCatalog) are then refused, which is logged here."""
-    marker = directory / TXN_MARKER
-    if marker.exists():
-        return True
+def cache_dir() -> Path:
+    """The per-user cache of kappaplus: ``$KAPPA_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/kappaplus``, else ``~/.cache/kappaplus``. Holds what is costly to make
+    and the same for every state directory (the metastore's template database)."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kappaplus"
+
+
+def template_key(jars: Path) -> str:
+    """``<pyspark version>-<digest>``: the digest covers the Hive, Derby and DataNucleus jar
+    names of ``jars`` and the program that prepares the database, so another pyspark (another
+    Derby format, other Hive tables) never gets a template made by this one."""
+    import pyspark
+
+    names = sorted(
+        path.name
+        for path in jars.iterdir()
+        if path.name.startswith(("hive-", "derby", "datanucleus"))
+    )
+    digest = hashlib.sha256("\n".join([PREPARE_TXN_TABLES, *names]).encode()).hexdigest()
+    return f"{pyspark.__version__}-{digest[:16]}"
+
+
+def _run_prep_db(directory: Path, conf_dir: Path, timeout: float) -> bool:
+    """``TxnDbUtil.prepDb`` on the Derby database that ``conf_dir/hive-site.xml`` names, in a
+    short JVM (Java's source launcher, so a JDK); a failure is logged and False."""
     source = directory / "PrepareTxnTables.java"
     source.write_text(PREPARE_TXN_TABLES)
     command = [
@@ -153,6 +188,71 @@ def prepare_txn_tables(directory: Path, conf_dir: Path, timeout: float = 300.0) 
             done.returncode,
             last,
         )
+        return False
+    return True
+
+
+def txn_template(timeout: float = 300.0) -> Path | None:
+    """The template Derby database with the transaction tables (and nothing else), made once
+    per user and pyspark version under ``cache_dir()/metastore-template/<template_key>/``.
+
+    It is built in a private directory and renamed into place, so processes that make it at
+    the same time never see half of one (the first rename wins, the others use it). None if
+    it cannot be made (no JDK, no writable cache directory): the caller then prepares its own
+    database in place, as before there was a template."""
+    try:
+        jars = pyspark_jars()
+        root = cache_dir() / "metastore-template" / template_key(jars)
+        if (root / TXN_MARKER).is_file():
+            return root / "metastore_db"
+        root.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".building-", dir=root.parent))
+    except OSError as exc:
+        log.info("metastore: no template database (%s); preparing in place", exc)
+        return None
+    try:
+        conf_dir = work / "conf"
+        conf_dir.mkdir()
+        (conf_dir / "hive-site.xml").write_text(
+            hive_site(work / "metastore_db", work / "warehouse")
+        )
+        if not _run_prep_db(work, conf_dir, timeout):
+            return None
+        (work / TXN_MARKER).write_text("TxnDbUtil.prepDb done\n")
+        # another process may have renamed its template into place first: use that one
+        with contextlib.suppress(OSError):
+            work.rename(root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return root / "metastore_db" if (root / TXN_MARKER).is_file() else None
+
+
+def prepare_txn_tables(
+    directory: Path, conf_dir: Path, database: Path, timeout: float = 300.0
+) -> bool:
+    """Give the Derby database ``database`` of ``directory`` the transaction tables (the
+    server must not run: Derby admits one process), once: ``txn-tables.ok`` marks it done.
+
+    A database that does not exist yet starts as a copy of :func:`txn_template` (a file copy,
+    no JVM); an existing one without the marker (made before the template, or whose
+    preparation failed) gets ``TxnDbUtil.prepDb`` run on it in place (a short JVM, a JDK). On
+    a failure the server still starts (tables, schemas and reads work); commits that need a
+    metastore lock (pyiceberg's HiveCatalog) are then refused, which is logged here."""
+    marker = directory / TXN_MARKER
+    if marker.exists():
+        return True
+    if not database.exists():
+        template = txn_template(timeout)
+        if template is not None:
+            try:
+                shutil.copytree(template, database)
+            except OSError as exc:
+                log.info("metastore: template database not copied (%s); preparing in place", exc)
+                shutil.rmtree(database, ignore_errors=True)
+            else:
+                marker.write_text(f"copied from the template {template}\n")
+                return True
+    if not _run_prep_db(directory, conf_dir, timeout):
         return False
     marker.write_text("TxnDbUtil.prepDb done\n")
     return True
@@ -230,7 +330,7 @@ class MetastoreServer(DetachedService):
             conf_dir.mkdir(exist_ok=True)
             self.warehouse.mkdir(parents=True, exist_ok=True)
             (conf_dir / "hive-site.xml").write_text(hive_site(self.database, self.warehouse))
-            prepare_txn_tables(self.dir, conf_dir)
+            prepare_txn_tables(self.dir, conf_dir, self.database)
             return self._on_a_port(
                 self.port, DEFAULT_PORT, lambda port: self._start_on(conf_dir, port)
             )

@@ -126,3 +126,42 @@ def test_two_processes_share_the_catalog(server_home: Path, tmp_path: Path) -> N
     assert (server_home / "warehouse" / "alpha").is_dir()
     assert (server_home / "warehouse" / "beta").is_dir()
     print(f"two client processes finished in {elapsed:.1f}s")
+
+
+def _derby_has_table(database: Path, table: str) -> bool:
+    """Whether the Derby database's files hold ``table``'s name (its system catalog stores
+    table names as plain bytes); the server itself shows the tables work (the lock API in
+    tests/runtime/test_iceberg_catalogs.py)."""
+    name = table.encode()
+    return any(name in path.read_bytes() for path in (database / "seg0").iterdir())
+
+
+def test_txn_tables_come_from_one_template_per_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first fresh database runs ``TxnDbUtil.prepDb`` once, into the per-user template;
+    the next one is a copy of it (no JVM: no PrepareTxnTables.java in its directory), with
+    the transaction tables."""
+    from kappaplus.local.metastore import TXN_MARKER, prepare_txn_tables, txn_template
+
+    monkeypatch.setenv("KAPPA_CACHE_DIR", str(tmp_path / "cache"))
+    homes = {}
+    for name in ("first", "second"):
+        home = tmp_path / name
+        conf = home / "conf"
+        conf.mkdir(parents=True)
+        (conf / "hive-site.xml").write_text(hive_site(home / "metastore_db", home / "wh"))
+        assert prepare_txn_tables(home, conf, home / "metastore_db")
+        assert (home / TXN_MARKER).is_file()
+        assert not (home / "PrepareTxnTables.java").exists()  # copied, no JVM run here
+        assert _derby_has_table(home / "metastore_db", "HIVE_LOCKS")
+        homes[name] = home
+    template = txn_template()
+    assert template is not None and template.parent.parent == tmp_path / "cache" / (
+        "metastore-template"
+    )
+    assert [p.name for p in template.parent.parent.iterdir()] == [template.parent.name]
+    assert _derby_has_table(template, "HIVE_LOCKS")
+    # a marker already there: nothing to do (no database made, no JVM)
+    assert prepare_txn_tables(homes["first"], homes["first"] / "conf", homes["first"] / "x")
+    assert not (homes["first"] / "x").exists()
