@@ -5,9 +5,10 @@ Iceberg table it matches columns by their Parquet *field ids* (Spark's
 ``spark.sql.parquet.fieldId.read.enabled`` for this source only: the read schema carries each
 field's id, :func:`with_field_ids`), as pyiceberg's Arrow scan (the Python reader) does, so a
 renamed column, or a name dropped and added again, reads right across old files and a column
-added later is null in them. Both readers plan the same slices with the same planner (the JVM
-source is served it from the driver's Python process,
-:mod:`kappaplus.connectors.hive.planner_server`, here over the Iceberg lister). The JVM path is taken when:
+added later is null in them. Both readers plan the same slices with the same planner (served
+to the JVM source from the driver's Python process,
+:mod:`kappaplus.connectors.hive.planner_server`, here over the Iceberg lister). The JVM path
+is taken when:
 
 - every data file of the snapshot is Parquet and no delete file (position or equality)
   applies to any of them (pyiceberg applies them);
