@@ -328,9 +328,10 @@ def test_hybrid_options_take_a_delta_lake(spark: SparkSession, scratch: Path) ->
 def test_what_sends_a_delta_table_to_the_python_reader(scratch: Path) -> None:
     """Type widening, a file system the JVM lacks, dead letters: each named (deletion
     vectors: :func:`test_deletion_vectors_are_applied`)."""
-    from kappaplus.connectors.delta.jvm_path import delta_file_uri, jvm_unsupported_delta
+    from kappaplus.connectors.delta.jvm_path import jvm_unsupported_delta
     from kappaplus.connectors.delta.options import DeltaSourceOptions
     from kappaplus.connectors.delta.table import delta_lake_options
+    from kappaplus.connectors.hive.jvm_reader import lake_file_uri as delta_file_uri
 
     written = write_delta(scratch / "lake", "day", per_day=20)
 

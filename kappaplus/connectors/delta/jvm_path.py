@@ -20,25 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from pyspark.sql.types import DateType, IntegerType, LongType, ShortType, StringType
 
-from kappaplus.connectors.hive.jvm_reader import jvm_unsupported
+from kappaplus.connectors.hive.jvm_reader import jvm_unsupported, unreachable_file_system
 
 if TYPE_CHECKING:
     from kappaplus.connectors.delta.options import DeltaSourceOptions
 
 _PARTITION_TYPES = (StringType, IntegerType, LongType, ShortType, DateType)
-
-
-def delta_file_uri(path: str) -> str:
-    """The Hadoop URI of a data file's full path as the lister gives it (log paths decoded):
-    a URI as it is, a local path as a ``file://`` URI (unencoded, as the JVM reader opens the
-    Hive source's: ``new Path(uri)``)."""
-    if len(urlsplit(path).scheme) > 1:
-        return path
-    return "file://" + path
 
 
 def jvm_unsupported_delta(
@@ -57,11 +47,4 @@ def jvm_unsupported_delta(
     for f in options.output_schema.fields:
         if f.name in options.partition_columns and not isinstance(f.dataType, _PARTITION_TYPES):
             return f"partition column {f.name!r} is {f.dataType.simpleString()}"
-    scheme = urlsplit(options.location).scheme
-    scheme = "file" if len(scheme) <= 1 else scheme
-    if not reachable(scheme):
-        return (
-            f"the session's JVM has no file system for {scheme}:// (on a cluster: "
-            "hadoop-aws for s3a, see docs/cluster.md)"
-        )
-    return None
+    return unreachable_file_system([options.location], reachable)

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from kappaplus.connectors.delta.jvm_path import delta_file_uri
 from kappaplus.connectors.delta.lister import DeltaFileLister, read_delta_file
 from kappaplus.connectors.delta.options import DeltaSourceOptions
+from kappaplus.connectors.hive.jvm_reader import lake_file_uri
 from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
 from kappaplus.slicing.manifest import ManifestEntry
 
@@ -37,7 +37,7 @@ class DeltaStreamReader(ListedFilesStreamReader):
 
     def data_file_uri(self, path: str) -> str:
         """The lister's full paths (log paths decoded) as Hadoop URIs."""
-        return delta_file_uri(path)
+        return lake_file_uri(path)
 
 
 class DeltaStreamDataSource(ListedFilesDataSource):

@@ -282,9 +282,8 @@ def read_delta_stream(
         spark,
         parsed,
         reader,
-        python_format=DeltaStreamDataSource.format_name,
+        data_source=DeltaStreamDataSource,
         unsupported=unsupported,
-        planner_source=f"{DeltaStreamDataSource.__module__}:{DeltaStreamDataSource.__name__}",
     )
     log.info(
         "streaming Delta table %r version %s by %s slices of %s (statistics from the log), "

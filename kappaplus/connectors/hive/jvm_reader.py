@@ -12,8 +12,9 @@ serve the table, ``python`` always the Python one, ``jvm`` the JVM one or a clea
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pyspark.sql.types import (
     BooleanType,
@@ -37,6 +38,8 @@ from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from kappaplus.connectors.hive.source import ListedFilesDataSource
 
 READERS = ("auto", "jvm", "python")
 JVM_SOURCE_CLASS = "org.kappaplus.hive.KappaHiveSource"
@@ -82,6 +85,32 @@ def jvm_has_file_system(spark: SparkSession) -> Callable[[str], bool]:
             return False
 
     return reachable
+
+
+def file_scheme(path: str) -> str:
+    """The URI scheme of a data file's path (``file`` for a plain local path)."""
+    scheme = urlsplit(path).scheme
+    return "file" if scheme in ("", "file") or len(scheme) == 1 else scheme  # 1: a drive
+
+
+def lake_file_uri(path: str) -> str:
+    """The Hadoop URI the JVM reader opens for a data file path as a lake format records it
+    (Iceberg's manifests, the Delta lister's full paths): a URI as it is (``file:/w/t/a``
+    from a Hive metastore's locations too), a plain path as a local, unencoded ``file://``
+    URI (as the JVM reader opens the Hive source's: ``new Path(uri)``)."""
+    return path if len(urlsplit(path).scheme) > 1 else "file://" + path
+
+
+def unreachable_file_system(paths: Iterable[str], reachable: Callable[[str], bool]) -> str | None:
+    """Why the JVM reader cannot open ``paths`` (the first scheme the session's JVM has no
+    file system for), or None."""
+    for scheme in sorted({file_scheme(p) for p in paths}):
+        if not reachable(scheme):
+            return (
+                f"the session's JVM has no file system for {scheme}:// (on a cluster: "
+                "hadoop-aws for s3a, see docs/cluster.md)"
+            )
+    return None
 
 
 def jvm_unsupported(options: HiveSourceOptions) -> str | None:
@@ -133,15 +162,18 @@ def choose_reader(
     options: HiveSourceOptions,
     reader: str,
     *,
-    python_format: str = "kappa_hive",
+    data_source: type[ListedFilesDataSource] | None = None,
     unsupported: Callable[[], str | None] | None = None,
-    planner_source: str | None = None,
 ) -> tuple[str, dict[str, str], str | None]:
     """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python).
 
-    Another lake format passes its Python source's name (``python_format``), why the JVM
-    reader cannot read its table (``unsupported``, asked only when the JVM path is wanted) and
-    the data source class that plans its slices (``planner_source``)."""
+    Another lake format passes its Python data source (``data_source``: its format is the
+    Python path, its reader plans the JVM path's slices) and why the JVM reader cannot read
+    its table (``unsupported``, asked only when the JVM path is wanted)."""
+    python_format = "kappa_hive" if data_source is None else data_source.format_name
+    planner_source = (
+        None if data_source is None else f"{data_source.__module__}:{data_source.__name__}"
+    )
     if reader not in READERS:
         raise ConfigError("reader", reader, f"expected one of {', '.join(READERS)}")
     if reader == "python":

@@ -313,9 +313,8 @@ def read_iceberg_stream(
         spark,
         parsed,
         reader,
-        python_format=IcebergStreamDataSource.format_name,
+        data_source=IcebergStreamDataSource,
         unsupported=lambda: jvm_unsupported_iceberg(parsed, jvm_has_file_system(spark)),
-        planner_source=f"{IcebergStreamDataSource.__module__}:{IcebergStreamDataSource.__name__}",
     )
     log.info(
         "streaming Iceberg table %r snapshot %d by %s slices of %s, with the %s reader%s",

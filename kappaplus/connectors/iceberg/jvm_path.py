@@ -35,11 +35,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from pyspark.sql.types import ArrayType, DataType, StructField, StructType
 from pyspark.sql.types import MapType as SparkMapType
 
+from kappaplus.connectors.hive.jvm_reader import unreachable_file_system
 from kappaplus.connectors.hive.options import NullEventTimePolicy
 from kappaplus.connectors.iceberg.lister import _io_key, scan_tasks, static_table
 
@@ -98,19 +98,6 @@ def jvm_field_id_options(extra: dict[str, str], options: IcebergSourceOptions) -
         "readSchema": with_field_ids(read, schema).json(),
         "parquetFieldIds": "true",
     }
-
-
-def file_scheme(path: str) -> str:
-    """The URI scheme of a data file's path (``file`` for a plain local path)."""
-    scheme = urlsplit(path).scheme
-    return "file" if scheme in ("", "file") or len(scheme) == 1 else scheme  # 1: a drive
-
-
-def jvm_file_uri(path: str) -> str:
-    """The Hadoop URI of a data file path as Iceberg records it: a URI as it is
-    (``file:/w/t/a.parquet`` from a Hive metastore's locations too), a plain path as local."""
-    scheme = urlsplit(path).scheme
-    return path if len(scheme) > 1 else "file://" + path
 
 
 def _names_by_id(schema: Any) -> dict[int, str]:
@@ -227,13 +214,9 @@ def jvm_unsupported_iceberg(
             return f"data file {path!r} is {f.file_format}; the JVM reader reads Parquet"
         if planned.task.delete_files or planned.equality_deletes:
             return f"delete files apply to data file {path!r}; the Python reader applies them"
-    schemes = sorted({file_scheme(path) for path in tasks})
-    unreachable = [s for s in schemes if not reachable(s)]
+    unreachable = unreachable_file_system(tasks, reachable)
     if unreachable:
-        return (
-            f"the session's JVM has no file system for {unreachable[0]}:// (on a cluster: "
-            "hadoop-aws for s3a, see docs/cluster.md)"
-        )
+        return unreachable
     if metadata.properties.get(NAME_MAPPING):
         return (
             f"the table has a name mapping ({NAME_MAPPING}): files without field ids, which "

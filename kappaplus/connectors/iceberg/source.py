@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from kappaplus.connectors.hive.jvm_reader import lake_file_uri
 from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
-from kappaplus.connectors.iceberg.jvm_path import jvm_file_uri
 from kappaplus.connectors.iceberg.lister import IcebergFileLister, read_task
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.slicing.manifest import ManifestEntry
@@ -41,7 +41,7 @@ class IcebergStreamReader(ListedFilesStreamReader):
 
     def data_file_uri(self, path: str) -> str:
         """Iceberg records data files by URI (or an absolute local path)."""
-        return jvm_file_uri(path)
+        return lake_file_uri(path)
 
 
 class IcebergStreamDataSource(ListedFilesDataSource):
