@@ -243,6 +243,8 @@ def is_local_master(master: str) -> bool:
 
 def local_defaults(home: Path) -> dict[str, str]:
     """Settings for a local-mode session: small, quiet, this interpreter for Python workers.
+    ``KAPPA_DRIVER_MEMORY`` (default ``2g``) and ``KAPPA_DRIVER_JAVA_OPTIONS`` (added to the
+    driver JVM's options) tune the driver.
 
     Never applied on a cluster, where they would override ``spark-defaults.conf``.
     """
@@ -254,8 +256,15 @@ def local_defaults(home: Path) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
-        "spark.driver.extraJavaOptions": (
-            f"-Dderby.system.home={home} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+        "spark.driver.extraJavaOptions": " ".join(
+            option
+            for option in (
+                f"-Dderby.system.home={home}",
+                f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+                # e.g. the test suite's quick JIT tier and serial GC (tests/conftest.py)
+                os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", "").strip(),
+            )
+            if option
         ),
     }
 

@@ -98,7 +98,12 @@ def test_metrics_endpoint_answers_while_a_query_runs(  # type: ignore[no-untyped
     def run() -> None:
         try:
             results.append(
-                run_job(spark, job, config, RunOptions("stream", timeout=240, metrics_port=port))
+                run_job(
+                    spark,
+                    job,
+                    config,
+                    RunOptions("stream", timeout=240, until_idle=10, metrics_port=port),
+                )
             )
         except Exception as exc:  # noqa: BLE001 - re-raised in the test's thread
             results.append(exc)
@@ -115,13 +120,18 @@ def test_metrics_endpoint_answers_while_a_query_runs(  # type: ignore[no-untyped
         except OSError:
             scraped = ""
         rows = _value(scraped, "kappa_input_rows_total", output="archive") or 0
-        if rows >= len(events) + 1 and _value(scraped, "kappa_query_active", output="archive"):
+        dead = _value(scraped, "kappa_dead_letters_total", output="archive", input="records")
+        # every good record counted as input, the bad one as a dead letter, query still up
+        if (
+            rows >= len(events)
+            and dead == 1
+            and _value(scraped, "kappa_query_active", output="archive")
+        ):
             break
         time.sleep(1)
-    stop_all = [q for q in spark.streams.active if q.name.startswith(job.name.split("-")[0])]
-    for query in stop_all:
-        query.stop()
-    runner.join(120)
+    assert runner.is_alive(), "the run ended before the scrape saw every record"
+    runner.join(120)  # the run stops itself, idle for 10 s
+    assert not runner.is_alive(), "the run did not stop when idle"
     if results and isinstance(results[0], Exception):
         raise results[0]
     (scratch / "scrape.txt").write_text(scraped)
