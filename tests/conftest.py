@@ -14,10 +14,12 @@ pytest_plugins = ["kafka_fixtures"]
 
 _HOME = Path(tempfile.mkdtemp(prefix="kappa-test-"))
 os.environ["KAPPA_HOME"] = str(_HOME)
-# Every local Spark JVM of the tests (this session's and each `kappa` process's) with the
-# quick JIT tier and the serial GC: the tests' small inputs never pay back the optimizing
-# compiler's CPU on 2 cores (the same tests took 8-9% less wall time, two pairs).
-os.environ.setdefault("KAPPA_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The short-lived Spark JVMs the tests start (each `kappa` process's) with the quick JIT
+# tier and the serial GC: a few seconds of small inputs never pay back the optimizing
+# compiler's CPU on 2 cores (8-9% less wall time for short test sessions, two pairs). The
+# session fixture's JVM lives for the whole run and keeps the default JIT.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("KAPPA_DRIVER_JAVA_OPTIONS", QUICK_JVM)
 
 
 @pytest.fixture(scope="session")
@@ -32,9 +34,14 @@ def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
     from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.session import create_session, stop_session
 
-    session = create_session(
-        "kappaplus-tests", home=kappa_home, metastore_discovery=LOCAL_DISCOVERY
-    )
+    quick = os.environ.pop("KAPPA_DRIVER_JAVA_OPTIONS", None)  # not for this long-lived JVM
+    try:
+        session = create_session(
+            "kappaplus-tests", home=kappa_home, metastore_discovery=LOCAL_DISCOVERY
+        )
+    finally:
+        if quick is not None:
+            os.environ["KAPPA_DRIVER_JAVA_OPTIONS"] = quick
     yield session
     stop_session(session)
 
