@@ -34,14 +34,11 @@ def spark(kappa_home: Path):  # type: ignore[no-untyped-def]
     from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.session import create_session, stop_session
 
-    quick = os.environ.pop("KAPPA_DRIVER_JAVA_OPTIONS", None)  # not for this long-lived JVM
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("KAPPA_DRIVER_JAVA_OPTIONS", raising=False)  # not for this long-lived JVM
         session = create_session(
             "kappaplus-tests", home=kappa_home, metastore_discovery=LOCAL_DISCOVERY
         )
-    finally:
-        if quick is not None:
-            os.environ["KAPPA_DRIVER_JAVA_OPTIONS"] = quick
     yield session
     stop_session(session)
 

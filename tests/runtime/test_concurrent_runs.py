@@ -155,11 +155,10 @@ def test_stream_and_backfill_run_at_the_same_time(
     env = {
         **os.environ,
         "KAPPA_HOME": str(home),
+        # Three Spark JVMs start at once on a small machine: the quick JIT tier and serial
+        # GC every test `kappa` process gets (KAPPA_DRIVER_JAVA_OPTIONS, tests/conftest.py)
+        # take much less CPU, so Python workers still connect back within Spark's fixed 10 s.
         "KAPPA_DRIVER_MEMORY": "1g",
-        # Three Spark JVMs start at once on a small machine: the quick JIT tier and the
-        # serial GC take much less CPU, so Python workers still connect back to the JVM
-        # within Spark's fixed 10 s (the usual failure of a starved local stream).
-        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     env.pop("KAPPA_METASTORE_URI", None)  # found from the state directory, nothing else
 
