@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from kappaplus.connectors.hive.commits import partition_columns, table_location
+from kappaplus.connectors.hive.commits import describe_table
 from kappaplus.connectors.hive.sink_options import HiveSinkOptions, quote_identifier, table_sql
 from kappaplus.core.errors import TableError
 from kappaplus.core.table import BATCH_COLUMN
@@ -46,15 +46,18 @@ def create_or_check(spark: SparkSession, opts: HiveSinkOptions, df: DataFrame) -
             if not spark.catalog.tableExists(opts.table):
                 raise TableError(f"cannot create table {opts.table}: {exc}") from exc
         log.info("created table %s partitioned by %s", opts.table, opts.table_partition_columns)
-    check_schema(spark, opts, df)
-    return table_location(spark, opts.table)
+    location, parts = describe_table(spark, opts.table)
+    check_schema(spark, opts, df, parts)
+    return location
 
 
-def check_schema(spark: SparkSession, opts: HiveSinkOptions, df: DataFrame) -> None:
-    """Raise :class:`TableError` naming what differs when ``df`` does not fit the table."""
+def check_schema(
+    spark: SparkSession, opts: HiveSinkOptions, df: DataFrame, parts: list[str]
+) -> None:
+    """Raise :class:`TableError` naming what differs when ``df`` does not fit the table
+    partitioned by ``parts``."""
     from pyspark.sql.types import LongType
 
-    parts = partition_columns(spark, opts.table)
     wanted = opts.table_partition_columns
     if [p.lower() for p in parts] != [c.lower() for c in wanted]:
         hint = ""
