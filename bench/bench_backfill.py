@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -121,6 +122,8 @@ class Timed:
     peak_pss_mb: float
     first_batch_s: float | None
     returncode: int
+    first_batch_query_s: float | None = None
+    """(A): from the query's start (its checkpoint's ``metadata``) to batch 0's commit."""
 
 
 #: Pids outside a way's process tree that count in its memory (a cluster's executors).
@@ -342,6 +345,7 @@ class Result:
     first_batch_s: float | None = None
     note: str = ""
     master: str = "local"
+    first_batch_query_s: float | None = None
 
     @property
     def rows_per_s(self) -> float:
@@ -376,12 +380,19 @@ def job_config(
         "[inputs.events.hive]\n"
         f'table = "{table_name(days)}"\n'
         'event_time_column = "ts"\n'
-        f'reader = "{reader}"\n\n'
+        f'reader = "{reader}"\n'
+        + "".join(f"{key} = {value}\n" for key, value in INPUT_OPTIONS.items())
+        + "\n"
         f"[outputs.{output}.hive]\n"
         f'table = "bench_{job.lower()}_{days}d{suffix}"\n'
     )
     return path
 
+
+#: Extra ``[inputs.events.hive]`` settings of (A) (``--input-option``, TOML values).
+INPUT_OPTIONS: dict[str, str] = {}
+#: Extra ``kappa`` options of (A), before ``run`` (``--kappa-arg``, e.g. ``-v``).
+KAPPA_ARGS: list[str] = []
 
 E_TOPIC = "bench-history"
 E_BATCH = 2_000_000
@@ -489,6 +500,7 @@ def run_kappa(
     output = "counts" if job == "HOURLY" else "sessions"
     cmd = [
         str(Path(sys.executable).parent / "kappa"),
+        *KAPPA_ARGS,
         "run",
         f"backfill_jobs:{job}",
         "--mode",
@@ -510,6 +522,11 @@ def run_kappa(
     timed = run_timed(cmd, env, watch=(runs, f"*/{output}/commits/0"))
     if timed.returncode != 0:
         raise SystemExit(f"kappa run {job} failed with status {timed.returncode}")
+    started = sorted(runs.glob(f"*/{output}/metadata"))
+    committed = sorted(runs.glob(f"*/{output}/commits/0"))
+    if started and committed:
+        query_s = committed[0].stat().st_mtime - started[0].stat().st_mtime
+        timed = dataclasses.replace(timed, first_batch_query_s=query_s)
     data = markers = 0
     for offsets in runs.glob(f"*/{output}/offsets/[0-9]*"):
         last = offsets.read_text().strip().splitlines()[-1]
@@ -530,7 +547,11 @@ def count_files(location: str) -> int:
 
 
 def generate(args: argparse.Namespace, work: Path, env: dict[str, str], days: int) -> dict:
-    """Write the table of ``days`` (on the local master); its row count and location."""
+    """Write the table of ``days`` (on the local master); its row count and location. With
+    ``--work``, a table written there before at the same size is reused."""
+    kept = work / f"table-{days}d-{args.rows_per_day}-{args.files_per_hour}.json"
+    if args.work and kept.exists():
+        return json.loads(kept.read_text())
     gen, info = child(
         "generate",
         work,
@@ -540,6 +561,8 @@ def generate(args: argparse.Namespace, work: Path, env: dict[str, str], days: in
         files_per_hour=args.files_per_hour,
     )
     print(f"{days} days: {info['rows']:,} rows written in {gen.seconds:.0f} s", file=sys.stderr)
+    if args.work:
+        kept.write_text(json.dumps(info))
     return info
 
 
@@ -589,6 +612,7 @@ def bench_days(
                 f"{data} + {markers} markers",
                 str(got["rows"] == expected),
                 timed.first_batch_s,
+                first_batch_query_s=timed.first_batch_query_s,
             )
         )
     if "C" in ways:
@@ -691,6 +715,7 @@ def bench_days(
                     f"{data} + {markers} markers",
                     str(got["rows"] == struth["rows"]),
                     timed_sa.first_batch_s,
+                    first_batch_query_s=timed_sa.first_batch_query_s,
                 )
             )
     for r in results:
@@ -716,7 +741,7 @@ def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str
         "included); peak PSS over its process tree.",
         "",
         "| days | master | job | way | seconds | rows/s | peak PSS MB | micro-batches "
-        "| first batch s | equal to B | ratio to B | PSS ratio to B |",
+        "| first batch s (after query start) | equal to B | ratio to B | PSS ratio to B |",
         "|---:|---|---|---|---:|---:|---:|---|---:|---|---:|---:|",
     ]
     for r in results:
@@ -731,6 +756,8 @@ def render(results: list[Result], args: argparse.Namespace, load: tuple[str, str
         ratio = f"{r.seconds / base.seconds:.2f}x" if base else "-"
         pss = f"{r.peak_pss_mb / base.peak_pss_mb:.2f}x" if base and base.peak_pss_mb else "-"
         first = f"{r.first_batch_s:.0f}" if r.first_batch_s is not None else "-"
+        if r.first_batch_query_s is not None:
+            first += f" ({r.first_batch_query_s:.1f})"
         note = f" ({r.note})" if r.note else ""
         lines.append(
             f"| {r.days} | {r.master} | {r.job} | {names[r.way]}{note} | {r.seconds:.1f} "
@@ -865,6 +892,24 @@ def main() -> None:
         "--executor-memory", default="1g", help="each cluster executor's memory (--masters)"
     )
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument(
+        "--work",
+        help="keep the tables, checkpoints and logs in this directory and reuse its tables "
+        "(profiling); default a temporary directory removed at the end",
+    )
+    parser.add_argument(
+        "--input-option",
+        action="append",
+        default=[],
+        metavar="KEY=TOML",
+        help="an extra [inputs.events.hive] setting of (A), e.g. target_rows_per_trigger=4000000",
+    )
+    parser.add_argument(
+        "--kappa-arg",
+        action="append",
+        default=[],
+        help="an extra `kappa` option of (A), before `run` (-v: debug log)",
+    )
     # child processes
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -887,7 +932,15 @@ def main() -> None:
         }[args.child](args)
         return
 
-    work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
+    for setting in args.input_option:
+        key, _, value = setting.partition("=")
+        INPUT_OPTIONS[key.strip()] = value.strip()
+    KAPPA_ARGS.extend(args.kappa_arg)
+    if args.work:
+        work = Path(args.work).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
     env = dict(os.environ)
     env["KAPPA_HOME"] = str(work / "home")
     env["PYTHONPATH"] = os.pathsep.join(
@@ -907,7 +960,8 @@ def main() -> None:
                     results += bench_days(args, work, envs[master], days, info, master)
                     print(render(results, args, (load_before, "...")), file=sys.stderr)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
     text = render(results, args, (load_before, f"{os.getloadavg()[0]:.1f}"))
     print(text)
     if not args.no_docs:

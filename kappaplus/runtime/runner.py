@@ -50,6 +50,7 @@ from kappaplus.runtime.binding.outputs import (
     plan_output,
     start_output,
 )
+from kappaplus.runtime.binding.slice_size import with_aggregation_slices
 from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
 from kappaplus.runtime.failures import metastore_uri
 from kappaplus.runtime.observe.observers import (
@@ -202,6 +203,13 @@ def _prepare(
         spark, job, resolved, run, strategy, mode_dir, drain.path, list(late.values()), dead
     )
     frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+    larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+    if larger is not None:  # bound again: the slice size is a source option
+        resolved = larger
+        inputs = bind_inputs(
+            spark, job, resolved, run, strategy, mode_dir, drain.path, list(late.values()), dead
+        )
+        frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(
             job.name,

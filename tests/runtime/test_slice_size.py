@@ -1,0 +1,86 @@
+"""The default slice size from the job's plan: larger slices only for jobs that keep state
+per group (windowed or keyed aggregations), never for jobs that hold rows (session windows,
+stream-stream joins, deduplication), and never over a slice size the binding sets."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from kappaplus.config import resolve
+from kappaplus.config.loading import config_from_dict
+from kappaplus.runtime.binding.slice_size import (
+    AGGREGATION_TARGET_ROWS,
+    holds_groups_only,
+    with_aggregation_slices,
+)
+from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
+
+
+@pytest.fixture(scope="module")
+def events(spark):  # type: ignore[no-untyped-def]
+    return (
+        spark.readStream.format("rate")
+        .load()
+        .select(
+            F.col("value").alias("id"),
+            (F.col("value") % 7).cast("int").alias("key"),
+            F.col("timestamp").alias("ts"),
+        )
+        .withWatermark("ts", "2 minutes")
+    )
+
+
+def test_windowed_and_keyed_aggregations_hold_groups_only(spark, events) -> None:  # type: ignore[no-untyped-def]
+    hourly = events.groupBy(F.window("ts", "1 hour"), "key").count()
+    assert holds_groups_only(hourly.select(F.col("window.start").alias("w"), "key", "count"))
+    lookup = spark.range(7).withColumnRenamed("id", "k")  # a static side holds nothing
+    enriched = events.join(lookup, events.key == lookup.k).groupBy(F.window("ts", "1 day")).count()
+    assert holds_groups_only(enriched)
+
+
+def test_row_holding_or_stateless_plans_keep_the_default(events) -> None:  # type: ignore[no-untyped-def]
+    sessions = events.groupBy(F.session_window("ts", "10 minutes"), "key").count()
+    other = events.select(F.col("id").alias("id2"), F.col("ts").alias("ts2"))
+    joined = (
+        events.join(other, F.expr("id = id2 AND ts2 BETWEEN ts AND ts + interval 1 minute"))
+        .groupBy(F.window("ts", "1 hour"))
+        .count()
+    )
+    deduplicated = events.dropDuplicates(["id"]).groupBy(F.window("ts", "1 hour")).count()
+    assert not holds_groups_only(sessions)
+    assert not holds_groups_only(joined)
+    assert not holds_groups_only(deduplicated)
+    assert not holds_groups_only(events.where("key > 2"))  # stateless: no aggregation
+
+
+def _resolved(hive: dict[str, object]):  # type: ignore[no-untyped-def]
+    config = config_from_dict(
+        {
+            "job": "x:JOB",
+            "inputs": {
+                "events": {"hive": {"table": "lake.events", "event_time_column": "ts", **hive}}
+            },
+            "outputs": {"counts": {"hive": {"table": "out.counts"}}},
+        }
+    )
+    return resolve(config, "backfill")
+
+
+def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # type: ignore[no-untyped-def]
+    hourly = {"counts": events.groupBy(F.window("ts", "1 hour"), "key").count()}
+    larger = with_aggregation_slices(_resolved({}), hourly)
+    assert larger is not None
+    assert larger.inputs["events"].hive.target_rows_per_trigger == AGGREGATION_TARGET_ROWS
+    assert AGGREGATION_TARGET_ROWS > DEFAULT_TARGET_ROWS
+    for chosen in (
+        {"target_rows_per_trigger": 1000},
+        {"maxEventTimePerTrigger": "1 hour"},
+        {"target_bytes_per_trigger": 10_000_000},
+        {"target_batch_duration": "5 seconds"},
+    ):
+        assert with_aggregation_slices(_resolved(chosen), hourly) is None, chosen
+    sessions = {"s": events.groupBy(F.session_window("ts", "10 minutes")).count()}
+    assert with_aggregation_slices(_resolved({}), sessions) is None
+    # one output holding rows keeps the default for the inputs every output shares
+    assert with_aggregation_slices(_resolved({}), {**hourly, **sessions}) is None
