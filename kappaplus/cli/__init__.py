@@ -125,6 +125,17 @@ class _StateLogFile(logging.FileHandler):
         return super()._open()
 
 
+def _not_py4j_retry(record: logging.LogRecord) -> bool:
+    """False for py4j's notice that it retries a command on a fresh connection (logged on the
+    root logger at INFO with a traceback, e.g. while the JVM shuts down); a retry that fails
+    too is logged at ERROR and still shown."""
+    return not (
+        record.name == "root"
+        and record.levelno == logging.INFO
+        and record.getMessage() == "Exception while sending command."
+    )
+
+
 @app.callback()
 def main(
     verbose: bool = typer.Option(
@@ -144,6 +155,8 @@ def main(
 
     on_stderr = _CurrentStderr()
     on_stderr.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if not verbose:
+        on_stderr.addFilter(_not_py4j_retry)
     in_file = _StateLogFile()
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in (on_stderr, in_file):
