@@ -384,11 +384,14 @@ def job_config(
         + "".join(f"{key} = {value}\n" for key, value in INPUT_OPTIONS.items())
         + "\n"
         f"[outputs.{output}.hive]\n"
-        f'table = "bench_{job.lower()}_{days}d{suffix}"\n'
+        f'table = "bench_{job.lower()}_{days}d{suffix}{RUN_TAG[0]}"\n'
     )
     return path
 
 
+#: A suffix of (A)'s output tables: with ``--work`` each run writes new ones (a backfill
+#: refuses a table another run's rows are in).
+RUN_TAG = [""]
 #: Extra ``[inputs.events.hive]`` settings of (A) (``--input-option``, TOML values).
 INPUT_OPTIONS: dict[str, str] = {}
 #: Extra ``kappa`` options of (A), before ``run`` (``--kappa-arg``, e.g. ``-v``).
@@ -447,7 +450,7 @@ def e_config(work: Path, days: int, bootstrap: str) -> Path:
         'starting_offsets = "earliest"\n'
         f"maxOffsetsPerTrigger = {E_BATCH}\n\n"
         "[outputs.counts.hive]\n"
-        f'table = "bench_hourly_{days}d_stream"\n'
+        f'table = "bench_hourly_{days}d{RUN_TAG[0]}_stream"\n'
     )
     return path
 
@@ -463,7 +466,7 @@ def run_stream(work: Path, env: dict[str, str], days: int, location: str) -> tup
     try:
         create_topic(bootstrap, E_TOPIC, partitions=1)
         produced, _ = child("produce", work, env, location=location, table=bootstrap)
-        checkpoints = work / "checkpoints" / f"E-{days}"
+        checkpoints = work / "checkpoints" / f"E-{days}{RUN_TAG[0]}"
         cmd = [
             str(Path(sys.executable).parent / "kappa"),
             "run",
@@ -496,7 +499,7 @@ def run_kappa(
 ) -> tuple[Timed, int, int]:
     """(A): ``kappa run`` in its own process; (timing, data batches, marker batches)."""
     config = job_config(work, job, days, reader, master)
-    checkpoints = work / "checkpoints" / f"{job}-{days}-{reader}"
+    checkpoints = work / "checkpoints" / f"{job}-{days}-{reader}{RUN_TAG[0]}"
     output = "counts" if job == "HOURLY" else "sessions"
     cmd = [
         str(Path(sys.executable).parent / "kappa"),
@@ -599,7 +602,11 @@ def bench_days(
             a_batches = max(1, data)
         suffix = table_suffix(reader, master)
         _, got = child(
-            "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d{suffix}_backfill"
+            "read_output",
+            work,
+            env,
+            kind="hourly",
+            table=f"bench_hourly_{days}d{suffix}{RUN_TAG[0]}_backfill",
         )
         results.append(
             Result(
@@ -660,7 +667,11 @@ def bench_days(
     if "E" in ways and days <= args.e_max_days:
         produced, timed_e = run_stream(work, env, days, location)
         _, got_e = child(
-            "read_output", work, env, kind="hourly", table=f"bench_hourly_{days}d_stream"
+            "read_output",
+            work,
+            env,
+            kind="hourly",
+            table=f"bench_hourly_{days}d{RUN_TAG[0]}_stream",
         )
         missing = len({tuple(r) for r in expected} - {tuple(r) for r in got_e["rows"]})
         results.append(
@@ -702,7 +713,7 @@ def bench_days(
                 work,
                 env,
                 kind="sessions",
-                table=f"bench_sessions_{days}d{suffix}_backfill",
+                table=f"bench_sessions_{days}d{suffix}{RUN_TAG[0]}_backfill",
             )
             results.append(
                 Result(
@@ -937,6 +948,7 @@ def main() -> None:
         INPUT_OPTIONS[key.strip()] = value.strip()
     KAPPA_ARGS.extend(args.kappa_arg)
     if args.work:
+        RUN_TAG[0] = f"_r{int(time.time())}"
         work = Path(args.work).resolve()
         work.mkdir(parents=True, exist_ok=True)
     else:
