@@ -44,6 +44,10 @@ def daemon_env(home: Path) -> dict[str, str]:
             "SPARK_DAEMON_MEMORY": "256m",
             # The REST submission server would take the fixed port 6066.
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            # The tests' driver JVM flags (quick JIT tier, class archive: tests/conftest.py)
+            # for the drivers the jobs start; on a cluster create_session leaves the
+            # driver's options to the caller, and the daemons ignore this variable.
+            "SPARK_SUBMIT_OPTS": os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", ""),
         }
     )
     # The executors' interpreter must come from the job's session settings, not from the
