@@ -7,10 +7,11 @@ a local session starts in ~6 s instead of ~10 s on 2 cores (two pairs).
 
 ``archive_options()`` returns the JVM options that use the archive, building it first (one
 small Spark session with Hive, a table, a streaming query) when this JDK, pyspark and jar set
-have none yet; ``None`` when it cannot be built (the tests then run without it). The archive
-lives in the user's cache directory, keyed by what the JVM checks it against, so concurrent
-test sessions and later runs share it; a JVM whose class path differs ignores it, quietly
-(``-Xlog:cds*=off``: the JVM's CDS warnings would land in the output tests read).
+have none yet; ``None`` when it cannot be built (the tests then run without it; the failure
+is kept in a ``.failed`` file next to the archive's path and not retried while it exists).
+The archive lives in the user's cache directory, keyed by what the JVM checks it against,
+so concurrent test sessions and later runs share it; a JVM whose class path differs ignores
+it, quietly (``-Xlog:cds*=off``: the JVM's CDS warnings would land in the output tests read).
 
     python tests/jvm_class_archive.py --workload HOME   # what runs under ArchiveClassesAtExit
 """
@@ -51,10 +52,14 @@ def archive_options(java_options: str) -> str | None:
         cache = _cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
         archive = cache / f"spark-driver-{_key(java_options)}.jsa"
+        failed = archive.with_suffix(".failed")  # tried once: not again in every session
         with open(cache / "build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building it
-            if not archive.exists():
-                _build(archive, java_options)
+            if not archive.exists() and not failed.exists():
+                try:
+                    _build(archive, java_options)
+                except subprocess.SubprocessError as exc:
+                    failed.write_text(f"{exc}\n{getattr(exc, 'stderr', b'')[-4000:]!r}\n")
     except (OSError, subprocess.SubprocessError):
         return None
     if not archive.exists():
