@@ -19,7 +19,13 @@ os.environ["KAPPA_HOME"] = str(_HOME)
 # compiler's CPU on 2 cores (8-9% less wall time for short test sessions, two pairs). The
 # session fixture's JVM lives for the whole run and keeps the default JIT.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("KAPPA_DRIVER_JAVA_OPTIONS", QUICK_JVM)
+if "KAPPA_DRIVER_JAVA_OPTIONS" not in os.environ:
+    # and the classes of Spark's driver mapped from a CDS archive (tests/jvm_class_archive.py,
+    # built once per JDK and pyspark): ~4 s less start-up for each of those JVMs
+    from jvm_class_archive import archive_options
+
+    archive = archive_options(QUICK_JVM)
+    os.environ["KAPPA_DRIVER_JAVA_OPTIONS"] = f"{QUICK_JVM} {archive}" if archive else QUICK_JVM
 
 
 @pytest.fixture(scope="session")

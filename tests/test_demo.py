@@ -41,8 +41,10 @@ def test_demo_reconciles_and_down_stops_everything(tmp_path: Path) -> None:
             "1",
             "--slice-hours",
             "6",
+            # the demo's default: ~8 stream batches of 3 hours of arrivals (1 hour: 20
+            # batches, 25 s more); the 6-12 hours late events still land behind the watermark
             "--batch-hours",
-            "1",
+            "3",
         ],
         env=env,
         capture_output=True,

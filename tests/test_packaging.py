@@ -92,6 +92,10 @@ def _env(site: Path, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KAPPA_", "PYSPARK_"))}
     env["PYTHONPATH"] = str(site)  # the wheel's kappaplus before the checkout's
     env["KAPPA_HOME"] = str(home)
+    # JVM flags only: the tests' quick JIT tier and class archive (tests/conftest.py), for
+    # a `kappa` driver (from KAPPA_DRIVER_JAVA_OPTIONS) and the one spark-submit starts
+    jvm = os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", "")
+    env["KAPPA_DRIVER_JAVA_OPTIONS"] = env["SPARK_SUBMIT_OPTS"] = jvm
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return env

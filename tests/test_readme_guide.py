@@ -54,6 +54,9 @@ def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
         elif kind == "bash":
             script.append(body)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    # but the quick JIT tier of every test `kappa` process (tests/conftest.py): JVM flags
+    # only, nothing the guide's commands read or find
+    env["KAPPA_DRIVER_JAVA_OPTIONS"] = os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", "")
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
     env["COLUMNS"] = "80"
     try:

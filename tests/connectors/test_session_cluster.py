@@ -1,6 +1,7 @@
 """On a cluster, ``create_session`` leaves ``spark-defaults.conf`` and the caller's settings
-alone: a standalone master and worker, a ``spark-defaults.conf`` that sets some of what
-``create_session`` sets in local mode, and a session whose settings are read back."""
+alone: the session's standalone master and worker (``standalone_cluster``, conftest.py), a
+``spark-defaults.conf`` that sets some of what ``create_session`` sets in local mode, and a
+session whose settings are read back."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_hive_standalone import JOB_TIMEOUT, Cluster, daemon_env, standalone_cluster
-
-__all__ = ["standalone_cluster"]  # the fixture, imported for this module
+from standalone_cluster import JOB_TIMEOUT, Cluster, daemon_env
 
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 DEFAULTS = {

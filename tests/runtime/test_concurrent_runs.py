@@ -47,7 +47,10 @@ EVENTS: dict[str, Any] = {
 }
 GAP = 30 * 60
 BATCH = 30  # Kafka records per stream micro-batch: a few batches, so lateness can happen
-IDLE = 30  # seconds without input before the stream run stops: it outlives the backfill start
+# seconds without input before the stream run stops; the overlap does not hang on it: the
+# records are produced only once the backfill run is under way, and a stream run that has
+# read nothing never stops for idleness
+IDLE = 6
 COLUMNS = [
     "rider_id",
     "unix_micros(session_start)",
@@ -141,6 +144,19 @@ def read_line(stream: IO[str], proc: subprocess.Popen[str], timeout: float) -> s
     raise AssertionError("catalog process did not answer in time")
 
 
+def wait_for_run(home: Path, mode: str, proc: Proc, timeout: float) -> None:
+    """Wait until a run of ``mode`` has its record (saved once its queries started);
+    fails if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r.mode == mode for r in list_runs(home)):
+            return
+        if proc.proc.poll() is not None:
+            raise AssertionError(f"{proc.name} exited {proc.proc.returncode}:\n{proc.tail()}")
+        time.sleep(0.2)
+    raise AssertionError(f"no {mode} run started in {timeout:.0f}s:\n{proc.tail()}")
+
+
 def as_session(row: list[Any]) -> tuple[Any, ...]:
     rider, start, end, count, kinds, trip = row
     return (rider, start, end, count, tuple(kinds), trip)
@@ -179,12 +195,8 @@ def test_stream_and_backfill_run_at_the_same_time(
         assert ready == {"metastore": uri, "rows": len(events)}, "the server was discovered"
         table_ready = time.monotonic() - began
 
-        # -- the same events on Kafka, in arrival order, then a far-future rider whose
-        # events push the stream's watermark past every session
-        flush_at = events[-1]["event_time"] + timedelta(days=1)
-        flush = flush_events(flush_at, 5)
+        # -- the topic the stream reads; its records are produced once both runs go (below)
         topic = new_topic(prefix="rider-events")
-        produce(kafka_bootstrap, topic, arrival_order(events) + flush)
 
         # -- the job config: the example's, bound to this topic and table -----------------
         raw = tomllib.loads((EXAMPLES / "sessionization.toml").read_text())
@@ -236,6 +248,13 @@ def test_stream_and_backfill_run_at_the_same_time(
             env,
             tmp_path,
         )
+        # -- the same events on Kafka, in arrival order, then a far-future rider whose
+        # events push the stream's watermark past every session: produced once the backfill
+        # run is under way: the stream run, which stops only after it read them, overlaps it
+        wait_for_run(home, "backfill", backfill, 400)
+        flush_at = events[-1]["event_time"] + timedelta(days=1)
+        flush = flush_events(flush_at, 5)
+        produce(kafka_bootstrap, topic, arrival_order(events) + flush)
         codes = {p.name: p.finish(timeout=600) for p in (stream, backfill)}
         both_done = time.monotonic() - launched
         for p in (stream, backfill):

@@ -39,6 +39,8 @@ def kappa(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedP
     """``python -m kappaplus ARGS`` in a process of its own, state directory ``home``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
     env["KAPPA_HOME"] = str(home)
+    # JVM flags only: the tests' quick JIT tier and class archive (tests/conftest.py)
+    env["KAPPA_DRIVER_JAVA_OPTIONS"] = os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", "")
     env["PYTHONPATH"] = str(Path(__file__).parents[2])
     env["COLUMNS"] = "250"
     return subprocess.run(
