@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AGGREGATION_TARGET_ROWS = 4 * DEFAULT_TARGET_ROWS
+AGGREGATION_TARGET_ROWS = 2 * DEFAULT_TARGET_ROWS
 """Rows per slice by default for a job whose queries only aggregate (see the module doc)."""
 
 #: Streaming operators that keep nothing per row between micro-batches.
