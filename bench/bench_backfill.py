@@ -646,7 +646,7 @@ def bench_days(
             days=days,
             location=location,
             files_per_trigger=per,
-            checkpoint=work / f"d-{days}",
+            checkpoint=work / f"d-{days}-{master}{RUN_TAG[0]}",
         )
         got_d = dres["rows"]
         missing = len({tuple(r) for r in expected} - {tuple(r) for r in got_d})
