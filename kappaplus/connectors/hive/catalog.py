@@ -26,6 +26,7 @@ from kappaplus.connectors.hive.options import (
 from kappaplus.core.errors import TableError, TableNotFound
 from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
+from kappaplus.core.table.catalogs import describe_sections
 from kappaplus.core.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
@@ -69,21 +70,7 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
                 else ": check the name, or register its files with 'kappa table register'"
             )
         ) from None
-    details: dict[str, str] = {}
-    partition_columns: list[str] = []
-    section = "columns"
-    for row in described:
-        name = (row["col_name"] or "").strip()
-        if name.startswith("# Partition Information"):
-            section = "partitions"
-        elif name.startswith("# Detailed Table Information"):
-            section = "details"
-        elif name.startswith("#") or not name:
-            continue
-        elif section == "partitions":
-            partition_columns.append(name)
-        elif section == "details":
-            details[name] = (row["data_type"] or "").strip()
+    partition_columns, details = describe_sections(described)
     if details.get("Type", "").upper() == "VIEW":
         raise TableError(f"{table!r} is a view; the Hive streaming source reads tables")
     provider = details.get("Provider", "").lower()

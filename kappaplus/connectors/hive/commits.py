@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.sink_options import table_sql
 from kappaplus.core.errors import TableError
+from kappaplus.core.table.catalogs import describe_sections
 from kappaplus.core.table.commit_log import COMMITS_DIR
 from kappaplus.core.table.hadoop_fs import HadoopFs
 
@@ -107,24 +108,11 @@ def describe_table(spark: SparkSession, table: str) -> tuple[str, list[str]]:
     ``DESCRIBE TABLE EXTENDED`` (the catalog's ``listColumns`` took ~1 s more on a table of
     a few columns: one remote call per column attribute)."""
     rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table_sql(table)}").collect()
-    location = None
-    partitions: list[str] = []
-    section = "columns"
-    for row in rows:
-        name = (row[0] or "").strip()
-        if name.startswith("# Partition Information"):
-            section = "partitions"
-        elif name.startswith("# Detailed Table Information"):
-            section = "details"
-        elif name.startswith("#") or not name:
-            continue
-        elif section == "partitions":
-            partitions.append(name)
-        elif section == "details" and name == "Location":
-            location = str(row[1]).rstrip("/")
-    if location is None:
+    partitions, details = describe_sections(rows)
+    location = details.get("Location")
+    if not location:
         raise TableError(f"table {table} has no location")
-    return location, partitions
+    return location.rstrip("/"), partitions
 
 
 def table_location(spark: SparkSession, table: str) -> str:

@@ -22,6 +22,33 @@ if TYPE_CHECKING:
 EMBEDDED = "embedded"
 
 
+def describe_sections(rows: Any) -> tuple[list[str], dict[str, str]]:
+    """The partition columns (in order) and the detail rows (``Location``, ``Provider``,
+    ...) of a ``DESCRIBE TABLE EXTENDED`` / ``DESCRIBE FORMATTED`` result.
+
+    >>> describe_sections([("id", "bigint"), ("# Partition Information", ""),
+    ...                    ("# col_name", "data_type"), ("dt", "string"), ("", ""),
+    ...                    ("# Detailed Table Information", ""), ("Location", "file:/w/t ")])
+    (['dt'], {'Location': 'file:/w/t'})
+    """
+    partitions: list[str] = []
+    details: dict[str, str] = {}
+    section = "columns"
+    for row in rows:
+        name = (row[0] or "").strip()
+        if name.startswith("# Partition Information"):
+            section = "partitions"
+        elif name.startswith("# Detailed Table Information"):
+            section = "details"
+        elif name.startswith("#") or not name:
+            continue
+        elif section == "partitions":
+            partitions.append(name)
+        elif section == "details":
+            details[name] = (row[1] or "").strip()
+    return partitions, details
+
+
 def catalog_of(spark: SparkSession) -> str:
     """The metastore URI the session uses, or ``"embedded"`` (Derby under the state dir)."""
     uri = spark.sparkContext.getConf().get("spark.hadoop.hive.metastore.uris", "") or ""
