@@ -9,29 +9,19 @@ test asks for it, shared by the tests that only submit applications to it
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import time
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-START_TIMEOUT = 180  # seconds for a JVM daemon to come up on a loaded machine
+# the cluster tests' daemons (process groups, readiness, stop), shared with bench/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+from spark_cluster import Daemon, free_port, spark_home  # noqa: E402
+from spark_cluster import start_daemon as start_command  # noqa: E402
+
+__all__ = ["JOB_TIMEOUT", "Cluster", "Daemon", "daemon_env", "free_port", "start_daemon"]
+
 JOB_TIMEOUT = 720
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def daemon_env(home: Path) -> dict[str, str]:
@@ -57,56 +47,10 @@ def daemon_env(home: Path) -> dict[str, str]:
     return env
 
 
-@dataclass
-class Daemon:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
-    def stop(self) -> None:
-        """Kill the daemon's process group (the worker's executors are in it too)."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(20)
-        # Executors forked by the worker may outlive it briefly.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(10)
-
-
 def start_daemon(name: str, args: list[str], home: Path, ready: str) -> Daemon:
     """Run ``spark-class`` with ``args`` in its own process group; wait for ``ready`` in its log."""
-    log = home / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(spark_home() / "bin" / "spark-class"), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=daemon_env(home),
-            cwd=home,
-            start_new_session=True,
-        )
-    daemon = Daemon(name, process, log)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if ready in log.read_text(errors="replace"):
-            return daemon
-        if process.poll() is not None:
-            break
-        time.sleep(0.5)
-    daemon.stop()
-    raise RuntimeError(f"spark {name} did not start (exit {process.poll()}):\n{daemon.tail()}")
+    command = [str(spark_home() / "bin" / "spark-class"), *args]
+    return start_command(name, command, home, ready, daemon_env(home))
 
 
 @dataclass
