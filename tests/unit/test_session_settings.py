@@ -63,3 +63,18 @@ def test_a_local_session_on_a_metastore_server_rides_out_a_restart(tmp_path: Pat
     mine = {"spark.hadoop.hive.metastore.failure.retries": "10"}
     chosen = builder_settings("local[2]", tmp_path, mine, metastore_uri=uri)
     assert chosen["spark.hadoop.hive.metastore.failure.retries"] == "10"
+
+
+def test_a_small_local_driver_runs_the_serial_collector_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def java_options(master: str) -> str:
+        return builder_settings(master, HOME, hive=False)["spark.driver.extraJavaOptions"]
+
+    monkeypatch.delenv("KAPPA_DRIVER_JAVA_OPTIONS", raising=False)
+    assert "-XX:+UseSerialGC" in java_options("local[2]").split()
+    assert "-XX:+UseSerialGC" in java_options("local[1]").split()
+    assert "GC" not in java_options("local[16]")  # G1, the JVM's own choice
+    monkeypatch.setenv("KAPPA_DRIVER_JAVA_OPTIONS", "-XX:+UseParallelGC -Xss2m")
+    chosen = java_options("local[2]").split()
+    assert "-XX:+UseParallelGC" in chosen and "-XX:+UseSerialGC" not in chosen
