@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from kappaplus.config import AVAILABLE_NOW, JobConfig, resolve
+from kappaplus.connectors.hive.catalog import resolution_scope
 from kappaplus.core.draining import DrainSignal
 from kappaplus.core.settings import state_dir
 from kappaplus.runtime.binding.bounds import bounds_metrics_name
@@ -199,17 +200,25 @@ def _prepare(
         )
     }
     dead = strategy.dead_letter_plans(job, resolved, mode_dir)
-    inputs: dict[str, BoundInput] = bind_inputs(
-        spark, job, resolved, run, strategy, mode_dir, drain.path, list(late.values()), dead
+    bind = functools.partial(
+        bind_inputs,
+        spark,
+        job,
+        run=run,
+        reader=strategy,
+        mode_dir=mode_dir,
+        drain_file=drain.path,
+        late_plans=list(late.values()),
+        dead_letters=dead,
     )
-    frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-    larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
-    if larger is not None:  # bound again: the slice size is a source option
-        resolved = larger
-        inputs = bind_inputs(
-            spark, job, resolved, run, strategy, mode_dir, drain.path, list(late.values()), dead
-        )
+    with resolution_scope():  # each Hive table asked of the catalog once
+        inputs: dict[str, BoundInput] = bind(resolved)
         frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+        larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+        if larger is not None:  # bound again: the slice size is a source option
+            resolved = larger
+            inputs = bind(resolved)
+            frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
     plans = {
         spec.name: plan_output(
             job.name,

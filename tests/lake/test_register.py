@@ -151,3 +151,22 @@ def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:
     (state_dir() / "warehouse" / managed).mkdir(parents=True)
     with pytest.raises(TableError, match="probably created through the metastore server"):
         resolve_table(spark, managed)
+
+
+def test_a_preparation_scope_asks_the_catalog_once_per_table(spark: SparkSession) -> None:
+    from kappaplus.connectors.hive.catalog import resolution_scope
+
+    name = f"scoped_{uuid.uuid4().hex[:6]}"
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, ts timestamp, dt string) USING parquet PARTITIONED BY (dt)"
+    )
+    with resolution_scope():
+        first = resolve_table(spark, name)
+        assert resolve_table(spark, name) is first  # kept, not asked again
+        with pytest.raises(TableNotFound):  # a failure is not kept either way
+            resolve_table(spark, f"no_such_{uuid.uuid4().hex[:6]}")
+    spark.sql(f"ALTER TABLE {name} ADD COLUMNS (extra int)")
+    after = resolve_table(spark, name)  # outside the scope: the catalog's answer of now
+    assert after is not first
+    assert "extra" in after.schema.fieldNames() and "extra" not in first.schema.fieldNames()
+    assert after.partition_columns == first.partition_columns == ("dt",)
