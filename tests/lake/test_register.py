@@ -158,7 +158,8 @@ def test_a_preparation_scope_asks_the_catalog_once_per_table(spark: SparkSession
 
     name = f"scoped_{uuid.uuid4().hex[:6]}"
     spark.sql(
-        f"CREATE TABLE {name} (id bigint, ts timestamp, dt string) USING parquet PARTITIONED BY (dt)"
+        f"CREATE TABLE {name} (id bigint, ts timestamp, dt string) "
+        "USING parquet PARTITIONED BY (dt)"
     )
     with resolution_scope():
         first = resolve_table(spark, name)
