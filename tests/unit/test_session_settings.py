@@ -73,8 +73,10 @@ def test_a_small_local_driver_runs_the_serial_collector_unless_told_otherwise(
 
     monkeypatch.delenv("KAPPA_DRIVER_JAVA_OPTIONS", raising=False)
     assert "-XX:+UseSerialGC" in java_options("local[2]").split()
+    assert "-XX:MaxHeapFreeRatio=30" in java_options("local[2]").split()
     assert "-XX:+UseSerialGC" in java_options("local[1]").split()
     assert "GC" not in java_options("local[16]")  # G1, the JVM's own choice
     monkeypatch.setenv("KAPPA_DRIVER_JAVA_OPTIONS", "-XX:+UseParallelGC -Xss2m")
     chosen = java_options("local[2]").split()
     assert "-XX:+UseParallelGC" in chosen and "-XX:+UseSerialGC" not in chosen
+    assert not any("HeapFreeRatio" in option for option in chosen)
