@@ -849,6 +849,7 @@ def cluster_envs(
     server = MetastoreServer(home, free_port())
     uri = server.start()
     try:
+        shutil.rmtree(work / "spark", ignore_errors=True)  # an earlier run's under --work
         with standalone_cluster(work / "spark", 2, [], memory=args.executor_memory) as cluster:
             conf = work / "spark-conf"
             conf.mkdir(exist_ok=True)
