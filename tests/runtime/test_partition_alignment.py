@@ -177,17 +177,24 @@ def truth(rows: list[dict[str, Any]]) -> Counter[tuple[int, str]]:
     return out
 
 
+def flights_on_topic(
+    bootstrap: str, new_topic: Any, partitions: int
+) -> tuple[list[dict[str, Any]], set[str], str]:
+    """The flights, the ids of the late ones, and a new topic of ``partitions`` holding them."""
+    rows = flights()
+    topic = new_topic(partitions=partitions, prefix=f"flights{partitions}")
+    produce(bootstrap, topic, rows, partitions=partitions)
+    return rows, {r["flight_id"] for r in rows if r["late"]}, topic
+
+
 @pytest.mark.timeout(900)
 def test_a_backlog_on_four_partitions_is_read_as_one_arrival_order(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic, scratch: Path
 ) -> None:
-    rows = flights()
-    late_ids = {r["flight_id"] for r in rows if r["late"]}
+    rows, late_ids, four = flights_on_topic(kafka_bootstrap, new_topic, partitions=4)
     on_time = truth([r for r in rows if not r["late"]])
     assert 20 <= len(late_ids) <= 100 and sum(on_time.values()) > 2500
 
-    four = new_topic(partitions=4, prefix="flights4")
-    produce(kafka_bootstrap, four, rows, partitions=4)
     produced, late, late_rows, _ = run_stream(spark, kafka_bootstrap, four, scratch, align=True)
     assert late == late_ids
     assert produced == on_time
@@ -209,10 +216,7 @@ def test_a_backlog_on_four_partitions_is_read_as_one_arrival_order(  # type: ign
 def test_the_same_records_on_one_partition_give_the_same_late_rows(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic, scratch: Path
 ) -> None:
-    rows = flights()
-    late_ids = {r["flight_id"] for r in rows if r["late"]}
-    one = new_topic(partitions=1, prefix="flights1")
-    produce(kafka_bootstrap, one, rows, partitions=1)
+    rows, late_ids, one = flights_on_topic(kafka_bootstrap, new_topic, partitions=1)
     produced, late, _, _ = run_stream(spark, kafka_bootstrap, one, scratch, align=True)
     assert late == late_ids
     assert produced == truth([r for r in rows if not r["late"]])
