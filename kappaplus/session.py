@@ -544,8 +544,56 @@ def stop_session(spark: SparkSession) -> None:
 
 
 def register_data_sources(spark: SparkSession) -> None:
-    """Register every kappaplus Python data source with ``spark`` (idempotent)."""
+    """Register every kappaplus Python data source with ``spark`` (idempotent).
+
+    Spark's first data source registration also looks for installed ``pyspark_*`` packages
+    that declare a data source; unless there are some, that search is skipped
+    (:func:`skip_static_source_lookup`).
+    """
     from kappaplus.connectors import registered_sources
 
+    skip_static_source_lookup(spark)
     for source in registered_sources():
         spark.dataSource.register(source)
+
+
+def static_source_modules() -> list[str]:
+    """The top-level modules named ``pyspark_*`` on this interpreter's path: where Spark
+    looks for data sources to register by themselves (a ``DefaultSource`` class).
+
+    >>> all(name.startswith("pyspark_") for name in static_source_modules())
+    True
+    """
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_"))
+
+
+def skip_static_source_lookup(spark: SparkSession) -> bool:
+    """Tell Spark there are no ``pyspark_*`` data source packages to look up, when this
+    interpreter has none (:func:`static_source_modules`); True if it did.
+
+    Spark runs that lookup once per JVM, at the first data source registration, in a Python
+    worker daemon started for it alone: 1.2-1.5 s of every session's start and two idle
+    processes (~75 MB PSS) kept for the session's life (measured side by side: registering
+    kappaplus's sources 2.16 / 1.77 s with the lookup, 0.68 / 0.58 s without). With any
+    ``pyspark_*`` module installed, or a Spark whose internals differ, Spark looks as it
+    always does.
+    """
+    found = static_source_modules()
+    if found:
+        log.debug("pyspark_* modules %s: Spark looks up their data sources", found)
+        return False
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        datasources = jvm.org.apache.spark.sql.execution.datasources
+        manager = getattr(getattr(datasources, "DataSourceManager$"), "MODULE$")
+        if not manager.dataSourceBuilders().isEmpty():
+            return False  # looked up already (an earlier session of this JVM)
+        nothing = getattr(getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+        getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(nothing))
+    except Exception as exc:  # noqa: BLE001 - Spark then looks them up itself
+        log.debug("Spark's data source lookup not skipped: %s", exc)
+        return False
+    return True
