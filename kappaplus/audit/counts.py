@@ -7,7 +7,9 @@ holds more than ``BINS`` bins; with fewer distinct buckets in a micro-batch than
 histogram *is* the exact count per bucket (partial histograms of the same bucket are
 summed here). A batch spanning more buckets than that (``BINS`` x 10 minutes is about
 14 days of event time per batch by default) is reported as inexact rather than silently
-approximated (:class:`StageCounts`).
+approximated (:class:`StageCounts`). The bucket index is a column computed in a projection
+below the observation and dropped above it (:func:`observe_buckets`): Spark would otherwise
+evaluate it row by row, interpreted, inside the observation.
 
 Rows without an event time (undecodable Kafka records, null event times) land in the
 bucket ``None`` ("no time"), which every audit range includes.
@@ -56,10 +58,13 @@ def bucket_index(column: Column, bucket_seconds: int = BUCKET_SECONDS) -> Column
     return F.floor(F.unix_seconds(column) / F.lit(bucket_seconds)).cast("bigint")
 
 
-def histogram(index: Column) -> Column:
-    """The per-bucket count aggregate of one stage (nulls are not counted)."""
+def histogram(index: Column | str) -> Column:
+    """The per-bucket count aggregate of one stage (nulls are not counted) over a bucket
+    index, or the name of a column holding it."""
     from pyspark.sql import functions as F
 
+    if isinstance(index, str):
+        index = F.col(f"`{index}`")
     return F.histogram_numeric(index, F.lit(BINS))
 
 
@@ -68,18 +73,43 @@ def observe_buckets(
     metric: str,
     columns: Mapping[str, Column],
 ) -> DataFrame:
-    """``df`` observed under ``metric``: one histogram per ``io`` -> bucket-index column."""
-    return df.observe(metric, *[histogram(col).alias(io) for io, col in columns.items()])
+    """``df`` observed under ``metric``: one histogram per ``io`` -> bucket-index column.
+
+    Each bucket index is computed in a projection below the observation and dropped above
+    it, so the observation's histograms read a column. Spark evaluates an observed
+    aggregate's input expression interpreted, row by row (``floor``, ``coalesce``, ``when``
+    and the division's checks were a quarter of a backfill's task time in a JFR profile);
+    in a projection it is compiled with the rest of the stage.
+    """
+    indexed, names = with_bucket_columns(df, columns)
+    observed = indexed.observe(metric, *[histogram(names[io]).alias(io) for io in columns])
+    return observed.drop(*names.values())
 
 
-def bucket_histogram(
+def with_bucket_columns(
+    df: DataFrame, columns: Mapping[str, Column]
+) -> tuple[DataFrame, dict[str, str]]:
+    """``df`` with one more column per ``io`` -> bucket index, named so as not to shadow
+    any of ``df``'s (``__kappa_bucket_<n>``); those names by ``io``. The caller observes
+    :func:`histogram` of them and drops them above the observation."""
+    taken = set(df.columns)
+    names: dict[str, str] = {}
+    for number, io in enumerate(columns):
+        name = f"__kappa_bucket_{number}"
+        while name in taken:
+            name = "_" + name
+        names[io] = name
+    return df.select("*", *[col.alias(names[io]) for io, col in columns.items()]), names
+
+
+def row_bucket(
     event_time_column: str | None,
     columns: Sequence[str],
     bucket_seconds: int = BUCKET_SECONDS,
     where: Column | None = None,
 ) -> Column:
-    """The per-bucket count aggregate of the rows (those matching ``where``) of a frame with
-    ``columns``, by ``event_time_column`` (rows without it count under :data:`NO_TIME`)."""
+    """The bucket index each row (matching ``where``, else null) is counted under: of
+    ``event_time_column``, :data:`NO_TIME` without one."""
     from pyspark.sql import functions as F
 
     if event_time_column is None or event_time_column not in columns:
@@ -90,7 +120,7 @@ def bucket_histogram(
         )
     if where is not None:
         index = F.when(where, index)
-    return histogram(index)
+    return index
 
 
 def observe_rows(
@@ -104,8 +134,8 @@ def observe_rows(
 ) -> DataFrame:
     """Count the rows of ``df`` (those matching ``where``) per bucket of
     ``event_time_column`` as ``stage.io``."""
-    counts = bucket_histogram(event_time_column, df.columns, bucket_seconds, where)
-    return df.observe(metric_name(stage, name), counts.alias(io))
+    index = row_bucket(event_time_column, df.columns, bucket_seconds, where)
+    return observe_buckets(df, metric_name(stage, name), {io: index})
 
 
 def observe_kafka(

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kappaplus.audit.counts import bucket_histogram, metric_name, same_as_lake
+from kappaplus.audit.counts import (
+    histogram,
+    metric_name,
+    row_bucket,
+    same_as_lake,
+    with_bucket_columns,
+)
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.event_time import MARKER_COLUMN
@@ -403,19 +409,22 @@ def bind_input(ctx: InputContext, reader: SourceReader) -> BoundInput:
         from kappaplus.runtime.side_outputs.late_rows import tap_input
 
         conformed = tap_input(conformed, spec.name, spec.event_time_column, list(ctx.late_plans))
+    # the job's input counted per bucket for the audit in the same observation as the rows
+    # (after the marker filter, so marker rows are not counted): one operator less. The
+    # bucket index is a column computed below it (observe_buckets says why).
+    buckets: dict[str, str] = {}
+    if not lake_is_input:
+        index = row_bucket(spec.event_time_column, conformed.columns)
+        conformed, buckets = with_bucket_columns(conformed, {"input": index})
     watermarked = apply_watermark(
         conformed,
         spec.event_time_column,
         ctx.watermark_delay,
-        # the job's input counted per bucket for the audit in the same observation as the
-        # rows (after the marker filter, so marker rows are not counted): one operator less
         observe_as=input_metrics_name(spec.name),
-        also=[
-            same_as_lake("input")
-            if lake_is_input
-            else bucket_histogram(spec.event_time_column, conformed.columns).alias("input")
-        ],
+        also=[histogram(buckets["input"]).alias("input") if buckets else same_as_lake("input")],
     )
+    if buckets:
+        watermarked = watermarked.drop(*buckets.values())
     return BoundInput(spec.name, watermarked, source)
 
 
