@@ -12,6 +12,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.types.BooleanType$;
 import org.apache.spark.sql.types.ByteType$;
@@ -33,8 +34,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * How a slice's rows become the source's output rows: which columns are read from the files,
  * which come from the file's partition values, where the marker flag goes.
  *
- * <p>An output row is projected from the row the Parquet reader gives (the read columns)
- * joined with a row of constants per file (its partition values, then the marker flag).
+ * <p>An output row is projected from the row the Parquet reader gives (the read columns),
+ * joined with a row of constants per file (its partition values) when the output has
+ * partition columns; the marker flag is a literal of the projection.
  */
 final class ReadPlan implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -69,32 +71,38 @@ final class ReadPlan implements Serializable {
     this.columnar = columnar;
   }
 
-  /** The projection from (read row ++ constants row) to the output row. */
-  UnsafeProjection projection() {
+  /** Whether output rows take values from a file's constants row (its partition values):
+   * the projection then reads (read row ++ constants row), else the read row alone. */
+  boolean joinsConstants() {
+    return !partitionColumns.isEmpty();
+  }
+
+  /** The projection to the output row from the read row, joined with the constants row when
+   * {@link #joinsConstants}; the end-of-input marker flag is the constant {@code marker}
+   * (a literal: no per-row read of a boxed flag through the joined row). */
+  UnsafeProjection projection(boolean marker) {
     int read = readSchema.size();
     List<Expression> columns = new ArrayList<>();
     for (StructField f : outputSchema.fields()) {
-      int ordinal;
       if (readSchema.getFieldIndex(f.name()).isDefined()) {
-        ordinal = readSchema.fieldIndex(f.name());
+        columns.add(new BoundReference(readSchema.fieldIndex(f.name()), f.dataType(), true));
       } else if (partitionColumns.contains(f.name())) {
-        ordinal = read + partitionColumns.indexOf(f.name());
+        int ordinal = read + partitionColumns.indexOf(f.name());
+        columns.add(new BoundReference(ordinal, f.dataType(), true));
       } else {
-        ordinal = read + partitionColumns.size(); // the end-of-input marker flag
+        columns.add(Literal$.MODULE$.create(marker, BooleanType$.MODULE$)); // the marker flag
       }
-      columns.add(new BoundReference(ordinal, f.dataType(), true));
     }
     return UnsafeProjection.create(CollectionConverters.asScala(columns).toList());
   }
 
-  /** The constants of one file's rows: its partition values and the marker flag. */
-  GenericInternalRow constants(SliceFile file, boolean marker) {
-    Object[] values = new Object[partitionColumns.size() + 1];
+  /** The constants of one file's rows: its partition values (all null for the marker). */
+  GenericInternalRow constants(SliceFile file) {
+    Object[] values = new Object[partitionColumns.size()];
     for (int i = 0; i < partitionColumns.size(); i++) {
       Object v = file == null ? null : file.partitionValues.get(i);
       values[i] = v == null ? null : internal(v, partitionTypes[i]);
     }
-    values[partitionColumns.size()] = marker;
     return new GenericInternalRow(values);
   }
 

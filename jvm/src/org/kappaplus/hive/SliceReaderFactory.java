@@ -63,7 +63,9 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     private boolean done;
 
     MarkerReader(ReadPlan plan, long micros) {
-      row = plan.projection().apply(new JoinedRow(plan.markerRow(micros), plan.constants(null, true)));
+      InternalRow read = plan.markerRow(micros);
+      row = plan.projection(true).apply(
+          plan.joinsConstants() ? new JoinedRow(read, plan.constants(null)) : read);
     }
 
     @Override
@@ -91,6 +93,7 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     private final SliceInputPartition part;
     private final UnsafeProjection projection;
     private final JoinedRow joined = new JoinedRow();
+    private final boolean joinsConstants;
     private final Iterator<SliceFile> files;
     private final Configuration hadoop;
 
@@ -112,7 +115,8 @@ final class SliceReaderFactory implements PartitionReaderFactory {
       this.hadoop = hadoop;
       this.plan = plan;
       this.part = part;
-      this.projection = plan.projection();
+      this.projection = plan.projection(false);
+      this.joinsConstants = plan.joinsConstants();
       this.files = part.files.iterator();
     }
 
@@ -143,7 +147,9 @@ final class SliceReaderFactory implements PartitionReaderFactory {
       PartitionedFile split = new PartitionedFile(InternalRow.empty(),
           SparkPath.fromUrlString(file.uri), 0L, file.size, new String[0], file.mtimeMs,
           file.size, scala.collection.immutable.Map$.MODULE$.empty());
-      joined.withRight(plan.constants(file, false));
+      if (joinsConstants) {
+        joined.withRight(plan.constants(file));
+      }
       if (plan.columnar) {
         batches = parquet.buildColumnarReader(split);
       } else {
@@ -187,7 +193,7 @@ final class SliceReaderFactory implements PartitionReaderFactory {
         }
         long micros = row.getLong(ts);
         if (micros >= lo && micros < hi) {
-          current = projection.apply(joined.withLeft(row));
+          current = projection.apply(joinsConstants ? joined.withLeft(row) : row);
           return true;
         }
         if (file.owner && (micros < file.admissibleLo || micros >= file.admissibleHi)
