@@ -59,6 +59,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kappaplus.local.processes import process_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -82,29 +84,10 @@ def table_name(days: int) -> str:
 # -- memory: PSS of a process tree --------------------------------------------------------
 
 
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def tree_pss(root: int) -> int:
     """Bytes of proportional set size of ``root`` and its descendants."""
     total = 0
-    for pid in descendants(root):
+    for pid in process_tree(root):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:

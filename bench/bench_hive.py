@@ -48,6 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kappaplus.local.processes import process_tree  # noqa: E402
+
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench_hive:start -->", "<!-- bench_hive:end -->"
 NOTES_START, NOTES_END = "<!-- bench_hive:notes:start -->", "<!-- bench_hive:notes:end -->"
@@ -72,25 +74,13 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def tree_rss(root: int) -> int:
     """Bytes of RSS of ``root`` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
+    total = 0
+    for pid in process_tree(root):
         try:
             with open(f"/proc/{pid}/statm") as f:
                 total += int(f.read().split()[1]) * PAGE
         except (OSError, IndexError, ValueError):
             pass
-        todo.extend(children.get(pid, []))
     return total
 
 

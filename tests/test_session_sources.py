@@ -9,27 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from kappaplus.local.processes import process_tree
 from kappaplus.session import skip_static_source_lookup, static_source_modules
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def command_line(pid: int) -> str:
@@ -51,7 +32,7 @@ def test_sources_are_registered_without_spark_looking_for_packages(spark) -> Non
     sources = spark._jsparkSession.sessionState().dataSourceManager()
     for name in ("kappa_hive", "kappa_kafka", "kappa_hybrid"):
         assert sources.dataSourceExists(name), name
-    lookups = [p for p in descendants(os.getpid()) if "lookup_data_sources" in command_line(p)]
+    lookups = [p for p in process_tree(os.getpid()) if "lookup_data_sources" in command_line(p)]
     assert lookups == [], [command_line(p) for p in lookups]
     assert skip_static_source_lookup(spark) is False  # set once per JVM, not again
 

@@ -15,6 +15,30 @@ from kappaplus.core.procs import pid_alive
 HOST = "127.0.0.1"
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc (root first).
+
+    >>> process_tree(os.getpid())[0] == os.getpid()
+    True
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 def free_port() -> int:
     """A TCP port on loopback that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
