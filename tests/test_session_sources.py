@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 
 from kappaplus.local.processes import process_tree
+from kappaplus.local.service import runs_command
 from kappaplus.session import skip_static_source_lookup, static_source_modules
-
-
-def command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as line:
-            return line.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_sources_are_registered_without_spark_looking_for_packages(spark) -> None:  # type: ignore[no-untyped-def]
@@ -32,8 +25,8 @@ def test_sources_are_registered_without_spark_looking_for_packages(spark) -> Non
     sources = spark._jsparkSession.sessionState().dataSourceManager()
     for name in ("kappa_hive", "kappa_kafka", "kappa_hybrid"):
         assert sources.dataSourceExists(name), name
-    lookups = [p for p in process_tree(os.getpid()) if "lookup_data_sources" in command_line(p)]
-    assert lookups == [], [command_line(p) for p in lookups]
+    lookups = [p for p in process_tree(os.getpid()) if runs_command(p, b"lookup_data_sources")]
+    assert lookups == [], lookups  # Spark's lookup daemon and its worker
     assert skip_static_source_lookup(spark) is False  # set once per JVM, not again
 
 
