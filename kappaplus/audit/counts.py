@@ -13,10 +13,15 @@ evaluate it row by row, interpreted, inside the observation.
 
 Rows without an event time (undecodable Kafka records, null event times) land in the
 bucket ``None`` ("no time"), which every audit range includes.
+
+A source that counts its delivered rows itself (the JVM lake reader: one array increment
+per row instead of an observed histogram) reports them in its progress entry's
+``metrics`` instead (:func:`reported_counts`); they are exact at any span.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -208,10 +213,34 @@ def same_as_lake(io: str) -> Column:
     return F.lit(io).alias(SAME_AS_LAKE)
 
 
-def stage_counts(observed: Mapping[str, Any]) -> list[StageCounts]:
-    """Every audit stage in a progress entry's ``observedMetrics``; a stage observed as
-    :data:`SAME_AS_LAKE` gets the counts of the lake stage of its name."""
+def reported_counts(sources: Iterable[Any]) -> list[StageCounts]:
+    """The audit counts sources reported in a progress entry's ``sources[].metrics``: per
+    metric :func:`metric_name`, a JSON object ``{io: [[bucket index, rows], ...]}``.
+
+    >>> reported_counts([{"metrics": {"kappa_audit.lake.e": '{"delivered": [[5, 2]]}',
+    ...                               "other": "1"}}])
+    [StageCounts(stage='lake', name='e', io='delivered', rows={5: 2}, exact=True)]
+    """
     out: list[StageCounts] = []
+    for source in sources or []:
+        metrics = _field(source, "metrics") or {}
+        for metric, text in dict(metrics).items():
+            parsed = parse_metric_name(str(metric))
+            if parsed is None:
+                continue
+            for io, pairs in json.loads(text).items():
+                rows: dict[int, int] = {}
+                for bucket, n in pairs:
+                    rows[int(bucket)] = rows.get(int(bucket), 0) + int(n)
+                out.append(StageCounts(parsed[0], parsed[1], io, rows))
+    return out
+
+
+def stage_counts(observed: Mapping[str, Any], sources: Iterable[Any] = ()) -> list[StageCounts]:
+    """Every audit stage in a progress entry's ``observedMetrics`` and its ``sources``'
+    reported counts (:func:`reported_counts`); a stage observed as :data:`SAME_AS_LAKE`
+    gets the counts of the lake stage of its name."""
+    out: list[StageCounts] = reported_counts(sources)
     same: list[tuple[str, str, str]] = []
     for metric, row in observed.items():
         parsed = parse_metric_name(metric)

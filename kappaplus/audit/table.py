@@ -132,7 +132,7 @@ class AuditRecorder:
         query = self.query_names.get(key, key)
         observed = _get(entry, "observedMetrics", {}) or {}
         out: list[tuple[Any, ...]] = []
-        for counts in stage_counts(observed):
+        for counts in stage_counts(observed, _get(entry, "sources", []) or []):
             if counts.stage != "output" and key != self.input_stages_from:
                 continue
             dataset = self.datasets.get((counts.stage, counts.name), counts.name)

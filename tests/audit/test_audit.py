@@ -4,9 +4,12 @@ replayed micro-batch leaves the audit's counts unchanged."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,34 @@ def _archive(spark: Any, topic: str, bootstrap: str, table: str, scratch: Path) 
     result = run_job(spark, job, config, RunOptions("stream", trigger="available-now"))
     assert result.status == "finished"
     return result
+
+
+@contextlib.contextmanager
+def _progress(spark: Any) -> Iterator[list[Any]]:
+    """The progress entries of every query that runs inside."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    entries: list[Any] = []
+
+    class Collect(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            entries.append(json.loads(event.progress.json))
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    listener = Collect()
+    spark.streams.addListener(listener)
+    try:
+        yield entries
+    finally:
+        spark.streams.removeListener(listener)
 
 
 def _location(spark: Any, table: str) -> Path:
@@ -120,9 +151,17 @@ def test_deleted_lake_partition_is_flagged_with_the_exact_missing_rows(  # type:
     )
     assert sum(lost.values()) > 0
 
-    backfilled = _backfill(spark, table, scratch)
+    with _progress(spark) as progress:
+        backfilled = _backfill(spark, table, scratch)
     report = load_report(spark, table=table, start=START, end=end)
     assert not report.ok
+    # the JVM reader counted the lake stage's rows as it delivered them (its source
+    # metrics), and nothing observed a histogram over every row for that stage
+    read = [p for p in progress if p["numInputRows"] > 0]
+    assert read and all(
+        "kappa_audit.lake.rider_events" in p["sources"][0].get("metrics", {}) for p in read
+    ), [p["sources"][0].get("metrics") for p in read]
+    assert not any("kappa_audit.lake.rider_events" in p["observedMetrics"] for p in progress)
     # [START, end) lies within the input's bounds: the job's input is counted once, as the
     # lake's delivered rows (one histogram per row), and equals the events left in the lake
     bf = backfilled.job.name

@@ -26,7 +26,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -37,9 +37,10 @@ from kappaplus.connectors.delta.names import resolve_delta_location
 from kappaplus.connectors.delta.options import DeltaSourceOptions
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
 from kappaplus.core.errors import ConfigError, DataError
-from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
-from kappaplus.core.timeutil import parse_duration
+
+if TYPE_CHECKING:
+    from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,38 @@ def read_delta_stream(
     >>> df = read_delta_stream(spark, "/lake/rides", event_time_column="ts",
     ...                        watermark_delay="10 minutes")      # doctest: +SKIP
     """
+    return open_delta_stream(
+        spark,
+        path,
+        event_time_column=event_time_column,
+        storage_options=storage_options,
+        version=version,
+        start=start,
+        end=end,
+        max_event_time_per_trigger=max_event_time_per_trigger,
+        watermark_delay=watermark_delay,
+        manifest_dir=manifest_dir,
+        **options,
+    ).df
+
+
+def open_delta_stream(
+    spark: SparkSession,
+    path: str,
+    *,
+    event_time_column: str,
+    storage_options: dict[str, str] | None = None,
+    version: int | None = None,
+    start: Any = None,
+    end: Any = None,
+    max_event_time_per_trigger: str | None = None,
+    watermark_delay: str | None = None,
+    manifest_dir: str | None = None,
+    count_delivered: CountDelivered | None = None,
+    **options: Any,
+) -> LakeStream:
+    """:func:`read_delta_stream`, and whether the reader counts the rows it delivers, as
+    ``count_delivered`` asks (the JVM reader does)."""
     reader = str(options.pop("reader", None) or "auto")
     resolved = delta_lake_options(
         path,
@@ -267,7 +300,11 @@ def read_delta_stream(
     from kappaplus.connectors.delta.log import open_delta
     from kappaplus.connectors.delta.options import DeltaSourceOptions
     from kappaplus.connectors.delta.source import DeltaStreamDataSource
-    from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_has_file_system
+    from kappaplus.connectors.hive.jvm_reader import (
+        choose_reader,
+        jvm_has_file_system,
+        load_lake_stream,
+    )
 
     parsed = DeltaSourceOptions.parse(resolved)
 
@@ -298,7 +335,11 @@ def read_delta_stream(
     )
     if source == DeltaStreamDataSource.format_name:
         spark.dataSource.register(DeltaStreamDataSource)
-    df = spark.readStream.format(source).options(**resolved, **extra).load()
-    if watermark_delay is None:
-        return df
-    return apply_watermark(df, event_time_column, parse_duration(watermark_delay))
+    return load_lake_stream(
+        spark,
+        source,
+        {**resolved, **extra},
+        event_time_column=event_time_column,
+        watermark_delay=watermark_delay,
+        count_delivered=count_delivered,
+    )

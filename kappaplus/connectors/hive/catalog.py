@@ -19,7 +19,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from kappaplus.connectors.hive.jvm_reader import choose_reader
+from kappaplus.connectors.hive.jvm_reader import (
+    CountDelivered,
+    LakeStream,
+    choose_reader,
+    load_lake_stream,
+)
 from kappaplus.connectors.hive.layout import infer_layout
 from kappaplus.connectors.hive.options import (
     DEFAULT_TARGET_ROWS,
@@ -27,10 +32,8 @@ from kappaplus.connectors.hive.options import (
     range_options,
 )
 from kappaplus.core.errors import TableError, TableNotFound
-from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
 from kappaplus.core.table.catalogs import describe_sections
-from kappaplus.core.timeutil import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -185,13 +188,33 @@ def read_hive_stream(
     (comma-separated: read and deliver only these columns and the event-time column;
     dead-lettered rows keep all of theirs).
     """
-    reader = str(options.pop("reader", None) or "auto")
-    resolved = hive_stream_options(
-        resolve_table(spark, table),
+    return open_hive_stream(
+        spark,
+        table,
         event_time_column=event_time_column,
         start=start,
         end=end,
         max_event_time_per_trigger=max_event_time_per_trigger,
+        watermark_delay=watermark_delay,
+        **options,
+    ).df
+
+
+def open_hive_stream(
+    spark: SparkSession,
+    table: str,
+    *,
+    event_time_column: str,
+    count_delivered: CountDelivered | None = None,
+    watermark_delay: str | None = None,
+    **options: Any,
+) -> LakeStream:
+    """:func:`read_hive_stream`, and whether the reader counts the rows it delivers, as
+    ``count_delivered`` asks (the JVM reader does)."""
+    reader = str(options.pop("reader", None) or "auto")
+    resolved = hive_stream_options(
+        resolve_table(spark, table),
+        event_time_column=event_time_column,
         watermark_delay=watermark_delay,
         **options,
     )
@@ -199,7 +222,7 @@ def read_hive_stream(
         "streaming table %r by %s slices of %s",
         table,
         event_time_column,
-        max_event_time_per_trigger
+        options.get("max_event_time_per_trigger")
         or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
     )
     source, extra, why_python = choose_reader(spark, HiveSourceOptions.parse(resolved), reader)
@@ -209,7 +232,11 @@ def read_hive_stream(
         "JVM" if source == "kappa_hive_jvm" else "Python",
         f" ({why_python})" if why_python else "",
     )
-    df = spark.readStream.format(source).options(**resolved, **extra).load()
-    if watermark_delay is None:
-        return df
-    return apply_watermark(df, event_time_column, parse_duration(watermark_delay))
+    return load_lake_stream(
+        spark,
+        source,
+        {**resolved, **extra},
+        event_time_column=event_time_column,
+        watermark_delay=watermark_delay,
+        count_delivered=count_delivered,
+    )

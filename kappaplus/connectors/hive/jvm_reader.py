@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -37,12 +38,14 @@ from kappaplus.connectors.hive.reader import unplaceable_advice
 from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from kappaplus.connectors.hive.source import ListedFilesDataSource
 
 READERS = ("auto", "jvm", "python")
 JVM_SOURCE_CLASS = "org.kappaplus.hive.KappaHiveSource"
+JVM_FORMAT = "kappa_hive_jvm"
+"""The JVM reader's format name (its ``DataSourceRegister`` short name)."""
 _PARTITION_TYPES = (
     StringType,
     IntegerType,
@@ -132,6 +135,61 @@ PLANNER_SOURCE = "plannerSource"
 a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`); absent: the Hive one."""
 
 
+@dataclass(frozen=True)
+class CountDelivered:
+    """Ask a lake stream's JVM reader to count the rows it delivers per event-time bucket
+    (``bucket_seconds``) and report them as the audit metric ``metric`` (its stream's
+    source metrics, ``{io: [[bucket, rows], ...]}``): the audit's lake-stage counts without
+    an observed histogram over every row."""
+
+    metric: str
+    bucket_seconds: int
+    io: str = "delivered"
+
+    def options(self) -> dict[str, str]:
+        """The JVM reader's options for it."""
+        return {
+            "auditMetric": self.metric,
+            "auditIo": self.io,
+            "auditBucketSeconds": str(self.bucket_seconds),
+        }
+
+
+@dataclass(frozen=True)
+class LakeStream:
+    """A lake table opened as a stream (``open_hive_stream``, ``open_iceberg_stream``,
+    ``open_delta_stream``): the DataFrame, and whether its reader counts the rows it
+    delivers (:class:`CountDelivered`, the JVM reader only): the caller then observes no
+    histogram of its own."""
+
+    df: DataFrame
+    counts_delivered: bool = False
+
+
+def load_lake_stream(
+    spark: SparkSession,
+    source: str,
+    options: dict[str, str],
+    *,
+    event_time_column: str,
+    watermark_delay: str | None,
+    count_delivered: CountDelivered | None,
+) -> LakeStream:
+    """``readStream`` of ``source`` (the format :func:`choose_reader` chose) with
+    ``options``, watermarked when ``watermark_delay`` is set; the JVM reader counts what
+    it delivers when ``count_delivered`` asks."""
+    from kappaplus.core.event_time import apply_watermark
+    from kappaplus.core.timeutil import parse_duration
+
+    counts = count_delivered is not None and source == JVM_FORMAT
+    if count_delivered is not None and counts:
+        options = {**options, **count_delivered.options()}
+    df = spark.readStream.format(source).options(**options).load()
+    if watermark_delay is not None:
+        df = apply_watermark(df, event_time_column, parse_duration(watermark_delay))
+    return LakeStream(df, counts)
+
+
 def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -> dict[str, str]:
     """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive`` (``planner_source``:
     another format's data source whose lister plans the slices, e.g. Iceberg's).
@@ -190,4 +248,4 @@ def choose_reader(
                 "reader", reader, f"the JVM reader cannot read {options.table!r}: {why}"
             )
         return python_format, {}, why
-    return "kappa_hive_jvm", jvm_options(options, planner_source), None
+    return JVM_FORMAT, jvm_options(options, planner_source), None

@@ -23,7 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -31,9 +31,10 @@ from pyspark.sql.types import StructType
 from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.core.errors import ConfigError, TableError, TableNotFound
-from kappaplus.core.event_time import apply_watermark
 from kappaplus.core.settings import state_dir
-from kappaplus.core.timeutil import parse_duration
+
+if TYPE_CHECKING:
+    from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +289,38 @@ def read_iceberg_stream(
     >>> df = read_iceberg_stream(spark, "lake.rides", event_time_column="ts",
     ...                          watermark_delay="10 minutes")      # doctest: +SKIP
     """
+    return open_iceberg_stream(
+        spark,
+        table,
+        event_time_column=event_time_column,
+        catalog=catalog,
+        snapshot=snapshot,
+        start=start,
+        end=end,
+        max_event_time_per_trigger=max_event_time_per_trigger,
+        watermark_delay=watermark_delay,
+        manifest_dir=manifest_dir,
+        **options,
+    ).df
+
+
+def open_iceberg_stream(
+    spark: SparkSession,
+    table: str,
+    *,
+    event_time_column: str,
+    catalog: dict[str, str] | None = None,
+    snapshot: int | None = None,
+    start: Any = None,
+    end: Any = None,
+    max_event_time_per_trigger: str | None = None,
+    watermark_delay: str | None = None,
+    manifest_dir: str | None = None,
+    count_delivered: CountDelivered | None = None,
+    **options: Any,
+) -> LakeStream:
+    """:func:`read_iceberg_stream`, and whether the reader counts the rows it delivers, as
+    ``count_delivered`` asks (the JVM reader does)."""
     reader = str(options.pop("reader", None) or "auto")
     resolved = iceberg_lake_options(
         table,
@@ -301,7 +334,11 @@ def read_iceberg_stream(
         manifestDir=manifest_dir,
         **options,
     )
-    from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_has_file_system
+    from kappaplus.connectors.hive.jvm_reader import (
+        choose_reader,
+        jvm_has_file_system,
+        load_lake_stream,
+    )
     from kappaplus.connectors.iceberg.jvm_path import (
         jvm_field_id_options,
         jvm_unsupported_iceberg,
@@ -330,7 +367,11 @@ def read_iceberg_stream(
         spark.dataSource.register(IcebergStreamDataSource)
     else:  # the JVM reader, matching columns by field id as pyiceberg does
         extra = jvm_field_id_options(extra, parsed)
-    df = spark.readStream.format(source).options(**resolved, **extra).load()
-    if watermark_delay is None:
-        return df
-    return apply_watermark(df, event_time_column, parse_duration(watermark_delay))
+    return load_lake_stream(
+        spark,
+        source,
+        {**resolved, **extra},
+        event_time_column=event_time_column,
+        watermark_delay=watermark_delay,
+        count_delivered=count_delivered,
+    )

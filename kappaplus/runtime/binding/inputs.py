@@ -29,6 +29,7 @@ receives exactly the declared columns and never learns the mode (principles 1-3)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,11 +60,14 @@ if TYPE_CHECKING:
         ResolvedInput,
     )
     from kappaplus.config.bindings import MappedLakeInput
+    from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.mapping import Resolution
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
     from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
+
+log = logging.getLogger(__name__)
 
 
 def input_metrics_name(input_name: str) -> str:
@@ -457,7 +461,7 @@ def _iceberg_backfill(
 ) -> tuple[DataFrame, str]:
     """Backfill from an Iceberg table's pinned snapshot (kept in the run's source state),
     its columns mapped to the job's by the binding (:func:`mapped_lake`)."""
-    from kappaplus.connectors.iceberg import read_iceberg_stream
+    from kappaplus.connectors.iceberg.catalog import open_iceberg_stream
     from kappaplus.runtime.binding.unify import (
         iceberg_resolution,
         refuse_mismatches,
@@ -478,8 +482,9 @@ def _iceberg_backfill(
         options[DRAIN_OPTION] = drain_file
     # read only the columns the mapping reads (conform keeps nothing else)
     options["columns"] = lake_reads(spec, resolution)
-    lake = mapped_lake(read_iceberg_stream(spark, iceberg.table, **options), spec, resolution)
-    raw = _observe_source(lake, spec, "lake")
+    counting = count_delivered(spec, resolution, iceberg.event_time_column)
+    stream = open_iceberg_stream(spark, iceberg.table, count_delivered=counting, **options)
+    raw = observed_lake(stream, spec, resolution)
     source = f"iceberg {iceberg.table}"
     if options["start"] or options["end"]:
         source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
@@ -590,7 +595,7 @@ def _delta_backfill(
 ) -> tuple[DataFrame, str]:
     """Backfill from a Delta table's pinned version (kept in the run's source state), its
     columns mapped to the job's by the binding (:func:`mapped_lake`)."""
-    from kappaplus.connectors.delta import read_delta_stream
+    from kappaplus.connectors.delta.table import open_delta_stream
     from kappaplus.runtime.binding.unify import (
         delta_resolution,
         refuse_mismatches,
@@ -611,8 +616,9 @@ def _delta_backfill(
         options[DRAIN_OPTION] = drain_file
     # read only the columns the mapping reads (conform keeps nothing else)
     options["columns"] = lake_reads(spec, resolution)
-    lake = mapped_lake(read_delta_stream(spark, delta.path, **options), spec, resolution)
-    raw = _observe_source(lake, spec, "lake")
+    counting = count_delivered(spec, resolution, delta.event_time_column)
+    stream = open_delta_stream(spark, delta.path, count_delivered=counting, **options)
+    raw = observed_lake(stream, spec, resolution)
     source = f"delta {delta.path}"
     if options["start"] or options["end"]:
         source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
@@ -710,6 +716,36 @@ def lake_reads(spec: InputSpec, resolution: Resolution) -> str:
     Kafka metadata columns of a job that receives them (an archive keeps them)."""
     extra = [n for n in spec.job_struct_type().fieldNames() if n not in spec.field_names()]
     return ",".join(dict.fromkeys([*resolution.reads, *extra]))
+
+
+def count_delivered(
+    spec: InputSpec, resolution: Resolution, lake_column: str
+) -> CountDelivered | None:
+    """What asks a lake's reader to count the lake stage's delivered rows itself (the JVM
+    reader: one array increment per row instead of an observed histogram), when the job's
+    event time is the lake's event-time column as it is (read by name, no expression, one
+    mapping for every date range): what the reader counts per bucket of its own event
+    time is then what the lake stage counts of the job's. None otherwise."""
+    from kappaplus.audit.counts import BUCKET_SECONDS
+    from kappaplus.connectors.hive.jvm_reader import CountDelivered
+    from kappaplus.mapping import quoted
+
+    for column in resolution.columns:
+        if column.column == spec.event_time_column:
+            if column.ranges or column.expression != quoted(lake_column):
+                return None
+            return CountDelivered(metric_name("lake", spec.name), BUCKET_SECONDS)
+    return None
+
+
+def observed_lake(stream: LakeStream, spec: InputSpec, resolution: Resolution) -> DataFrame:
+    """A lake stream's rows as the job's columns (:func:`mapped_lake`), counted per bucket
+    for the audit's lake stage unless its reader counts them itself."""
+    lake = mapped_lake(stream.df, spec, resolution)
+    if stream.counts_delivered:
+        log.debug("input %s: the lake's reader counts the rows it delivers", spec.name)
+        return lake
+    return _observe_source(lake, spec, "lake")
 
 
 def mapped_lake(df: DataFrame, spec: InputSpec, resolution: Resolution) -> DataFrame:

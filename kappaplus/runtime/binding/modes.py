@@ -174,7 +174,7 @@ class BackfillMode(RunMode):
 
     @staticmethod
     def _hive(ctx: InputContext) -> tuple[DataFrame, str]:
-        from kappaplus.connectors.hive import read_hive_stream
+        from kappaplus.connectors.hive.catalog import open_hive_stream
         from kappaplus.runtime.binding.unify import (
             hive_resolution,
             refuse_mismatches,
@@ -195,13 +195,17 @@ class BackfillMode(RunMode):
             options[DRAIN_OPTION] = ctx.drain_file
         # read only the columns the mapping reads from the files (conform keeps nothing else)
         options["columns"] = bind.lake_reads(spec, resolution)
-        lake = bind.mapped_lake(
-            read_hive_stream(ctx.spark, hive.table, **options), spec, resolution
+        stream = open_hive_stream(
+            ctx.spark,
+            hive.table,
+            count_delivered=bind.count_delivered(spec, resolution, hive.event_time_column),
+            **options,
         )
+        lake = bind.observed_lake(stream, spec, resolution)
         source = f"hive {hive.table}"
         if options["start"] or options["end"]:
             source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
-        return bind._observe_source(lake, spec, "lake"), source
+        return lake, source
 
     def publish_set_aside(
         self,

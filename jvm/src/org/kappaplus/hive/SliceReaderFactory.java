@@ -20,6 +20,7 @@ import org.apache.spark.sql.execution.datasources.PartitionedFile;
 import org.apache.spark.sql.execution.datasources.v2.parquet.ParquetPartitionReaderFactory;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.util.CollectionAccumulator;
 import org.apache.spark.util.SerializableConfiguration;
 
 /** Reads a slice's files with Spark's Parquet reader and keeps the rows the slice delivers. */
@@ -30,12 +31,18 @@ final class SliceReaderFactory implements PartitionReaderFactory {
   private final ParquetPartitionReaderFactory parquet;
   private final ReadPlan plan;
   private final Broadcast<SerializableConfiguration> hadoop;
+  /** Where each task adds the rows it delivered per audit bucket (null: not counted). */
+  private final CollectionAccumulator<String> delivered;
+  private final long bucketSeconds;
 
   SliceReaderFactory(ParquetPartitionReaderFactory parquet, ReadPlan plan,
-      Broadcast<SerializableConfiguration> hadoop) {
+      Broadcast<SerializableConfiguration> hadoop, CollectionAccumulator<String> delivered,
+      long bucketSeconds) {
     this.parquet = parquet;
     this.plan = plan;
     this.hadoop = hadoop;
+    this.delivered = delivered;
+    this.bucketSeconds = bucketSeconds;
   }
 
   @Override
@@ -44,7 +51,8 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     if (part.markerTime != null) {
       return new MarkerReader(plan, part.markerTime);
     }
-    return new SliceReader(parquet, plan, part, hadoop.value().value());
+    return new SliceReader(parquet, plan, part, hadoop.value().value(), delivered,
+        bucketSeconds);
   }
 
   static String iso(long micros) {
@@ -96,6 +104,8 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     private final boolean joinsConstants;
     private final Iterator<SliceFile> files;
     private final Configuration hadoop;
+    private final CollectionAccumulator<String> delivered;
+    private BucketCounts counts;
 
     private SliceFile file;
     private long lo;
@@ -110,8 +120,10 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     private InternalRow current;
 
     SliceReader(ParquetPartitionReaderFactory parquet, ReadPlan plan, SliceInputPartition part,
-        Configuration hadoop) {
+        Configuration hadoop, CollectionAccumulator<String> delivered, long bucketSeconds) {
       this.parquet = parquet;
+      this.delivered = delivered;
+      this.counts = delivered == null ? null : new BucketCounts(bucketSeconds);
       this.hadoop = hadoop;
       this.plan = plan;
       this.part = part;
@@ -193,6 +205,9 @@ final class SliceReaderFactory implements PartitionReaderFactory {
         }
         long micros = row.getLong(ts);
         if (micros >= lo && micros < hi) {
+          if (counts != null) {
+            counts.add(micros);
+          }
           current = projection.apply(joinsConstants ? joined.withLeft(row) : row);
           return true;
         }
@@ -245,8 +260,14 @@ final class SliceReaderFactory implements PartitionReaderFactory {
       index = 0;
     }
 
+    /** Closed when the task completes, before Spark collects its accumulator updates: the
+     * task's counts are added once, and only a successful task's reach the driver. */
     @Override
     public void close() throws IOException {
+      if (counts != null && !counts.isEmpty()) {
+        delivered.add(counts.encode());
+      }
+      counts = null;
       closeFile();
     }
   }

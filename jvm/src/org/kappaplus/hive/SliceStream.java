@@ -5,6 +5,8 @@ import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
+import java.util.TreeMap;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -17,6 +19,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetOptions;
 import org.apache.spark.sql.execution.datasources.parquet.ParquetReadSupport;
@@ -26,6 +29,7 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.CollectionAccumulator;
 import org.apache.spark.util.SerializableConfiguration;
 import scala.Option;
 import scala.reflect.ClassTag$;
@@ -34,10 +38,20 @@ import scala.reflect.ClassTag$;
  * The micro-batch stream: offsets, admission control and available-now come from the Python
  * slice planner; each slice is read here, its files spread over one input partition per core.
  */
-final class SliceStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+final class SliceStream
+    implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
+  /** The audit metric the delivered rows are counted under (``kappa_audit.lake.<input>``);
+   * absent: not counted here. */
+  static final String AUDIT_METRIC = "auditMetric";
+  /** The counts' name within the metric (``delivered``). */
+  static final String AUDIT_IO = "auditIo";
+  /** The audit bucket, in seconds. */
+  static final String AUDIT_BUCKET_SECONDS = "auditBucketSeconds";
+
   private final StructType outputSchema;
   private final Map<String, String> options;
   private PlannerProcess planner;
+  private CollectionAccumulator<String> delivered;
 
   SliceStream(StructType outputSchema, Map<String, String> options) {
     this.outputSchema = outputSchema;
@@ -191,7 +205,47 @@ final class SliceStream implements MicroBatchStream, SupportsTriggerAvailableNow
     boolean columnar = conf.parquetVectorizedReaderEnabled()
         && org.apache.spark.sql.execution.datasources.parquet.ParquetUtils.isBatchReadSupportedForSchema(conf, readSchema);
     return new SliceReaderFactory(parquet, new ReadPlan(options, outputSchema, readSchema, columnar),
-        broadcast);
+        broadcast, deliveredAccumulator(spark), Long.parseLong(options.getOrDefault(
+            AUDIT_BUCKET_SECONDS, "600")));
+  }
+
+  /** The accumulator the readers add their delivered rows per bucket to, registered once on
+   * the driver; null when the options ask for no counts. */
+  private synchronized CollectionAccumulator<String> deliveredAccumulator(SparkSession spark) {
+    if (delivered == null && options.get(AUDIT_METRIC) != null) {
+      delivered = new CollectionAccumulator<>();
+      spark.sparkContext().register(delivered);
+    }
+    return delivered;
+  }
+
+  /**
+   * The rows the readers delivered since the last call, per audit bucket, as
+   * ``{"<auditMetric>": "{\"<auditIo>\": [[bucket, rows], ...]}"}``. Spark asks once per
+   * micro-batch, after its tasks: the counts of that batch's successful tasks (a task that
+   * failed and ran again is counted once). Nothing when not counting.
+   */
+  @Override
+  public synchronized Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    String metric = options.get(AUDIT_METRIC);
+    if (metric == null) {
+      return Map.of();
+    }
+    Map<Long, Long> sums = new TreeMap<>();
+    if (delivered != null) {
+      List<String> lines = delivered.value();
+      delivered.reset();
+      for (String line : lines) {
+        BucketCounts.sumInto(line, sums);
+      }
+    }
+    ObjectNode value = args();
+    com.fasterxml.jackson.databind.node.ArrayNode pairs =
+        value.putArray(options.getOrDefault(AUDIT_IO, "delivered"));
+    for (Map.Entry<Long, Long> e : sums.entrySet()) {
+      pairs.addArray().add(e.getKey()).add(e.getValue());
+    }
+    return Map.of(metric, value.toString());
   }
 
   @Override
