@@ -22,9 +22,9 @@ from hive_tables import BASE, DAY, events, iso, write_event_time_table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kappaplus.connectors.hive import read_hive_stream, resolve_table
-from kappaplus.connectors.hive.catalog import hive_stream_options
-from kappaplus.connectors.hive.jvm_reader import choose_reader, jvm_reader_loaded
+from kappaplus.connectors.hive import resolve_table
+from kappaplus.connectors.hive.catalog import hive_stream_options, open_hive_stream
+from kappaplus.connectors.hive.jvm_reader import CountDelivered, choose_reader, jvm_reader_loaded
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
 from kappaplus.connectors.hive.planner_server import (
@@ -64,10 +64,9 @@ def jvm_table(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     return table
 
 
-def read(
-    spark: SparkSession, table: str, reader: str, scratch: Path, **options: object
-) -> DataFrame:
-    return read_hive_stream(
+def opened(spark: SparkSession, table: str, reader: str, scratch: Path, **options: object):  # type: ignore[no-untyped-def]
+    """``open_hive_stream`` of ``table`` by ``ts`` with ``reader``, its state in ``scratch``."""
+    return open_hive_stream(
         spark,
         table,
         event_time_column="ts",
@@ -75,6 +74,12 @@ def read(
         reader=reader,
         **options,  # type: ignore[arg-type]
     )
+
+
+def read(
+    spark: SparkSession, table: str, reader: str, scratch: Path, **options: object
+) -> DataFrame:
+    return opened(spark, table, reader, scratch, **options).df
 
 
 def run_to_table(stream: DataFrame, checkpoint: Path, name: str) -> list[dict]:
@@ -350,19 +355,9 @@ def test_file_uris_and_partition_values() -> None:
 
 
 def counted_stream(spark: SparkSession, table: str, reader: str, scratch: Path, **options):  # type: ignore[no-untyped-def]
-    """``open_hive_stream`` asking its reader to count as ``kappa_audit.lake.ev``."""
-    from kappaplus.connectors.hive.catalog import open_hive_stream
-    from kappaplus.connectors.hive.jvm_reader import CountDelivered
-
-    return open_hive_stream(
-        spark,
-        table,
-        event_time_column="ts",
-        manifestDir=str(scratch / reader / "manifests"),
-        reader=reader,
-        count_delivered=CountDelivered("kappa_audit.lake.ev", 600),
-        **options,
-    )
+    """:func:`opened`, asking its reader to count as ``kappa_audit.lake.ev``."""
+    counting = CountDelivered("kappa_audit.lake.ev", 600)
+    return opened(spark, table, reader, scratch, count_delivered=counting, **options)
 
 
 def reported_per_batch(progress: list[dict]) -> list[dict[int, int]]:
