@@ -4,12 +4,10 @@ replayed micro-batch leaves the audit's counts unchanged."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,34 +46,6 @@ def _archive(spark: Any, topic: str, bootstrap: str, table: str, scratch: Path) 
     result = run_job(spark, job, config, RunOptions("stream", trigger="available-now"))
     assert result.status == "finished"
     return result
-
-
-@contextlib.contextmanager
-def _progress(spark: Any) -> Iterator[list[Any]]:
-    """The progress entries of every query that runs inside."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    entries: list[Any] = []
-
-    class Collect(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            entries.append(json.loads(event.progress.json))
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-    listener = Collect()
-    spark.streams.addListener(listener)
-    try:
-        yield entries
-    finally:
-        spark.streams.removeListener(listener)
 
 
 def _location(spark: Any, table: str) -> Path:
@@ -151,8 +121,8 @@ def test_deleted_lake_partition_is_flagged_with_the_exact_missing_rows(  # type:
     )
     assert sum(lost.values()) > 0
 
-    with _progress(spark) as progress:
-        backfilled = _backfill(spark, table, scratch)
+    backfilled = _backfill(spark, table, scratch)
+    progress = [json.loads(p.json) for q in backfilled.queries.values() for p in q.recentProgress]
     report = load_report(spark, table=table, start=START, end=end)
     assert not report.ok
     # the JVM reader counted the lake stage's rows as it delivered them (its source

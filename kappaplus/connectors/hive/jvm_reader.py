@@ -181,13 +181,13 @@ def load_lake_stream(
     from kappaplus.core.event_time import apply_watermark
     from kappaplus.core.timeutil import parse_duration
 
-    counts = count_delivered is not None and source == JVM_FORMAT
-    if count_delivered is not None and counts:
-        options = {**options, **count_delivered.options()}
+    counts = count_delivered if source == JVM_FORMAT else None
+    if counts is not None:
+        options = {**options, **counts.options()}
     df = spark.readStream.format(source).options(**options).load()
     if watermark_delay is not None:
         df = apply_watermark(df, event_time_column, parse_duration(watermark_delay))
-    return LakeStream(df, counts)
+    return LakeStream(df, counts is not None)
 
 
 def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -> dict[str, str]:
