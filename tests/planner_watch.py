@@ -87,3 +87,11 @@ class PlannerWatch:
         while planner_server().active and time.monotonic() < deadline:
             time.sleep(0.1)
         return planner_server().active
+
+    @staticmethod
+    def wait_children(timeout: float = 10.0) -> list[int]:
+        """Planner processes under this process still running after up to ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while planner_children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return planner_children()

@@ -245,6 +245,37 @@ def test_the_planner_is_served_in_process_and_without_its_options_spawned(
     )
 
 
+def test_a_query_failing_while_spark_plans_it_closes_its_planner(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A planner error raised while Spark sets the query up (here the bad partition value,
+    met in ``prepareForTriggerAvailableNow``) comes before Spark knows the source, so Spark
+    never stops it: the source closes its planner connection, or ends its planner process,
+    itself. Otherwise each such failure left one open for the life of the driver."""
+    spark.sql("DROP TABLE IF EXISTS jvm_bad_dates")
+    events(spark, 50, 0.1, seed=6).withColumn("dt", F.lit("yesterday")).write.partitionBy(
+        "dt"
+    ).format("parquet").saveAsTable("jvm_bad_dates")
+    before = planner_server().active
+    with PlannerWatch() as watch, pytest.raises(Exception, match="dt=yesterday"):
+        run_to_table(read(spark, "jvm_bad_dates", "jvm", tmp_path), tmp_path / "ck", "jvm_bad")
+    assert watch.served == 1
+    assert PlannerWatch.wait_idle() == before == 0, "the failed query's connection is closed"
+
+    resolved = hive_stream_options(
+        resolve_table(spark, "jvm_bad_dates"),
+        event_time_column="ts",
+        manifest_dir=str(tmp_path / "spawn" / "manifests"),
+    )
+    source, extra, _ = choose_reader(spark, HiveSourceOptions.parse(resolved), "jvm")
+    without = {k: v for k, v in extra.items() if k not in (PLANNER_ADDRESS, PLANNER_SECRET)}
+    with PlannerWatch() as watch, pytest.raises(Exception, match="dt=yesterday"):
+        stream = spark.readStream.format(source).options(**resolved, **without).load()
+        run_to_table(stream, tmp_path / "spawn" / "ck", "jvm_bad_spawned")
+    assert len(watch.children) == 1, "the planner process ran"
+    assert PlannerWatch.wait_children() == [], "and ended with the failed query"
+
+
 def test_the_in_process_planner_wants_the_secret_first() -> None:
     """A connection that does not start with the secret gets no answer; one that does is
     answered with the planner's protocol (here: the error for options it cannot use)."""

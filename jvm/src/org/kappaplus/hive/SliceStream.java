@@ -66,6 +66,21 @@ final class SliceStream
     return planner;
   }
 
+  /**
+   * One planner call. A failed call fails the query, and Spark stops only the sources it has
+   * finished setting up: a failure while it plans the query (in
+   * {@code prepareForTriggerAvailableNow}) would leave the planner connection (or process)
+   * open for the life of the driver, so it is closed here before the error goes on.
+   */
+  private JsonNode call(String method, ObjectNode request) {
+    try {
+      return planner().call(method, request);
+    } catch (RuntimeException e) {
+      stop();
+      throw e;
+    }
+  }
+
   private static ObjectNode args() {
     return PlannerProcess.JSON.createObjectNode();
   }
@@ -77,7 +92,7 @@ final class SliceStream
 
   @Override
   public Offset initialOffset() {
-    return offset(planner().call("initialOffset", null));
+    return offset(call("initialOffset", null));
   }
 
   @Override
@@ -87,7 +102,7 @@ final class SliceStream
 
   @Override
   public ReadLimit getDefaultReadLimit() {
-    JsonNode rows = planner().call("defaultReadLimit", null);
+    JsonNode rows = call("defaultReadLimit", null);
     return rows == null || rows.isNull() ? ReadLimit.allAvailable() : ReadLimit.maxRows(rows.asLong());
   }
 
@@ -103,18 +118,18 @@ final class SliceStream
     if (limit instanceof ReadMaxRows) {
       request.put("maxRows", ((ReadMaxRows) limit).maxRows());
     }
-    return offset(planner().call("latestOffset", request));
+    return offset(call("latestOffset", request));
   }
 
   @Override
   public Offset reportLatestOffset() {
-    JsonNode latest = planner().call("reportLatestOffset", null);
+    JsonNode latest = call("reportLatestOffset", null);
     return latest == null || latest.isNull() ? null : offset(latest);
   }
 
   @Override
   public void prepareForTriggerAvailableNow() {
-    planner().call("prepareForTriggerAvailableNow", null);
+    call("prepareForTriggerAvailableNow", null);
   }
 
 
@@ -123,7 +138,7 @@ final class SliceStream
     ObjectNode request = args();
     request.put("start", start.json());
     request.put("end", end.json());
-    JsonNode plan = planner().call("partitions", request);
+    JsonNode plan = call("partitions", request);
     List<InputPartition> parts = new ArrayList<>();
     long lo = plan.path("lo").asLong();
     long hi = plan.path("hi").asLong();
@@ -252,7 +267,7 @@ final class SliceStream
   public void commit(Offset end) {
     ObjectNode request = args();
     request.put("end", end.json());
-    planner().call("commit", request);
+    call("commit", request);
   }
 
   @Override
