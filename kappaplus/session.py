@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from kappaplus.core.class_archive import archive_option
 from kappaplus.core.settings import state_dir
 from kappaplus.jars import jvm_jar
 
@@ -273,7 +274,9 @@ def collector_options(cores: int, java_options: str) -> str:
 
 def local_defaults(home: Path, cores: int = 2) -> dict[str, str]:
     """Settings for a local-mode session of ``cores`` cores: small, quiet, this interpreter
-    for Python workers, the serial collector on up to 2 cores (:func:`collector_options`).
+    for Python workers, the serial collector on up to 2 cores (:func:`collector_options`),
+    the driver JVM started from its class archive when one was built
+    (:mod:`kappaplus.core.class_archive`: ``kappa jvm-archive``, ``make setup``).
     ``KAPPA_DRIVER_MEMORY`` (default ``2g``) and ``KAPPA_DRIVER_JAVA_OPTIONS`` (added to the
     driver JVM's options) tune the driver.
 
@@ -294,6 +297,7 @@ def local_defaults(home: Path, cores: int = 2) -> dict[str, str]:
                 f"-Dderby.system.home={home}",
                 f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
                 collector_options(cores, java_options),
+                archive_option(java_options),
                 # e.g. the test suite's quick JIT tier and serial GC (tests/conftest.py)
                 java_options,
             )

@@ -17,15 +17,11 @@ os.environ["KAPPA_HOME"] = str(_HOME)
 # The short-lived Spark JVMs the tests start (each `kappa` process's) with the quick JIT
 # tier and the serial GC: a few seconds of small inputs never pay back the optimizing
 # compiler's CPU on 2 cores (8-9% less wall time for short test sessions, two pairs). The
-# session fixture's JVM lives for the whole run and keeps the default JIT.
+# session fixture's JVM lives for the whole run and keeps the default JIT. Every local
+# session also maps Spark's classes from the driver JVM's class archive that `make setup`
+# builds (kappaplus.core.class_archive: ~4-5 s less start-up per JVM).
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-if "KAPPA_DRIVER_JAVA_OPTIONS" not in os.environ:
-    # and the classes of Spark's driver mapped from a CDS archive (tests/jvm_class_archive.py,
-    # built once per JDK and pyspark): ~4 s less start-up for each of those JVMs
-    from jvm_class_archive import archive_options
-
-    archive = archive_options(QUICK_JVM)
-    os.environ["KAPPA_DRIVER_JAVA_OPTIONS"] = f"{QUICK_JVM} {archive}" if archive else QUICK_JVM
+os.environ.setdefault("KAPPA_DRIVER_JAVA_OPTIONS", QUICK_JVM)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,8 @@ One module per command or group, each a thin layer over the code it drives:
   ``dlq.py`` (``kappa dlq ...``);
 - the embedded stack (:mod:`kappaplus.local`): ``stack.py`` (``kappa up/down``,
   ``metastore``, ``s3``),
-  ``broker.py``, ``topic.py``, ``demo.py``.
+  ``broker.py``, ``topic.py``, ``demo.py``;
+- the machine: ``jvm_archive.py`` (``kappa jvm-archive``, the driver JVM's class archive).
 
 Only this package and :mod:`kappaplus.local` import the local development stack.
 """
@@ -43,6 +44,7 @@ def _mount() -> None:
         check,
         demo,
         dlq,
+        jvm_archive,
         promote,
         run,
         stack,
@@ -57,7 +59,7 @@ def _mount() -> None:
         ("dlq", dlq.app),
     ):
         app.add_typer(group, name=name)
-    for module in (run, check, archive, stack, demo, audit, promote):
+    for module in (run, check, archive, stack, demo, audit, promote, jvm_archive):
         module.register(app)
     _reflow_help(app)
 
