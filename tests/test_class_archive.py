@@ -18,7 +18,7 @@ from kappaplus.core.class_archive import (
     archive_option,
     archive_path,
 )
-from kappaplus.local.class_archive import check_archive
+from kappaplus.local.class_archive import ArchiveBuildError, build_archive, check_archive
 from kappaplus.session import local_defaults
 
 BUILT = archive_path()
@@ -60,6 +60,13 @@ def test_the_key_changes_with_what_changes_the_class_path(
     assert archive_key() != before
     monkeypatch.setenv("XDG_CACHE_HOME", "/elsewhere")
     assert str(archive_path()).startswith("/elsewhere/kappaplus/jvm-")
+
+
+def test_an_archive_that_cannot_be_written_is_said_in_one_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(ArchiveBuildError, match=rf"cannot create {blocked}/cache .*{ARCHIVE_ENV}"):
+        build_archive(blocked / "cache" / "jvm.jsa")
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,13 @@ def build_archive(target: Path | None = None, *, force: bool = False) -> Path:
         raise ConfigError(ARCHIVE_ENV, ARCHIVE_OFF, "class archives are turned off: unset it")
     if path.is_file() and not force:
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArchiveBuildError(
+            f"cannot create {path.parent} for the class archive ({exc.strerror}); "
+            f"set {ARCHIVE_ENV} to a writable path or XDG_CACHE_HOME"
+        ) from exc
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     classpath = scratch.with_suffix(".classpath")
     try:
