@@ -18,7 +18,8 @@ renamed into place (:mod:`kappaplus.local.class_archive` builds them; ``kappa jv
 and ``make setup`` run it).
 
 Where: ``$KAPPA_JVM_ARCHIVE`` when it names a file, ``off`` for never; otherwise
-``$XDG_CACHE_HOME/kappaplus`` (default ``~/.cache/kappaplus``), one file per Java and
+the kappaplus cache (:func:`~kappaplus.core.settings.cache_dir`: ``$KAPPA_CACHE_DIR``,
+``$XDG_CACHE_HOME/kappaplus`` or ``~/.cache/kappaplus``), one file per Java and
 Spark installation (:func:`archive_key`). Only a local master's driver uses it: on a
 cluster the driver's JVM options are the cluster's (``spark-defaults.conf``).
 """
@@ -30,6 +31,8 @@ import os
 import re
 import shutil
 from pathlib import Path
+
+from kappaplus.core.settings import cache_dir
 
 ARCHIVE_ENV = "KAPPA_JVM_ARCHIVE"
 """``off``: never use a class archive; a path: use that file (if it exists)."""
@@ -101,12 +104,6 @@ def archive_key() -> str:
     return digest.hexdigest()[:16]
 
 
-def archive_dir() -> Path:
-    """Where archives are kept: ``$XDG_CACHE_HOME/kappaplus`` or ``~/.cache/kappaplus``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "kappaplus"
-
-
 def archive_path() -> Path | None:
     """The archive for this Java and Spark (it may not exist yet); None when
     ``$KAPPA_JVM_ARCHIVE`` is ``off``."""
@@ -115,7 +112,7 @@ def archive_path() -> Path | None:
         return None
     if chosen:
         return Path(chosen).expanduser()
-    return archive_dir() / f"jvm-{archive_key()}.jsa"
+    return cache_dir() / f"jvm-{archive_key()}.jsa"
 
 
 def archive_option(java_options: str = "") -> str:

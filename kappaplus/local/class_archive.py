@@ -37,6 +37,7 @@ from kappaplus.core.class_archive import (
     java_executable,
 )
 from kappaplus.core.errors import ConfigError, KappaError
+from kappaplus.local.processes import log_tail
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +133,8 @@ def _train(scratch: Path, classpath: Path, home: Path, training_log: Path) -> No
         )
 
 
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no output)"
-    return " | ".join(text[-lines:]) or "(no output)"
+def _tail(path: Path) -> str:
+    return " | ".join(log_tail(path, 5).splitlines()) or "(no output)"
 
 
 def check_archive(archive: Path, classpath: str) -> str | None:

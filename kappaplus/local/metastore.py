@@ -55,7 +55,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from kappaplus.core.errors import MetastoreError
-from kappaplus.core.settings import state_dir
+from kappaplus.core.settings import cache_dir, state_dir
 from kappaplus.local.processes import pid_alive, port_open
 from kappaplus.local.service import HOST, DetachedService
 from kappaplus.session import embedded_database
@@ -128,18 +128,6 @@ public class PrepareTxnTables {
 }
 """
 TXN_MARKER = "txn-tables.ok"
-CACHE_ENV = "KAPPA_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """The per-user cache of kappaplus: ``$KAPPA_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/kappaplus``, else ``~/.cache/kappaplus``. Holds what is costly to make
-    and the same for every state directory (the metastore's template database)."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kappaplus"
 
 
 def template_key(jars: Path) -> str:
