@@ -124,6 +124,8 @@ def wait_for_queries(
         live.start()
     try:
         while True:
+            if events is not None:
+                events.arm()  # a query ending from here on cuts the sleep below short
             if request is not None and request.stopped_by is not None:
                 record.stopped_by = request.stopped_by
                 if drain is None or request.urgent or _drained(queries, drain):
@@ -177,7 +179,10 @@ def wait_for_queries(
                     TIMEOUT_DRAIN_SECONDS,
                 )
                 record.stopped_by = "timeout"
-            time.sleep(run.poll_seconds)
+            if events is not None:
+                events.wait(run.poll_seconds)
+            else:
+                time.sleep(run.poll_seconds)
     finally:
         if live is not None:
             live.update(tracker.table(record.run_id))
