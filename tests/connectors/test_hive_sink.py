@@ -366,6 +366,36 @@ def test_two_queries_write_one_table_independently(spark, caplog) -> None:  # ty
     assert numbers == {0, 1, 2}
 
 
+def test_a_partition_registered_by_something_else_is_named(spark, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The sink asks the metastore about the batch's number while Spark writes the rows:
+    what it then reports must be about the number it reserved, also when another writer
+    took the number it expected (here: slot 1 taken behind the ``_next`` hint's back)."""
+    table = "default.sink_shared_slot"
+    opts = HiveSinkOptions(table=table, query_name="q", event_time_column="event_time")
+    df = spark.createDataFrame([(i, "x", DAY0) for i in range(10)], SCHEMA)
+    assert HiveTableSink(opts).write_batch(df, 0) is True  # kappa_batch 0; _next says 1
+    location = Path(table_location(spark, table).removeprefix("file:"))
+    (location / "_kappa_batch_slots" / "1").write_text("")  # another writer holds 1
+    stray = location / "dt=2024-03-01" / "kappa_batch=2"
+    stray.mkdir(parents=True)
+    spark.sql(
+        f"ALTER TABLE {table} ADD PARTITION (dt = '2024-03-01', kappa_batch = 2) "
+        f"LOCATION 'file:{stray}'"
+    )
+    with caplog.at_level(logging.WARNING, logger="kappaplus.connectors.hive.sink"):
+        assert HiveTableSink(opts).write_batch(df, 1) is True
+    warned = [r.getMessage() for r in caplog.records if "already registered" in r.getMessage()]
+    assert len(warned) == 1 and "dt=2024-03-01/kappa_batch=2" in warned[0], warned
+    visible = sorted(r[0] for r in _visible(spark, table))
+    assert visible == sorted([*range(10), *range(10)]), visible
+    # a number nobody else used: no warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kappaplus.connectors.hive.sink"):
+        assert HiveTableSink(opts).write_batch(df, 2) is True
+    assert not [r for r in caplog.records if "already registered" in r.getMessage()]
+    assert spark.table(table).where(f"{BATCH_COLUMN} = 3").count() == 10
+
+
 def test_explicit_partition_column_and_schema_checks(spark) -> None:  # type: ignore[no-untyped-def]
     table = "default.sink_schema"
     opts = HiveSinkOptions(

@@ -30,6 +30,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.commits import table_location
@@ -65,6 +67,23 @@ FaultHook = Callable[[str, int], None]
 after the step completes; tests raise from it to simulate a crash at that point."""
 
 
+PartitionKey = tuple[tuple[str, str], ...]
+"""A partition as :func:`partition_key` gives it."""
+
+
+@dataclass(frozen=True)
+class _SlotGuess:
+    """What the metastore says about the ``kappa_batch`` number a batch will most likely
+    reserve, asked while Spark writes the batch (:meth:`HiveTableSink._guess_slot`)."""
+
+    slot: int
+    """The number :meth:`HiveTableSink._reserve_slot` tries first."""
+    largest: int | None
+    """The largest registered ``kappa_batch`` when there was no hint (else not asked)."""
+    registered: frozenset[PartitionKey]
+    """The partition keys the metastore lists with ``kappa_batch`` = ``slot``."""
+
+
 class HiveTableSink:
     """``foreachBatch`` writer giving exactly-once appends to a partitioned Hive table.
 
@@ -81,6 +100,7 @@ class HiveTableSink:
         self.options = options
         self.fault_hook = fault_hook
         self._table_lock = threading.Lock()
+        self._helper: ThreadPoolExecutor | None = None
 
     # -- public -------------------------------------------------------------------------
 
@@ -321,6 +341,13 @@ class HiveTableSink:
         if fs.exists(staging):
             fs.delete(staging)  # a crash before the manifest: nothing was published
         data = f"{staging}/data"
+        # the metastore's answers about the batch's number (~0.3-0.5 s of catalog calls)
+        # come while Spark writes the rows instead of after
+        guess = (
+            self._ask_ahead(self._guess_slot, spark, fs, location)
+            if opts.visibility == "batch" and reserved is None
+            else None
+        )
         time_columns = opts.time_partition_columns
         # Each partition value goes to files_per_partition tasks, hence that many files.
         keys = [F.col(c) for c in time_columns]
@@ -338,10 +365,15 @@ class HiveTableSink:
             .parquet(data)
         )
         staged_dirs = self._staged_partitions(fs, data)
+        known = _answer(guess)
         slot = None
         if opts.visibility == "batch" and staged_dirs:
             # a replay after a crash before the manifest keeps the number it reserved
-            slot = reserved if reserved is not None else self._reserve_slot(spark, fs, location)
+            if reserved is not None:
+                slot = reserved
+            else:
+                largest = known.largest if known is not None else None
+                slot = self._reserve_slot(spark, fs, location, largest)
             fs.write_atomically(slot_file, str(slot))
         suffix = f"/{BATCH_COLUMN}={slot}" if slot is not None else ""
         files: list[dict[str, str]] = []
@@ -365,7 +397,11 @@ class HiveTableSink:
         if slot is not None:
             # The slot is new to the sink, so a registered partition with it was added by
             # something else (a writer that does not reserve slots, or by hand).
-            shared = self._registered(spark, partitions, slot)
+            if known is not None and known.slot == slot:
+                existing = known.registered
+            else:
+                existing = self._registered_keys(spark, slot)
+            shared = [p for p in partitions if partition_key(p) in existing]
             if shared:
                 log.warning(
                     "table %s: batch %d of query %s writes partitions something else already "
@@ -414,30 +450,54 @@ class HiveTableSink:
             found = deeper
         return sorted(found)
 
-    def _reserve_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> int:
+    def _reserve_slot(
+        self, spark: SparkSession, fs: HadoopFs, location: str, largest: int | None = None
+    ) -> int:
         """A ``kappa_batch`` value no batch of any query has taken in this table.
 
         Values are the table's batch sequence: the next after the last one reserved (the
-        hint ``_next``; without it, after the largest registered), taken by creating
-        ``<location>/_kappa_batch_slots/<value>``, which fails if another writer has it.
-        So two queries writing one table, one after the other (a bootstrap then the
-        stream, a ``--fresh`` start) or at the same time, never share a partition.
+        hint ``_next``; without it, after the largest registered: ``largest`` if the
+        caller asked already), taken by creating ``<location>/_kappa_batch_slots/<value>``,
+        which fails if another writer has it. So two queries writing one table, one after
+        the other (a bootstrap then the stream, a ``--fresh`` start) or at the same time,
+        never share a partition.
         """
         base = f"{location}/{SLOTS_DIR}"
-        hint = f"{base}/_next"
-        slot = None
-        if fs.exists(hint):
-            try:
-                slot = int(fs.read_text(hint).strip())
-            except ValueError:
-                slot = None
+        slot = self._slot_hint(fs, location)
         if slot is None:
             fs.mkdirs(base)
-            slot = self._largest_registered_slot(spark) + 1
+            slot = (self._largest_registered_slot(spark) if largest is None else largest) + 1
         while not fs.create_new(f"{base}/{slot}"):
             slot += 1
-        fs.write_text(hint, str(slot + 1))
+        fs.write_text(f"{base}/_next", str(slot + 1))
         return slot
+
+    @staticmethod
+    def _slot_hint(fs: HadoopFs, location: str) -> int | None:
+        """The next ``kappa_batch`` value the table's writers left in ``_next``, if any."""
+        hint = f"{location}/{SLOTS_DIR}/_next"
+        if not fs.exists(hint):
+            return None
+        try:
+            return int(fs.read_text(hint).strip())
+        except ValueError:
+            return None
+
+    def _guess_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> _SlotGuess:
+        """The number :meth:`_reserve_slot` will try first and what the metastore lists
+        for it; asked beside the batch's write, the reservation itself comes after it."""
+        slot = self._slot_hint(fs, location)
+        largest = None
+        if slot is None:
+            largest = self._largest_registered_slot(spark)
+            slot = largest + 1
+        return _SlotGuess(slot, largest, self._registered_keys(spark, slot))
+
+    def _ask_ahead(self, ask: Callable[..., _SlotGuess], *args: Any) -> Future[_SlotGuess]:
+        """Run ``ask`` on the sink's helper thread (made on first use)."""
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(1, thread_name_prefix="kappa-hive-sink")
+        return self._helper.submit(ask, *args)
 
     def _largest_registered_slot(self, spark: SparkSession) -> int:
         """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
@@ -450,14 +510,14 @@ class HiveTableSink:
         ]
         return max(values, default=-1)
 
-    def _registered(self, spark: SparkSession, partitions: list[str], slot: int) -> list[str]:
-        """Which of ``partitions`` (of ``kappa_batch`` ``slot``) the metastore already lists."""
+    def _registered_keys(self, spark: SparkSession, slot: int) -> frozenset[PartitionKey]:
+        """The keys (:func:`partition_key`) of the partitions the metastore lists with
+        ``kappa_batch`` = ``slot``."""
         rows = spark.sql(
             f"SHOW PARTITIONS {table_sql(self.options.table)} "
             f"PARTITION ({quote_identifier(BATCH_COLUMN)} = {int(slot)})"
         ).collect()
-        existing = {partition_key(str(row[0])) for row in rows}
-        return [p for p in partitions if partition_key(p) in existing]
+        return frozenset(partition_key(str(row[0])) for row in rows)
 
     def _publish(
         self,
@@ -511,6 +571,18 @@ class HiveTableSink:
             spark.sql(statement)
         finally:
             spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
+
+
+def _answer(asked: Future[_SlotGuess] | None) -> _SlotGuess | None:
+    """What a question asked ahead answered; None if it failed (the sink then asks again
+    itself, and that call raises the error where the protocol expects it)."""
+    if asked is None:
+        return None
+    try:
+        return asked.result()
+    except Exception as exc:  # noqa: BLE001 - asked again in line
+        log.debug("a catalog question asked ahead failed (asked again): %s", exc)
+        return None
 
 
 def _is_timestamp(df: DataFrame, column: str) -> bool:
