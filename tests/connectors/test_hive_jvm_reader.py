@@ -12,7 +12,9 @@ import io
 import json
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -468,3 +470,79 @@ def test_counts_of_buckets_far_apart_in_one_file(spark: SparkSession, tmp_path: 
     stream = counted_stream(spark, table, "jvm", tmp_path)
     progress = run_to_table(stream.df, tmp_path / "ck", "jvm_spread")
     assert summed(reported_per_batch(progress)) == bucket_truth(spark.table(table))
+
+
+def _live_instances(spark: SparkSession, class_name: str) -> int:
+    """Live instances of ``class_name`` in this session's JVM (``jcmd GC.class_histogram``,
+    which collects garbage first)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    jcmd = Path(os.environ.get("JAVA_HOME", "/usr")) / "bin" / "jcmd"
+    histogram = subprocess.run(
+        [str(jcmd if jcmd.exists() else "jcmd"), str(pid), "GC.class_histogram"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return sum(
+        int(line.split()[1])
+        for line in histogram.splitlines()
+        if line.rstrip().endswith(f" {class_name}") or f" {class_name} (" in line
+    )
+
+
+def test_a_task_keeps_no_reader_of_the_files_it_is_done_with(
+    spark: SparkSession, jvm_table: str, tmp_path: Path
+) -> None:
+    """Spark builds each file's Parquet reader through the task's
+    ``createResourceUninterruptibly``, whose completion listener keeps the reader until the
+    task ends: a task reading a slice of 100 files held 100 readers (~1 MB each with their
+    configuration copies). Mid-task, after a task has read the files of 10 hours, no more
+    readers may be alive than tasks run at once."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hours_to_see = 10
+
+    def hold(hour):  # type: ignore[no-untyped-def]  # no hints: pyspark would infer a pandas UDF
+        # a Python UDF downstream of the reader: once its task has delivered rows of
+        # `hours_to_see` hours (each hour its own files), it stops taking rows until the
+        # test has counted the JVM's readers, so the task is in the middle of its slice
+        import time as _time
+        from pathlib import Path as _Path
+
+        seen = globals().setdefault("_kappa_hours_seen", set())
+        seen.add(hour)
+        if len(seen) >= hours_to_see and not (_Path(str(gate)) / "go").exists():
+            (_Path(str(gate)) / f"arrived-{os.getpid()}").touch()
+            deadline = _time.monotonic() + 120
+            while not (_Path(str(gate)) / "go").exists() and _time.monotonic() < deadline:
+                _time.sleep(0.05)
+        return hour
+
+    held = F.udf(hold, "string")
+    stream = read(spark, jvm_table, "jvm", tmp_path, start=iso(BASE), end=iso(BASE + 2 * DAY))
+    query = (
+        stream.select(held(F.date_format("ts", "yyyy-MM-dd HH")).alias("h"))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        waited = time.monotonic()
+        while not list(gate.glob("arrived-*")) and time.monotonic() - waited < 120:
+            assert query.isActive or list(gate.glob("arrived-*")), query.exception()
+            time.sleep(0.1)
+        assert list(gate.glob("arrived-*")), "no task delivered rows of 10 hours"
+        readers = _live_instances(
+            spark,
+            "org.apache.spark.sql.execution.datasources.parquet.VectorizedParquetRecordReader",
+        )
+    finally:
+        (gate / "go").touch()
+        query.awaitTermination(120)
+    # each task has one file open; a task that kept every reader would show >= 10 (its
+    # 10 hours' files), the tasks together many more
+    assert readers <= 4, f"{readers} Parquet readers alive in the middle of a slice"
