@@ -34,6 +34,7 @@ from kappaplus.connectors.hive.planner_server import (
     PLANNER_SECRET,
     planner_server,
 )
+from kappaplus.core.class_archive import java_executable
 from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.jars import jvm_jar
 
@@ -478,9 +479,10 @@ def _live_instances(spark: SparkSession, class_name: str) -> int:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     pid = jvm.java.lang.ProcessHandle.current().pid()
-    jcmd = Path(os.environ.get("JAVA_HOME", "/usr")) / "bin" / "jcmd"
+    java = java_executable()  # the JDK Spark runs on; jcmd is beside its java
+    assert java is not None
     histogram = subprocess.run(
-        [str(jcmd if jcmd.exists() else "jcmd"), str(pid), "GC.class_histogram"],
+        [str(java.resolve().with_name("jcmd")), str(pid), "GC.class_histogram"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -509,16 +511,13 @@ def test_a_task_keeps_no_reader_of_the_files_it_is_done_with(
         # a Python UDF downstream of the reader: once its task has delivered rows of
         # `hours_to_see` hours (each hour its own files), it stops taking rows until the
         # test has counted the JVM's readers, so the task is in the middle of its slice
-        import time as _time
-        from pathlib import Path as _Path
-
         seen = globals().setdefault("_kappa_hours_seen", set())
         seen.add(hour)
-        if len(seen) >= hours_to_see and not (_Path(str(gate)) / "go").exists():
-            (_Path(str(gate)) / f"arrived-{os.getpid()}").touch()
-            deadline = _time.monotonic() + 120
-            while not (_Path(str(gate)) / "go").exists() and _time.monotonic() < deadline:
-                _time.sleep(0.05)
+        if len(seen) >= hours_to_see and not (gate / "go").exists():
+            (gate / f"arrived-{os.getpid()}").touch()
+            deadline = time.monotonic() + 120
+            while not (gate / "go").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         return hour
 
     held = F.udf(hold, "string")

@@ -343,11 +343,11 @@ class HiveTableSink:
         data = f"{staging}/data"
         # the metastore's answers about the batch's number (~0.3-0.5 s of catalog calls)
         # come while Spark writes the rows instead of after
-        guess = (
-            self._ask_ahead(self._guess_slot, spark, fs, location)
-            if opts.visibility == "batch" and reserved is None
-            else None
-        )
+        guess = None
+        if opts.visibility == "batch" and reserved is None:
+            if self._helper is None:
+                self._helper = ThreadPoolExecutor(1, thread_name_prefix="kappa-hive-sink")
+            guess = self._helper.submit(self._guess_slot, spark, fs, location)
         time_columns = opts.time_partition_columns
         # Each partition value goes to files_per_partition tasks, hence that many files.
         keys = [F.col(c) for c in time_columns]
@@ -492,12 +492,6 @@ class HiveTableSink:
             largest = self._largest_registered_slot(spark)
             slot = largest + 1
         return _SlotGuess(slot, largest, self._registered_keys(spark, slot))
-
-    def _ask_ahead(self, ask: Callable[..., _SlotGuess], *args: Any) -> Future[_SlotGuess]:
-        """Run ``ask`` on the sink's helper thread (made on first use)."""
-        if self._helper is None:
-            self._helper = ThreadPoolExecutor(1, thread_name_prefix="kappa-hive-sink")
-        return self._helper.submit(ask, *args)
 
     def _largest_registered_slot(self, spark: SparkSession) -> int:
         """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
