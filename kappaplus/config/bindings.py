@@ -248,6 +248,7 @@ class HiveInput(MappedLakeInput):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
     """Size slices so each micro-batch takes about this long, from the batch times the run
     observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
     reader: Literal["auto", "jvm", "python"] = "auto"
@@ -326,6 +327,7 @@ class IcebergInput(MappedLakeInput):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, columns by name), ``python``
     (pyiceberg: columns by field id, delete files applied) or ``auto`` (the JVM one where
@@ -380,6 +382,7 @@ class DeltaInput(MappedLakeInput):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader), ``python`` (pyarrow, deletion
     vectors applied) or ``auto`` (the JVM one where it reads the same rows: no deletion

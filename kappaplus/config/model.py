@@ -40,6 +40,7 @@ class _HiveInputOverride(StrictModel):
     target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
     target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
     target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
 
 
 class InputOverride(StrictModel):

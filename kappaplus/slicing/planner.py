@@ -43,6 +43,16 @@ DEFAULT_TARGET_ROWS = 2_000_000
 that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
 slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
 
+DEFAULT_FIRST_SLICE_ROWS = 500_000
+"""Rows the first slice of a query aims at by default when the range is long
+(:data:`RAMP_SLICES`): its micro-batch is the one where the JVM, Python workers and state
+store warm up, so a smaller one shows the run's first output and audit counts seconds
+sooner, for one more micro-batch in a run of five or more (``firstSliceRows``)."""
+
+RAMP_SLICES = 4
+"""The first slice is smaller only when the rest of the range holds more than this many
+slices' worth of rows: a short backfill keeps its one or two micro-batches."""
+
 log = logging.getLogger(__name__)
 
 
@@ -71,6 +81,8 @@ class SliceOptions(Protocol):
     def target_bytes_per_trigger(self) -> int | None: ...
     @property
     def target_batch_duration(self) -> int | None: ...
+    @property
+    def first_slice_rows(self) -> int: ...
     @property
     def emits_end_marker(self) -> bool: ...
 
@@ -265,7 +277,7 @@ class SlicePlanner:
             hi = min(align_down(lo, span) + span, limit)
         # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
         density = row_density(files, self.stats, lo, hi)
-        hi = self._adaptive_end(density, lo, hi)
+        hi = self._adaptive_end(density, lo, hi, first=pos.manifest is None)
         budget = self._row_budget(files, lo, hi, row_budget)
         if budget is not None:
             hi = self._fit(files, lo, hi, budget)
@@ -355,11 +367,13 @@ class SlicePlanner:
             return self.pacer.rows
         return self.options.target_rows_per_trigger
 
-    def _adaptive_end(self, density: RowDensity, lo: int, hi: int) -> int:
+    def _adaptive_end(self, density: RowDensity, lo: int, hi: int, *, first: bool) -> int:
         """Shrink ``hi`` so the slice holds about the target rows (or bytes) per trigger,
         estimated from row-group statistics (:mod:`~kappaplus.slicing.sizing`);
         without statistics or time partitions and without a span cap the slice falls back
-        to :data:`FALLBACK_SPAN`.
+        to :data:`FALLBACK_SPAN`. The ``first`` slice of a query aims at no more than
+        ``firstSliceRows`` when the range holds more than :data:`RAMP_SLICES` slices
+        (not with ``targetBatchDuration``: its pacer sizes every slice itself).
         """
         o = self.options
         if density.unplaceable:
@@ -380,7 +394,21 @@ class SlicePlanner:
             targets.append(max(1, int(o.target_bytes_per_trigger / bytes_per_row)))
         if not targets or not density.starts.size:
             return hi
-        return choose_end(density.starts, density.ends, density.rows, lo, hi, min(targets))
+        target = min(targets)
+        if (
+            first
+            and self.pacer is None
+            and o.first_slice_rows < target
+            and density.rows_total > RAMP_SLICES * target
+        ):
+            log.info(
+                "table %r: the first slice aims at %d rows (firstSliceRows), the rest at %d",
+                o.table,
+                o.first_slice_rows,
+                target,
+            )
+            target = o.first_slice_rows
+        return choose_end(density.starts, density.ends, density.rows, lo, hi, target)
 
     def _row_budget(
         self, files: list[DataFile], lo: int, hi: int, row_budget: int | None

@@ -185,9 +185,10 @@ hours_strategy = st.lists(st.sampled_from([0, 0, 1, 3, 20, 150, 600]), min_size=
     end_cut=st.integers(0, 90),
     target=st.sampled_from([1, 40, 300, 2000, 100_000]),
     cap=st.sampled_from([None, "rows", "span"]),
+    first_rows=st.sampled_from([None, 1, 30]),
 )
 def test_adaptive_slices_cover_the_range_exactly_once(
-    hours, seed, row_group_size, start_cut, end_cut, target, cap
+    hours, seed, row_group_size, start_cut, end_cut, target, cap, first_rows
 ):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "events"
@@ -201,6 +202,8 @@ def test_adaptive_slices_cover_the_range_exactly_once(
             extra["maxRowsPerTrigger"] = "120"
         if cap == "span":
             extra["maxEventTimePerTrigger"] = "2 hours"
+        if first_rows is not None:
+            extra["firstSliceRows"] = str(first_rows)
         opts = options(root, Path(tmp) / "manifests", start, end, **extra)
         batches = run_planner(opts)
 
@@ -245,6 +248,42 @@ def test_dense_hours_get_short_slices_and_sparse_days_long_ones(tmp_path: Path):
     assert all(hi % (60 * US) == 0 for _, hi in spans), "slices end on whole minutes"
     assert spans[0][1] - spans[0][0] >= 8 * HOUR, "120 rows a day fit in one long slice"
     assert spans[-1][1] == end
+
+
+def slice_rows(opts: HiveSourceOptions) -> list[int]:
+    """Rows each data slice of a whole run delivers."""
+    return [len(delivered(opts, a, b)) for a, b in run_planner(opts) if b["phase"] == "data"]
+
+
+def test_a_long_range_starts_with_a_smaller_slice_and_a_short_one_does_not(tmp_path: Path):
+    root = tmp_path / "events"
+    write_table(root, [600] * 10, seed=4, row_group_size=100)  # 6,000 rows: six targets
+    start = BASE
+    opts = options(
+        root,
+        tmp_path / "m1",
+        start,
+        BASE + 10 * HOUR,
+        targetRowsPerTrigger="1000",
+        firstSliceRows="250",
+    )
+    rows = slice_rows(opts)
+    assert sum(rows) == 6000
+    assert 150 <= rows[0] <= 350, f"the first slice aims at 250 rows: {rows}"
+    assert all(700 <= n <= 1300 for n in rows[1:-1]), f"the rest at 1000: {rows}"
+    # 1,800 rows hold fewer than four targets: every slice aims at the target
+    short = options(
+        root,
+        tmp_path / "m2",
+        start,
+        BASE + 3 * HOUR,
+        targetRowsPerTrigger="1000",
+        firstSliceRows="250",
+    )
+    assert slice_rows(short)[0] >= 700
+    # a restart plans the same slices: the first slice is a property of the offsets
+    assert [b for _, b in run_planner(opts)] == [b for _, b in run_planner(opts)]
+    assert options(root, tmp_path / "m3", start, start + HOUR).first_slice_rows == 500_000
 
 
 def test_replay_after_new_files_reads_the_planned_files_only(tmp_path: Path):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -52,7 +52,9 @@ class HiveTable:
         return [(c, self.schema[c].dataType.simpleString()) for c in self.partition_columns]
 
 
-_RESOLVED: ContextVar[dict[tuple[int, str], HiveTable] | None] = ContextVar(
+T = TypeVar("T")
+
+_RESOLVED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar(
     "kappa_resolved_hive_tables", default=None
 )
 
@@ -72,6 +74,18 @@ def resolution_scope() -> Iterator[None]:
         yield
     finally:
         _RESOLVED.reset(token)
+
+
+def within_scope(key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """``compute()`` once per ``key`` within :func:`resolution_scope` (every time outside
+    one): what a binding learns from the catalog and the files, such as the check of every
+    data file's schema, is the same when ``kappa run`` binds a second time."""
+    kept = _RESOLVED.get()
+    if kept is None:
+        return compute()
+    if key not in kept:
+        kept[key] = compute()
+    return kept[key]
 
 
 def resolve_table(spark: SparkSession, table: str) -> HiveTable:

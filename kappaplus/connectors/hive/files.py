@@ -180,7 +180,14 @@ def _stat_micros(value: object) -> int | None:
     return None
 
 
-@lru_cache(maxsize=4096)
+FILE_STATS_CACHE = 1 << 16
+"""Files whose statistics the driver keeps (a few hundred bytes each). The planner sizes a
+query's first slices from the statistics of every file of the range, in path order; an LRU
+cache smaller than the table misses on every file of such a pass (4,096 against 4,320
+files of 90 hourly days re-read every footer for three micro-batches, 0.5-0.8 s each)."""
+
+
+@lru_cache(maxsize=FILE_STATS_CACHE)
 def file_stats(
     path: str,
     size: int,

@@ -28,7 +28,7 @@ from kappaplus.core.options import (
     read_options,
     to_options,
 )
-from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
+from kappaplus.slicing.planner import DEFAULT_FIRST_SLICE_ROWS, DEFAULT_TARGET_ROWS
 from kappaplus.slicing.stored_time import storage_of
 
 SUPPORTED_FORMATS = ("parquet", "orc")
@@ -141,6 +141,11 @@ class HiveSourceOptions:
     target_bytes_per_trigger: int | None = option(
         "targetBytesPerTrigger", POSITIVE_INT, default=None
     )
+    first_slice_rows: int = option("firstSliceRows", POSITIVE_INT, default=DEFAULT_FIRST_SLICE_ROWS)
+    """Rows the first slice of a query aims at when the range holds more than four slices:
+    its micro-batch shows the run's first output sooner
+    (:data:`~kappaplus.slicing.planner.DEFAULT_FIRST_SLICE_ROWS`); at or above the rows
+    target every slice aims at the target."""
     target_batch_duration: int | None = option("targetBatchDuration", POSITIVE_MICROS, default=None)
     """Size slices so a micro-batch takes about this long (microseconds), from the batch
     times observed (:mod:`~kappaplus.slicing.pacing`); the rows target is where it

@@ -196,6 +196,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
         "targetBatchDuration": hive.target_batch_duration,
+        "firstSliceRows": hive.first_slice_rows,
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
@@ -294,6 +295,7 @@ def hybrid_options(
         "targetRowsPerTrigger": hive.target_rows_per_trigger,
         "targetBytesPerTrigger": hive.target_bytes_per_trigger,
         "targetBatchDuration": hive.target_batch_duration,
+        "firstSliceRows": hive.first_slice_rows,
         "partitionTimeFormat": hive.partition_format,
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
@@ -447,6 +449,7 @@ def iceberg_options(iceberg: IcebergInput, run: RunOptions) -> dict[str, Any]:
         "targetRowsPerTrigger": iceberg.target_rows_per_trigger,
         "targetBytesPerTrigger": iceberg.target_bytes_per_trigger,
         "targetBatchDuration": iceberg.target_batch_duration,
+        "firstSliceRows": iceberg.first_slice_rows,
     }
 
 
@@ -581,6 +584,7 @@ def delta_options(delta: DeltaInput, run: RunOptions) -> dict[str, Any]:
         "targetRowsPerTrigger": delta.target_rows_per_trigger,
         "targetBytesPerTrigger": delta.target_bytes_per_trigger,
         "targetBatchDuration": delta.target_batch_duration,
+        "firstSliceRows": delta.first_slice_rows,
     }
 
 
