@@ -171,3 +171,32 @@ def test_a_preparation_scope_asks_the_catalog_once_per_table(spark: SparkSession
     assert after is not first
     assert "extra" in after.schema.fieldNames() and "extra" not in first.schema.fieldNames()
     assert after.partition_columns == first.partition_columns == ("dt",)
+
+
+def test_a_preparation_scope_checks_a_hive_input_once_whatever_its_slice_size(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """kappa run binds a second time with larger slices: the mapping and every file's
+    schema are checked once per preparation, again for another binding or outside one."""
+    from kappaplus.config.bindings import HiveInput
+    from kappaplus.connectors.hive.catalog import resolution_scope
+    from kappaplus.jobs import InputSpec
+    from kappaplus.runtime.binding.unify import hive_resolution
+
+    root = tmp_path / "rides"
+    write_hour(root, 0)
+    name = f"checked_{uuid.uuid4().hex[:6]}"
+    register_table(spark, name, str(root), partition_format="dt=%Y-%m-%d/hr=%H")
+    spec = InputSpec("rides", "ride_id string, city string, event_time timestamp", "event_time")
+    hive = HiveInput.model_validate({"table": name, "event_time_column": "event_time"})
+    larger = hive.model_copy(update={"target_rows_per_trigger": 4_000_000})
+    renamed = HiveInput.model_validate(
+        {"table": name, "event_time_column": "event_time", "columns": {"city": "upper(city)"}}
+    )
+    with resolution_scope():
+        first = hive_resolution(spark, spec, hive)
+        assert hive_resolution(spark, spec, larger) is first
+        assert hive_resolution(spark, spec, renamed) is not first
+    assert hive_resolution(spark, spec, hive) is not first
+    assert [c.column for c in first.columns] == ["ride_id", "city", "event_time"]
+    assert not first.mismatches
