@@ -102,20 +102,31 @@ def list_data_files(
     entries = [(info, info.path[len(root) :].lstrip("/").split("/")) for info in infos]
     committed = _committed_batches(entries)
     files: list[DataFile] = []
+    # a partition directory's values and hiddenness, and its admissible range, worked out
+    # once per directory rather than once per file
+    directories: dict[str, tuple[dict[str, str], bool]] = {}
     ranges: dict[str, tuple[int, int]] = {}
     uncommitted = 0
     for info, parts in entries:
         if info.type != pafs.FileType.File:
             continue
-        if any(is_hidden(p) for p in parts) or info.size == 0:
+        if is_hidden(parts[-1]) or info.size == 0:
+            continue
+        partition_dir = "/".join(parts[:-1])
+        known = directories.get(partition_dir)
+        if known is None:
+            known = directories[partition_dir] = (
+                parse_partition_values(partition_dir),
+                any(is_hidden(p) for p in parts[:-1]),
+            )
+        values, hidden = known
+        if hidden:
             continue
         if committed is not None:
             batch = parse_published(parts[-1])
             if batch is not None and batch not in committed:
                 uncommitted += 1
                 continue
-        partition_dir = "/".join(parts[:-1])
-        values = parse_partition_values(partition_dir)
         if partition_columns and list(values)[: len(partition_columns)] != list(partition_columns):
             log.warning(
                 "table %r: skipping %s, which is not under a partition directory %s",
@@ -141,7 +152,7 @@ def list_data_files(
                 size=info.size,
                 mtime_ns=info.mtime_ns or 0,
                 partition_dir=partition_dir,
-                partition_values=values,
+                partition_values=dict(values),
                 admissible_lo=lo,
                 admissible_hi=hi,
             )

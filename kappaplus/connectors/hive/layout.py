@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
@@ -51,7 +52,11 @@ class PartitionTimeLayout:
         raise DataError(f"partition time format {self.pattern!r} has no date/time directive")
 
     def range_of(self, relative_path: str) -> tuple[int, int]:
-        """The half-open time range ``[lo, hi)`` in microseconds of one partition directory."""
+        """The half-open time range ``[lo, hi)`` in microseconds of one partition directory
+        (kept: a planner asks again for every directory at every micro-batch)."""
+        return _range_of(self, relative_path)
+
+    def _compute_range(self, relative_path: str) -> tuple[int, int]:
         segments = [unquote(s) for s in relative_path.strip("/").split("/")]
         head = "/".join(segments[: self.depth])
         try:
@@ -62,6 +67,11 @@ class PartitionTimeLayout:
                 f"{self.pattern!r}: {exc}"
             ) from exc
         return to_micros(start), to_micros(_advance(start, self.granularity))
+
+
+@lru_cache(maxsize=1 << 16)
+def _range_of(layout: PartitionTimeLayout, relative_path: str) -> tuple[int, int]:
+    return layout._compute_range(relative_path)
 
 
 def _advance(moment: datetime, unit: str) -> datetime:
