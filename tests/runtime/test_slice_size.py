@@ -84,3 +84,40 @@ def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # t
     assert with_aggregation_slices(_resolved({}), sessions) is None
     # one output holding rows keeps the default for the inputs every output shares
     assert with_aggregation_slices(_resolved({}), {**hourly, **sessions}) is None
+
+
+def test_a_binding_or_its_mode_sets_the_first_slice_of_its_source() -> None:
+    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.runtime.binding.inputs import hive_options
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.slicing.planner import DEFAULT_FIRST_SLICE_ROWS
+
+    run = RunOptions("backfill")
+    default = hive_options(_resolved({}).inputs["events"].hive, run, "2 minutes")
+    assert default["firstSliceRows"] is None  # the source's own default
+    set_here = hive_options(
+        _resolved({"firstSliceRows": 1234}).inputs["events"].hive, run, "2 minutes"
+    )
+    assert set_here["firstSliceRows"] == 1234
+    config = config_from_dict(
+        {
+            "job": "x:JOB",
+            "inputs": {"events": {"hive": {"table": "lake.events", "event_time_column": "ts"}}},
+            "outputs": {"counts": {"hive": {"table": "out.counts"}}},
+            "mode": {"backfill": {"inputs": {"events": {"hive": {"firstSliceRows": 77}}}}},
+        }
+    )
+    overridden = resolve(config, "backfill").inputs["events"].hive
+    assert hive_options(overridden, run, "2 minutes")["firstSliceRows"] == 77
+    schema = '{"type": "struct", "fields": [{"name": "ts", "type": "timestamp", "nullable": true, "metadata": {}}]}'  # noqa: E501
+    source = HiveSourceOptions.parse(
+        {
+            "table": "t",
+            "location": "/l",
+            "format": "parquet",
+            "eventTimeColumn": "ts",
+            "schema": schema,
+            "manifestDir": "/m",
+        }
+    )
+    assert source.first_slice_rows == DEFAULT_FIRST_SLICE_ROWS == 500_000
