@@ -29,8 +29,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AGGREGATION_TARGET_ROWS = 2 * DEFAULT_TARGET_ROWS
-"""Rows per slice by default for a job whose queries only aggregate (see the module doc)."""
+AGGREGATION_TARGET_ROWS = 4 * DEFAULT_TARGET_ROWS
+"""Rows per slice by default for a job whose queries only aggregate (see the module doc).
+8,000,000: against 4,000,000, three alternating pairs at 30 days took 21.6 / 21.2 / 20.5 s
+against 23.7 / 22.1 / 23.8 s and two at 90 days 34.7 / 35.2 s against 43.7 / 40.3 s, at the
+same peak memory (910 / 900 / 913 against 908 / 859 / 926 MB; 1,005 / 932 against 986 / 974
+MB). A task reads at most ``rowsPerPartition`` rows whatever the slice, so what grows with
+the slice is the number of tasks, not what one holds."""
 
 #: Streaming operators that keep nothing per row between micro-batches.
 _STATELESS = frozenset(
