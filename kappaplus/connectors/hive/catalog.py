@@ -95,14 +95,7 @@ def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     columns, then the table's schema): each is a metastore round trip, paid before a run's
     first micro-batch (once per table within :func:`resolution_scope`).
     """
-    kept = _RESOLVED.get()
-    key = (id(spark), table)
-    if kept is not None and key in kept:
-        return kept[key]
-    found = _lookup_table(spark, table)
-    if kept is not None:
-        kept[key] = found
-    return found
+    return within_scope((id(spark), table), lambda: _lookup_table(spark, table))
 
 
 def _lookup_table(spark: SparkSession, table: str) -> HiveTable:

@@ -102,10 +102,9 @@ def list_data_files(
     entries = [(info, info.path[len(root) :].lstrip("/").split("/")) for info in infos]
     committed = _committed_batches(entries)
     files: list[DataFile] = []
-    # a partition directory's values and hiddenness, and its admissible range, worked out
-    # once per directory rather than once per file
+    # a partition directory's values and hiddenness worked out once per directory rather
+    # than once per file (its time range is kept by the layout itself)
     directories: dict[str, tuple[dict[str, str], bool]] = {}
-    ranges: dict[str, tuple[int, int]] = {}
     uncommitted = 0
     for info, parts in entries:
         if info.type != pafs.FileType.File:
@@ -137,9 +136,7 @@ def list_data_files(
             continue
         lo, hi = UNBOUNDED_LO, UNBOUNDED_HI
         if layout is not None:
-            if partition_dir not in ranges:
-                ranges[partition_dir] = layout.range_of(partition_dir)
-            lo, hi = ranges[partition_dir]
+            lo, hi = layout.range_of(partition_dir)
             # arrival partitions: events up to max_lateness before the partition, and up to
             # max_earliness after it (skewed clocks); event partitions the other way round
             if arrival_time:
