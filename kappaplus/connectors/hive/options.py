@@ -142,7 +142,7 @@ class HiveSourceOptions:
         "targetBytesPerTrigger", POSITIVE_INT, default=None
     )
     first_slice_rows: int = option("firstSliceRows", POSITIVE_INT, default=DEFAULT_FIRST_SLICE_ROWS)
-    """Rows the first slice of a query aims at when the range holds more than four slices:
+    """Rows the first slice of a query aims at when the range holds more than one slice:
     its micro-batch shows the run's first output sooner
     (:data:`~kappaplus.slicing.planner.DEFAULT_FIRST_SLICE_ROWS`); at or above the rows
     target every slice aims at the target."""
