@@ -280,19 +280,27 @@ class SlicePlanner:
             lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
             hi = min(align_down(lo, span) + span, limit)
         # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
-        density = row_density(files, self.stats, lo, hi)
-        hi = self._adaptive_end(density, lo, hi, first=pos.manifest is None)
+        rows_target = self._rows_target()
+        enough = None
+        if rows_target is not None:  # the statistics of a few slices ahead are enough
+            enough = max(2, RAMP_SLICES + 1) * rows_target
+        density = row_density(files, self.stats, lo, hi, enough)
+        hi = self._adaptive_end(
+            density, lo, min(hi, density.complete_below), first=pos.manifest is None
+        )
         budget = self._row_budget(files, lo, hi, row_budget)
         if budget is not None:
             hi = self._fit(files, lo, hi, budget)
         entries = self._entries(files, lo, hi, pos.origin)
         manifest = SliceManifest(o.table, lo, hi, entries, pos.manifest)
         digest = self.store.put(manifest)
-        self._owned.update(f.path for f in files if f.admits(lo, hi))
+        sliced = {f.path: f for f in files if f.admits(lo, hi)}
+        self._owned.update(sliced)
         rows = sum(
             g.num_rows
             for e in entries
-            for g in self._groups(e.path, files)
+            if e.path in sliced
+            for g in self.stats(sliced[e.path])
             if g.index in e.row_groups
         )
         log.info(
@@ -333,12 +341,6 @@ class SlicePlanner:
                     format_duration(self.options.target_batch_duration or 0),
                 )
 
-    def _groups(self, path: str, files: list[DataFile]) -> tuple[RowGroupStats, ...]:
-        for f in files:
-            if f.path == path:
-                return self.stats(f)
-        return ()
-
     def _done(self, origin: int, hi: int, limit: int) -> float | None:
         end = self.target if self.target is not None else self.options.ending_timestamp
         if end is None or end <= origin:
@@ -346,9 +348,13 @@ class SlicePlanner:
         return round(min(1.0, (hi - origin) / (end - origin)), 6)
 
     def _first_data(self, files: list[DataFile], lo: int, hi: int) -> int | None:
-        """The earliest event time in ``[lo, hi)`` that some file may deliver."""
+        """The earliest event time in ``[lo, hi)`` that some file may deliver. Files are
+        taken by admissible start, so the statistics of files starting after the earliest
+        time found are not read."""
         best: int | None = None
-        for f in files:
+        for f in sorted(files, key=lambda f: f.admissible_lo):
+            if best is not None and f.admissible_lo >= best:
+                break
             if not f.admits(lo, hi):
                 continue
             a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)

@@ -23,8 +23,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.reader import read_partition
 from kappaplus.connectors.hive.source import HiveStreamReader
+from kappaplus.slicing.files import DataFile, RowGroupStats
 from kappaplus.slicing.pacing import MAX_STEP, MIN_ROWS, BatchPacer
-from kappaplus.slicing.sizing import GRID, choose_end, estimate_end, round_down_to_grid
+from kappaplus.slicing.sizing import GRID, choose_end, estimate_end, round_down_to_grid, row_density
 
 US = 1_000_000
 HOUR = 3600 * US
@@ -95,6 +96,52 @@ def test_round_down_to_grid_keeps_slices_non_empty(lo, extra, beyond):
     rounded = round_down_to_grid(x, lo, limit)
     assert lo < rounded <= x or (x >= limit and rounded == limit)
     assert any(rounded % step == 0 for step in GRID)
+
+
+@st.composite
+def hourly_files(draw: st.DrawFn) -> dict[DataFile, tuple[RowGroupStats, ...]]:
+    """Files of hourly partitions in shuffled order, some hours with several or none, each
+    with row groups spread over (a part of) its hour."""
+    files: dict[DataFile, tuple[RowGroupStats, ...]] = {}
+    for hour in range(draw(st.integers(1, 40))):
+        for n in range(draw(st.integers(0, 3))):
+            lo = BASE + hour * HOUR
+            f = DataFile(f"h{hour}/{n}.parquet", 1, 1, f"h{hour}", {}, lo, lo + HOUR)
+            groups = []
+            for i in range(draw(st.integers(1, 3))):
+                a = lo + draw(st.integers(0, HOUR - 1))
+                b = draw(st.integers(a, lo + HOUR - 1))
+                groups.append(RowGroupStats(i, draw(st.integers(0, 500)), 10, a, b, 0))
+            files[f] = tuple(groups)
+    order = draw(st.permutations(list(files)))
+    return {f: files[f] for f in order}
+
+
+@settings(max_examples=60, deadline=None)
+@given(hourly_files(), st.integers(0, 40), st.integers(1, 40), st.integers(1, 2000))
+def test_density_stops_reading_statistics_where_no_slice_can_reach(files, start, hours, target):
+    """The slice chosen from the statistics read up to ``complete_below`` is the one chosen
+    from all of them, and the range holds more than one target either way."""
+    lo, hi = BASE + start * HOUR, BASE + (start + hours) * HOUR
+    read: list[DataFile] = []
+
+    def stats(f: DataFile) -> tuple[RowGroupStats, ...]:
+        read.append(f)
+        return files[f]
+
+    full = row_density(list(files), files.__getitem__, lo, hi)
+    early = row_density(list(files), stats, lo, hi, enough=2 * target)
+    assert lo < early.complete_below <= hi
+    if early.complete_below < hi:
+        unread = [f for f in files if f not in read and f.admits(lo, hi)]
+        assert unread and all(f.admissible_lo >= early.complete_below for f in unread)
+        assert early.rows_within(lo, early.complete_below) >= 2 * target
+    end = choose_end(full.starts, full.ends, full.rows, lo, hi, target)
+    capped = choose_end(
+        early.starts, early.ends, early.rows, lo, min(hi, early.complete_below), target
+    )
+    assert capped == end
+    assert (early.rows_total > target) == (full.rows_total > target)
 
 
 # -- the planner over real files ------------------------------------------------------
