@@ -200,3 +200,50 @@ def test_a_preparation_scope_checks_a_hive_input_once_whatever_its_slice_size(
     assert hive_resolution(spark, spec, hive) is not first
     assert [c.column for c in first.columns] == ["ride_id", "city", "event_time"]
     assert not first.mismatches
+
+
+def test_a_run_checks_the_schemas_of_the_files_its_range_may_read_and_no_others(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A file whose column no longer fits the job, in an hour outside the run's range, does
+    not stop the run; a run whose range reaches it, and the check without a range (``kappa
+    check``), name it."""
+    from kappaplus.config.bindings import HiveInput
+    from kappaplus.jobs import InputSpec
+    from kappaplus.runtime.binding.inputs import hive_options
+    from kappaplus.runtime.binding.unify import hive_resolution
+    from kappaplus.runtime.options import RunOptions
+
+    root = tmp_path / "rides"
+    for hour in (0, 1, 2):
+        write_hour(root, hour)
+    at = BASE + timedelta(hours=5)
+    folder = root / f"dt={at:%Y-%m-%d}" / f"hr={at:%H}"
+    folder.mkdir(parents=True)
+    pq.write_table(  # city stored as a struct: read as a string it fits no longer
+        pa.table(
+            {
+                "ride_id": ["x"],
+                "city": pa.array([{"name": "a"}]),
+                "event_time": pa.array([at], pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        folder / "part-0.parquet",
+    )
+    name = f"ranged_{uuid.uuid4().hex[:6]}"
+    register_table(spark, name, str(root), partition_format="dt=%Y-%m-%d/hr=%H")
+    spec = InputSpec("rides", "ride_id string, city string, event_time timestamp", "event_time")
+    hive = HiveInput.model_validate({"table": name, "event_time_column": "event_time"})
+
+    def mismatches(end_hour: int | None) -> list[str]:
+        if end_hour is None:
+            return hive_resolution(spark, spec, hive).mismatches
+        end = (BASE + timedelta(hours=end_hour)).isoformat()
+        run = RunOptions("backfill", BASE.isoformat(), end)
+        return hive_resolution(spark, spec, hive, hive_options(hive, run, "2 minutes")).mismatches
+
+    assert mismatches(3) == []
+    for end_hour in (6, None):
+        found = mismatches(end_hour)
+        assert len(found) == 1 and "'city'" in found[0], found
+        assert str(folder / "part-0.parquet") in found[0], found

@@ -184,11 +184,12 @@ class BackfillMode(RunMode):
         spec, hive = ctx.spec, ctx.binding.hive
         if hive is None:
             raise ConfigError(f"inputs.{spec.name}.hive", None, "backfill mode needs a table")
-        resolution = hive_resolution(ctx.spark, spec, hive)  # the table's columns -> the job's
-        refuse_mismatches(resolution)
         options = bind.hive_options(hive, ctx.run, ctx.watermark_delay)
-        options.update(bind.unplaceable_options(spec.name, hive, ctx.dead_letter_staging))
         options.update(stored_options(hive))
+        # the table's columns -> the job's, and the schemas of the files the run may read
+        resolution = hive_resolution(ctx.spark, spec, hive, dict(options))
+        refuse_mismatches(resolution)
+        options.update(bind.unplaceable_options(spec.name, hive, ctx.dead_letter_staging))
         if ctx.source_state is not None:
             options["manifestDir"] = f"{ctx.source_state}/manifests"
         if ctx.drain_file is not None:

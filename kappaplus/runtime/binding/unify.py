@@ -6,18 +6,23 @@ declared schema). Used by binding
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kappaplus.core.errors import ConfigError
 from kappaplus.mapping import Resolution, job_mapping, resolve_mapping
+from kappaplus.slicing.files import UNBOUNDED_HI, UNBOUNDED_LO
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from kappaplus.config import DeltaInput, HiveInput, IcebergInput, JobConfig, KafkaInput
     from kappaplus.config.bindings import MappedLakeInput
+    from kappaplus.connectors.hive.catalog import HiveTable
     from kappaplus.jobs import InputSpec, Job
+    from kappaplus.slicing.files import DataFile
 
 
 def kafka_event_field(spec: InputSpec, kafka: KafkaInput) -> str:
@@ -75,10 +80,22 @@ def hive_source_schema(spark: SparkSession, hive: HiveInput) -> StructType:
     return lake_source_schema(hive, resolve_table(spark, hive.table).schema)
 
 
-def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Resolution:
+def hive_resolution(
+    spark: SparkSession,
+    spec: InputSpec,
+    hive: HiveInput,
+    source_options: Mapping[str, Any] | None = None,
+) -> Resolution:
     """The Hive binding's mapping checked against the table's schema, and the columns it
-    reads against every data file's own schema (an evolved lake: a file lacking a column
-    reads it as null, a narrower type widens; a wider or incompatible type is a mismatch).
+    reads against the schema of every data file the run may read (an evolved lake: a file
+    lacking a column reads it as null, a narrower type widens; a wider or incompatible type
+    is a mismatch).
+
+    ``source_options``: the run's source keywords (``read_hive_stream``'s, as
+    :func:`~kappaplus.runtime.binding.inputs.hive_options` gives them): only files whose
+    partition admits the run's ``[start, end)`` are checked, as the planner sees them; a
+    one-day backfill of a years-long table reads a day's footers, not the table's. Without
+    them, every file of the table.
 
     Within a :func:`~kappaplus.connectors.hive.catalog.resolution_scope` it is computed once
     per input and binding whatever its slice size: ``kappa run`` binds a second time with
@@ -89,11 +106,15 @@ def hive_resolution(spark: SparkSession, spec: InputSpec, hive: HiveInput) -> Re
     def compute() -> Resolution:
         table = resolve_table(spark, hive.table).schema
         resolution = lake_resolution(spark, spec, "hive", hive, table)
-        resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution))
+        resolution.mismatches.extend(file_mismatches(spark, spec, hive, resolution, source_options))
         return resolution
 
     unsized = hive.model_dump_json(exclude={"target_rows_per_trigger"})
-    return within_scope(("hive_resolution", id(spark), id(spec), unsized), compute)
+    window = sorted(
+        (k, str(v)) for k, v in (source_options or {}).items() if k != "targetRowsPerTrigger"
+    )
+    key = ("hive_resolution", id(spark), id(spec), unsized, repr(window))
+    return within_scope(key, compute)
 
 
 def iceberg_resolution(spark: SparkSession, spec: InputSpec, iceberg: IcebergInput) -> Resolution:
@@ -182,15 +203,18 @@ def _by_date_range(
 
 
 def file_mismatches(
-    spark: SparkSession, spec: InputSpec, hive: HiveInput, resolution: Resolution
+    spark: SparkSession,
+    spec: InputSpec,
+    hive: HiveInput,
+    resolution: Resolution,
+    source_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """One line per (file, column) whose stored type does not widen to the type it is read
-    as: the job's type for a column mapped by name, else the table's. Reads footers only."""
-    import pyarrow.parquet as pq
+    as: the job's type for a column mapped by name, else the table's. Reads footers only,
+    of the files the run may read (:func:`hive_resolution`)."""
     from pyspark.sql.pandas.types import from_arrow_type
 
     from kappaplus.connectors.hive import resolve_table
-    from kappaplus.connectors.hive.files import filesystem_for, list_data_files
     from kappaplus.mapping import quoted, widens
 
     table = resolve_table(spark, hive.table)
@@ -204,13 +228,8 @@ def file_mismatches(
         if direct and reads[0] != hive.event_time_column:
             wanted[reads[0]] = declared[source.column].dataType
     read = [c for c in resolution.reads if c not in table.partition_columns]
-    fs, _ = filesystem_for(table.location)
-    partitions = tuple(table.partition_columns)
-    files = list_data_files(table.location, partitions, None, 0, False, table.name)
     lines: list[str] = []
-    for data_file in files:
-        with fs.open_input_file(data_file.path) as handle:
-            stored = pq.read_schema(handle)
+    for data_file, stored in _file_schemas(table, source_options):
         for column in read:
             if column not in stored.names or column == hive.event_time_column:
                 continue
@@ -226,6 +245,36 @@ def file_mismatches(
                     "incompatible change; widen the declared type, or rewrite the file"
                 )
     return lines
+
+
+def _file_schemas(
+    table: HiveTable, source_options: Mapping[str, Any] | None
+) -> Iterator[tuple[DataFile, pa.Schema]]:
+    """The data files of ``table`` a run with ``source_options`` may read (every file
+    without them) with their stored schemas, in listing order."""
+    import pyarrow.parquet as pq
+
+    from kappaplus.connectors.hive.catalog import hive_stream_options
+    from kappaplus.connectors.hive.files import filesystem_for, list_data_files
+    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.connectors.hive.planner import HiveFileLister
+
+    if source_options is None:
+        partitions = tuple(table.partition_columns)
+        files = list_data_files(table.location, partitions, None, 0, False, table.name)
+    else:
+        options = HiveSourceOptions.parse(hive_stream_options(table, **source_options))
+        lo = options.starting_timestamp
+        hi = options.ending_timestamp
+        files = [
+            f
+            for f in HiveFileLister(options).files()
+            if f.admits(UNBOUNDED_LO if lo is None else lo, UNBOUNDED_HI if hi is None else hi)
+        ]
+    fs, _ = filesystem_for(table.location)
+    for data_file in files:
+        with fs.open_input_file(data_file.path) as handle:
+            yield data_file, pq.read_schema(handle)
 
 
 def refuse_mismatches(resolution: Resolution) -> None:
