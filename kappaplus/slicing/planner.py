@@ -260,7 +260,10 @@ class SlicePlanner:
         o = self.options
         assert pos.origin is not None and pos.hi is not None
         span = o.max_event_time_per_trigger
-        first = self._first_data(files, pos.hi, limit)
+        # files by the start of their partition's range: both the earliest data and the
+        # slice's size are found from the first of them (row_density keeps this order)
+        by_start = sorted(files, key=lambda f: f.admissible_lo)
+        first = self._first_data(by_start, pos.hi, limit)
         if first is None:  # nothing more until the limit: one empty batch jumps there
             log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
             return self._offset(
@@ -284,7 +287,7 @@ class SlicePlanner:
         enough = None
         if rows_target is not None:  # the statistics of a few slices ahead are enough
             enough = max(2, RAMP_SLICES + 1) * rows_target
-        density = row_density(files, self.stats, lo, hi, enough)
+        density = row_density(by_start, self.stats, lo, hi, enough)
         hi = self._adaptive_end(
             density, lo, min(hi, density.complete_below), first=pos.manifest is None
         )
@@ -299,7 +302,6 @@ class SlicePlanner:
         rows = sum(
             g.num_rows
             for e in entries
-            if e.path in sliced
             for g in self.stats(sliced[e.path])
             if g.index in e.row_groups
         )
@@ -347,12 +349,12 @@ class SlicePlanner:
             return None
         return round(min(1.0, (hi - origin) / (end - origin)), 6)
 
-    def _first_data(self, files: list[DataFile], lo: int, hi: int) -> int | None:
-        """The earliest event time in ``[lo, hi)`` that some file may deliver. Files are
-        taken by admissible start, so the statistics of files starting after the earliest
-        time found are not read."""
+    def _first_data(self, by_start: list[DataFile], lo: int, hi: int) -> int | None:
+        """The earliest event time in ``[lo, hi)`` that some file may deliver; ``by_start``:
+        the files ordered by admissible start, so the statistics of files starting after
+        the earliest time found are not read."""
         best: int | None = None
-        for f in sorted(files, key=lambda f: f.admissible_lo):
+        for f in by_start:
             if best is not None and f.admissible_lo >= best:
                 break
             if not f.admits(lo, hi):

@@ -110,10 +110,11 @@ def hive_resolution(
         return resolution
 
     unsized = hive.model_dump_json(exclude={"target_rows_per_trigger"})
-    window = sorted(
+    # the source options decide which files are checked; the slice size does not
+    options_key = sorted(
         (k, str(v)) for k, v in (source_options or {}).items() if k != "targetRowsPerTrigger"
     )
-    key = ("hive_resolution", id(spark), id(spec), unsized, repr(window))
+    key = ("hive_resolution", id(spark), id(spec), unsized, repr(options_key))
     return within_scope(key, compute)
 
 
