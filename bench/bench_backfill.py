@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import dataclasses
 import json
 import math
@@ -84,10 +85,39 @@ def table_name(days: int) -> str:
 # -- memory: PSS of a process tree --------------------------------------------------------
 
 
-def tree_pss(root: int) -> int:
-    """Bytes of proportional set size of ``root`` and its descendants."""
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+_SYS_KCMP, _KCMP_VM = 312, 1  # x86_64
+
+
+def shares_memory(pid: int, other: int) -> bool:
+    """Whether ``pid`` runs in ``other``'s address space (``kcmp(2)``, ``KCMP_VM``): a
+    child between ``vfork`` and ``exec``, as a JVM's ``posix_spawn`` makes one for every
+    process it starts (Hadoop's local file system starts ``chmod`` for each file it
+    creates). Its ``smaps_rollup`` is its parent's: counting it counts the JVM twice."""
+    if _LIBC is None or platform.machine() != "x86_64":
+        return False
+    return _LIBC.syscall(_SYS_KCMP, pid, other, _KCMP_VM, 0, 0) == 0
+
+
+def tree_pss(*roots: int) -> int:
+    """Bytes of proportional set size of ``roots`` and their descendants, each process
+    once, a child sharing its parent's address space not at all (:func:`shares_memory`)."""
     total = 0
-    for pid in process_tree(root):
+    counted: set[int] = set()
+    for pid in (p for root in roots for p in process_tree(root)):
+        if pid in counted:
+            continue
+        parent = _parent(pid)
+        if parent in counted and shares_memory(pid, parent):
+            continue  # checked before reading: a child stops sharing, it never starts
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
@@ -96,6 +126,7 @@ def tree_pss(root: int) -> int:
                         break
         except OSError:
             continue
+        counted.add(pid)
     return total
 
 
@@ -126,8 +157,8 @@ def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | Non
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            extra = sum(tree_pss(pid) for pids in EXTRA_PIDS for pid in pids())
-            peak = max(peak, tree_pss(proc.pid) + extra)
+            extra = [pid for pids in EXTRA_PIDS for pid in pids()]
+            peak = max(peak, tree_pss(proc.pid, *extra))
             if watch is not None and not first and any(watch[0].glob(watch[1])):
                 first.append(time.perf_counter() - began)
             stop.wait(0.5)

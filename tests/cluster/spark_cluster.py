@@ -135,6 +135,13 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -166,6 +173,8 @@ class Cluster:
             args = _cmdline(pid)
             if not any(EXECUTOR_CLASS in a for a in args):
                 continue
+            if any(EXECUTOR_CLASS in a for a in _cmdline(_parent(pid))):
+                continue  # an executor's child before its exec (the JVM's posix_spawn)
             if app_id is None or app_id in args:
                 found.append(pid)
         return sorted(found)
