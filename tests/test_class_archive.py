@@ -62,6 +62,37 @@ def test_the_key_changes_with_what_changes_the_class_path(
     assert str(archive_path()).startswith("/elsewhere/kappaplus/jvm-")
 
 
+def test_the_key_changes_with_the_projects_jar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kappaplus.jars
+
+    jar = tmp_path / "kappaplus-jvm.jar"
+    jar.write_bytes(b"one")
+    monkeypatch.setattr(kappaplus.jars, "jvm_jar", lambda: jar)
+    first = archive_key()
+    jar.write_bytes(b"rebuilt")  # on a local driver's class path: the JVM checks it
+    assert archive_key() != first
+
+
+def test_older_archives_beyond_the_kept_few_are_removed(tmp_path: Path) -> None:
+    from kappaplus.local.class_archive import KEPT_ARCHIVES, prune_archives
+
+    archives = []
+    for n in range(5):
+        path = tmp_path / f"jvm-{n:016x}.jsa"
+        path.write_bytes(b"x")
+        os.utime(path, (1_000_000 + n, 1_000_000 + n))
+        archives.append(path)
+    (tmp_path / "metastore-template").mkdir()
+    built = archives[0]  # the oldest by time, but the one just built
+    removed = prune_archives(built)
+    assert sorted(removed) == sorted(archives[1 : 5 - (KEPT_ARCHIVES - 1)])
+    assert sorted(tmp_path.iterdir()) == sorted(
+        [built, *archives[5 - (KEPT_ARCHIVES - 1) :], tmp_path / "metastore-template"]
+    )
+
+
 def test_an_archive_that_cannot_be_written_is_said_in_one_line(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("")

@@ -77,8 +77,9 @@ def _spark_jars() -> Path | None:
 
 def archive_key() -> str:
     """A short digest of what an archive depends on: the Java installation (its real path,
-    size and time), Spark's jar directory (each jar's name, size and time) and the
-    environment that changes the class path. A new Java or Spark gets a new file instead of
+    size and time), Spark's jar directory (each jar's name, size and time), the project's
+    own jar (on a local driver's class path) and the environment that changes the class
+    path. A new Java or Spark gets a new file instead of
     a stale one.
 
     >>> len(archive_key())
@@ -99,6 +100,12 @@ def archive_key() -> str:
         for entry in sorted(os.scandir(jars), key=lambda e: e.name):
             stat = entry.stat()
             digest.update(f"jar {entry.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    from kappaplus.jars import jvm_jar  # a leaf: the path of the project's own jar
+
+    jar = jvm_jar()
+    if jar is not None:  # on a local driver's class path (kappaplus.session)
+        stat = jar.stat()
+        digest.update(f"kappaplus {jar.resolve()} {stat.st_size} {stat.st_mtime_ns}\n".encode())
     for name in _CLASS_PATH_ENV:
         digest.update(f"env {name}={os.environ.get(name, '')}\n".encode())
     return digest.hexdigest()[:16]

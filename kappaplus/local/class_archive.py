@@ -88,7 +88,33 @@ def build_archive(target: Path | None = None, *, force: bool = False) -> Path:
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
     log.info("class archive for the driver JVM: %s (%.0f MB)", path, path.stat().st_size / 2**20)
+    if target is None:
+        prune_archives(path)
     return path
+
+
+KEPT_ARCHIVES = 3
+"""Archives kept in the cache directory, the newest first: one per Java, Spark and
+project-jar build (:func:`~kappaplus.core.class_archive.archive_key`), ~230 MB each, so a
+rebuilt jar or an upgraded Spark does not leave its old archive behind for ever; a few are
+kept for other installations sharing the cache."""
+
+
+def prune_archives(built: Path) -> list[Path]:
+    """Remove the default directory's archives beyond the :data:`KEPT_ARCHIVES` newest
+    (``built`` always stays); the paths removed."""
+    others = sorted(
+        (p for p in built.parent.glob("jvm-*.jsa") if p != built),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    removed = []
+    for old in others[KEPT_ARCHIVES - 1 :]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+            removed.append(old)
+            log.info("removed an older class archive: %s", old)
+    return removed
 
 
 def _train(scratch: Path, classpath: Path, home: Path, training_log: Path) -> None:

@@ -80,3 +80,29 @@ def test_a_small_local_driver_runs_the_serial_collector_unless_told_otherwise(
     chosen = java_options("local[2]").split()
     assert "-XX:+UseParallelGC" in chosen and "-XX:+UseSerialGC" not in chosen
     assert not any("HeapFreeRatio" in option for option in chosen)
+
+
+def test_a_local_driver_it_starts_gets_the_spawn_free_file_system(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kappaplus.session as session
+    from kappaplus.jars import jvm_jar
+
+    jar = jvm_jar()
+    if jar is None:
+        pytest.skip("the project's jar is not built (no javac): Hadoop's file system stays")
+    monkeypatch.setattr(session, "_launches_jvm", lambda: True)
+    local = builder_settings("local[2]", HOME, {"spark.driver.extraClassPath": "/x.jar"})
+    for key, value in session.SPAWN_FREE_LOCAL_FS.items():
+        assert local[key] == value
+    assert local["spark.driver.extraClassPath"].split(":") == ["/x.jar", str(jar)]
+    chosen = {"spark.hadoop.fs.file.impl": "org.example.Fs"}
+    assert builder_settings("local[2]", HOME, chosen)["spark.hadoop.fs.file.impl"] == (
+        "org.example.Fs"
+    )  # the caller's choice stays
+    assert "spark.hadoop.fs.file.impl" not in builder_settings("spark://h:7077", HOME)
+    # a JVM already running (spark-submit's, an earlier session's) takes no class path
+    monkeypatch.setattr(session, "_launches_jvm", lambda: False)
+    running = builder_settings("local[2]", HOME)
+    assert "spark.hadoop.fs.file.impl" not in running
+    assert "spark.driver.extraClassPath" not in running
