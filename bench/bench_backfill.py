@@ -60,7 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kappaplus.local.processes import process_tree
+from kappaplus.local.processes import parent_pid, process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
@@ -85,14 +85,6 @@ def table_name(days: int) -> str:
 # -- memory: PSS of a process tree --------------------------------------------------------
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 _SYS_KCMP, _KCMP_VM = 312, 1  # x86_64
 
@@ -115,7 +107,7 @@ def tree_pss(*roots: int) -> int:
     for pid in (p for root in roots for p in process_tree(root)):
         if pid in counted:
             continue
-        parent = _parent(pid)
+        parent = parent_pid(pid)
         if parent in counted and shares_memory(pid, parent):
             continue  # checked before reading: a child stops sharing, it never starts
         try:

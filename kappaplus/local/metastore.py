@@ -56,7 +56,7 @@ from xml.sax.saxutils import escape
 
 from kappaplus.core.errors import MetastoreError
 from kappaplus.core.settings import cache_dir, state_dir
-from kappaplus.local.processes import pid_alive, port_open
+from kappaplus.local.processes import parent_pid, pid_alive, port_open
 from kappaplus.local.service import HOST, DetachedService
 from kappaplus.session import embedded_database
 
@@ -442,18 +442,9 @@ def lock_holder(path: Path) -> int | None:
     return pid if pid > 0 else 0
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _is_own_jvm(pid: int) -> bool:
     """Whether ``pid`` is a ``java`` child of this process (the py4j gateway of pyspark)."""
-    return _parent(pid) == os.getpid() and _is_java(_command(pid))
+    return parent_pid(pid) == os.getpid() and _is_java(_command(pid))
 
 
 def _is_java(command: str) -> bool:
@@ -474,7 +465,7 @@ def _describe(pid: int) -> str:
     if pid <= 0:
         return "another process"
     command = _command(pid)
-    parent = _parent(pid)
+    parent = parent_pid(pid)
     if _is_java(command) and parent:
         owner = _command(parent)
         if owner:

@@ -15,6 +15,20 @@ from kappaplus.core.procs import pid_alive
 HOST = "127.0.0.1"
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid`` from /proc, or None when it is gone.
+
+    >>> parent_pid(os.getpid()) == os.getppid()
+    True
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def process_tree(root: int) -> list[int]:
     """``root`` and every process below it, from /proc (root first).
 
@@ -25,12 +39,9 @@ def process_tree(root: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
+        parent = parent_pid(int(entry))
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry))
     found, todo = [], [root]
     while todo:
         pid = todo.pop(0)

@@ -23,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kappaplus.local.processes import parent_pid
+
 START_TIMEOUT = 180  # seconds for a JVM daemon to come up on a loaded machine
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 
@@ -135,13 +137,6 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -173,7 +168,7 @@ class Cluster:
             args = _cmdline(pid)
             if not any(EXECUTOR_CLASS in a for a in args):
                 continue
-            if any(EXECUTOR_CLASS in a for a in _cmdline(_parent(pid))):
+            if any(EXECUTOR_CLASS in a for a in _cmdline(parent_pid(pid) or 0)):
                 continue  # an executor's child before its exec (the JVM's posix_spawn)
             if app_id is None or app_id in args:
                 found.append(pid)
