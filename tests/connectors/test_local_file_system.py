@@ -17,8 +17,11 @@ import pytest
 
 from kappaplus.jars import jvm_jar
 
+# Without javac there is no jar and local sessions keep Hadoop's file system; in CI set-up
+# installs the JDK, so a missing jar fails these tests there (as the JVM reader's do).
 pytestmark = pytest.mark.skipif(
-    jvm_jar() is None, reason="the project's jar is not built (no javac)"
+    jvm_jar() is None and not os.environ.get("CI"),
+    reason="the project's jar is not built (no javac)",
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,8 +90,9 @@ def test_a_local_driver_it_starts_gets_the_spawn_free_file_system(
     from kappaplus.jars import jvm_jar
 
     jar = jvm_jar()
-    if jar is None:
+    if jar is None and not os.environ.get("CI"):  # in CI set-up builds it: fail below
         pytest.skip("the project's jar is not built (no javac): Hadoop's file system stays")
+    assert jar is not None, "set-up did not build kappaplus/jars/kappaplus-jvm.jar"
     monkeypatch.setattr(session, "_launches_jvm", lambda: True)
     local = builder_settings("local[2]", HOME, {"spark.driver.extraClassPath": "/x.jar"})
     for key, value in session.SPAWN_FREE_LOCAL_FS.items():
