@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.audit.counts import BUCKET_SECONDS, NO_TIME, stage_counts
+from kappaplus.core.table.catalogs import described
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -193,11 +194,9 @@ class AuditRecorder:
 
 def _local_location(spark: SparkSession, table: str) -> str | None:
     """The directory of ``table`` when it is a local path (``file:``), else None."""
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
-        if (row["col_name"] or "").strip() == "Location":
-            location = (row["data_type"] or "").strip()
-            if location.startswith("file:"):
-                return location.removeprefix("file://").removeprefix("file:")
+    location = described(spark, table)[1].get("Location", "")
+    if location.startswith("file:"):
+        return location.removeprefix("file://").removeprefix("file:")
     return None
 
 

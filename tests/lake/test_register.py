@@ -247,3 +247,38 @@ def test_a_run_checks_the_schemas_of_the_files_its_range_may_read_and_no_others(
         found = mismatches(end_hour)
         assert len(found) == 1 and "'city'" in found[0], found
         assert str(folder / "part-0.parquet") in found[0], found
+
+
+def test_the_catalog_answers_as_describe_does(spark: SparkSession, tmp_path: Path) -> None:
+    """A table's partition columns, type, format and location asked of the session catalog
+    directly (no SQL statement) equal what ``DESCRIBE TABLE EXTENDED`` says, for every kind
+    of table the sources and sinks meet; a name it cannot take goes through ``DESCRIBE``."""
+    from kappaplus.core.table.catalogs import catalog_sections, describe_sections, described
+
+    tag = uuid.uuid4().hex[:6]
+    database = f"db_{tag}"
+    spark.sql(f"CREATE DATABASE {database}")
+    tables = {
+        f"hive_{tag}": "(a int, ts timestamp) PARTITIONED BY (dt string, hr int) STORED AS PARQUET",
+        f"{database}.source_{tag}": "(a int, dt string) USING parquet PARTITIONED BY (dt)",
+        f"spaced_{tag}": f"(a int) USING parquet LOCATION '{tmp_path / 'a b' / 'c%d'}'",
+        f"orc_{tag}": "(a int) STORED AS ORC",
+    }
+    for name, body in tables.items():
+        spark.sql(f"CREATE TABLE {name} {body}")
+    spark.sql(f"CREATE VIEW view_{tag} AS SELECT * FROM hive_{tag}")
+    keys = ("Type", "Provider", "InputFormat", "Location")
+    for name in [*tables, f"view_{tag}", f"`{database}`.`source_{tag}`", f"HIVE_{tag}"]:
+        columns, details = describe_sections(spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect())
+        expected = (columns, {k: v for k, v in details.items() if k in keys})
+        assert catalog_sections(spark, name) == expected, name
+        assert described(spark, name) == expected
+    assert catalog_sections(spark, f"hive_{tag}")[0] == ["dt", "hr"]
+    assert "a b" in catalog_sections(spark, f"spaced_{tag}")[1]["Location"]  # not a%20b
+    # three-part names and missing tables: DESCRIBE's answer and error
+    three = f"spark_catalog.default.hive_{tag}"
+    assert catalog_sections(spark, three) is None
+    assert described(spark, three)[0] == ["dt", "hr"]
+    assert catalog_sections(spark, f"missing_{tag}") is None
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        described(spark, f"missing_{tag}")

@@ -33,7 +33,7 @@ from kappaplus.connectors.hive.options import (
 )
 from kappaplus.core.errors import TableError, TableNotFound
 from kappaplus.core.settings import state_dir
-from kappaplus.core.table.catalogs import describe_sections
+from kappaplus.core.table.catalogs import described
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,17 @@ def within_scope(key: tuple[Any, ...], compute: Callable[[], T]) -> T:
 def resolve_table(spark: SparkSession, table: str) -> HiveTable:
     """Look ``table`` up in the catalog; :class:`TableError` if it is missing or unreadable.
 
-    Two catalog calls (``DESCRIBE TABLE EXTENDED`` for location, format and partition
-    columns, then the table's schema): each is a metastore round trip, paid before a run's
-    first micro-batch (once per table within :func:`resolution_scope`).
+    Two catalog calls (location, format and partition columns:
+    :func:`~kappaplus.core.table.catalogs.described`; then the table's schema): each is a
+    metastore round trip, paid before a run's first micro-batch (once per table within
+    :func:`resolution_scope`).
     """
     return within_scope((id(spark), table), lambda: _lookup_table(spark, table))
 
 
 def _lookup_table(spark: SparkSession, table: str) -> HiveTable:
     try:
-        described = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+        partition_columns, details = described(spark, table)
     except AnalysisException as exc:
         if "TABLE_OR_VIEW_NOT_FOUND" not in str(exc):
             raise
@@ -116,7 +117,6 @@ def _lookup_table(spark: SparkSession, table: str) -> HiveTable:
                 else ": check the name, or register its files with 'kappa table register'"
             )
         ) from None
-    partition_columns, details = describe_sections(described)
     if details.get("Type", "").upper() == "VIEW":
         raise TableError(f"{table!r} is a view; the Hive streaming source reads tables")
     provider = details.get("Provider", "").lower()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.sink_options import table_sql
 from kappaplus.core.errors import TableError
-from kappaplus.core.table.catalogs import describe_sections
+from kappaplus.core.table.catalogs import described
 from kappaplus.core.table.commit_log import COMMITS_DIR
 from kappaplus.core.table.hadoop_fs import HadoopFs
 
@@ -105,10 +105,10 @@ def record_replaced(spark: SparkSession, location: str, query: str, by: str, spa
 
 def describe_table(spark: SparkSession, table: str) -> tuple[str, list[str]]:
     """The storage location (URI) of ``table`` and its partition columns in order, from one
-    ``DESCRIBE TABLE EXTENDED`` (the catalog's ``listColumns`` took ~1 s more on a table of
-    a few columns: one remote call per column attribute)."""
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table_sql(table)}").collect()
-    partitions, details = describe_sections(rows)
+    catalog call (:func:`~kappaplus.core.table.catalogs.described`; the catalog's
+    ``listColumns`` took ~1 s more on a table of a few columns: one remote call per column
+    attribute)."""
+    partitions, details = described(spark, table_sql(table))
     location = details.get("Location")
     if not location:
         raise TableError(f"table {table} has no location")
