@@ -36,6 +36,7 @@ from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
 from kappaplus.core.errors import ConfigError, DataError, TableNameTaken
 from kappaplus.core.table import TABLE_NAME
+from kappaplus.core.table.catalogs import described
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,13 +140,6 @@ def _quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _table_location(spark: SparkSession, table: str) -> str | None:
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
-        if (row["col_name"] or "").strip() == "Location":
-            return str(row["data_type"]).strip()
-    return None
-
-
 def _same_place(a: str | None, b: str) -> bool:
     if a is None:
         return False
@@ -184,14 +178,10 @@ def register_table(
     if "." in table:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
     if spark.catalog.tableExists(table):
-        existing = _table_location(spark, table)
+        details = described(spark, table)[1]
+        existing = details.get("Location")
         if replace:
-            if (
-                spark.sql(f"DESCRIBE TABLE EXTENDED {table}")
-                .where("col_name = 'Type'")
-                .filter("upper(data_type) = 'MANAGED'")
-                .count()
-            ):
+            if details.get("Type", "").upper() == "MANAGED":
                 raise TableNameTaken(
                     f"table {table!r} is a managed table (dropping it deletes its files); "
                     "drop it yourself or register under another name"

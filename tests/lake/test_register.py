@@ -282,3 +282,21 @@ def test_the_catalog_answers_as_describe_does(spark: SparkSession, tmp_path: Pat
     assert catalog_sections(spark, f"missing_{tag}") is None
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
         described(spark, f"missing_{tag}")
+
+
+def test_replace_moves_a_registration_and_refuses_a_managed_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    name = f"moved_{uuid.uuid4().hex[:6]}"
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_hour(first, 1)
+    write_hour(second, 2)
+    register_table(spark, name, str(first))
+    register_table(spark, name, str(second), replace=True)
+    assert resolve_table(spark, name).location.removeprefix("file:").rstrip("/") == str(second)
+    assert (first / "dt=2024-03-01").is_dir()  # its files stay where they are
+    managed = f"managed_{uuid.uuid4().hex[:6]}"
+    spark.sql(f"CREATE TABLE {managed} (id bigint) USING parquet")
+    with pytest.raises(TableNameTaken, match="managed table"):
+        register_table(spark, managed, str(second), replace=True)
+    assert spark.catalog.tableExists(managed)
