@@ -33,7 +33,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
+from kappaplus.connectors.hive.options import (
+    MARKER_COLUMN,
+    PLANNER_SOURCE,
+    HiveSourceOptions,
+    NullEventTimePolicy,
+)
 from kappaplus.connectors.hive.reader import unplaceable_advice
 from kappaplus.core.errors import ConfigError
 
@@ -128,11 +133,6 @@ def jvm_unsupported(options: HiveSourceOptions) -> str | None:
         if f.name in options.partition_columns and not isinstance(f.dataType, _PARTITION_TYPES):
             return f"partition column {f.name!r} is {f.dataType.simpleString()}"
     return None
-
-
-PLANNER_SOURCE = "plannerSource"
-"""The option naming the data source class whose reader plans the slices (``module:Class``,
-a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`); absent: the Hive one."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ from kappaplus.slicing.stored_time import storage_of
 SUPPORTED_FORMATS = ("parquet", "orc")
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
 """Rows of one input partition (Spark task) of a slice at most."""
+PLANNER_SOURCE = "plannerSource"
+"""The JVM reader's option naming the data source class whose reader plans the slices
+(``module:Class``, a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`);
+absent: the Hive one (read by :mod:`kappaplus.connectors.hive.plan_service`)."""
 __all__ = [
     "DEFAULT_TARGET_ROWS",
     "MARKER_COLUMN",

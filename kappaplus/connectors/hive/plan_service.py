@@ -20,8 +20,7 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from kappaplus.connectors.hive.files import UNBOUNDED_HI, file_uri  # noqa: F401 (re-exported)
-from kappaplus.connectors.hive.jvm_reader import PLANNER_SOURCE
-from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.hive.options import PLANNER_SOURCE, HiveSourceOptions
 from kappaplus.connectors.hive.reader import partition_scalar
 from kappaplus.connectors.hive.source import HiveStreamReader, ListedFilesDataSource
 from kappaplus.core.errors import ConfigError, KappaError
