@@ -39,13 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.core.errors import ConfigError
-from kappaplus.core.modes import Mode
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from kappaplus.config import JobConfig
-    from kappaplus.jobs import Job
 
 #: Columns a Hive sink adds; never part of a comparison.
 SINK_COLUMNS = ("dt", "hr", "kappa_batch")
@@ -193,21 +190,6 @@ def _iso(micros: int | None) -> str | None:
     return datetime.fromtimestamp(micros / 1e6, UTC).isoformat()
 
 
-def stream_checkpoint(
-    job: Job, config: JobConfig, output: str, checkpoint_root: Path | None
-) -> Path:
-    """The checkpoint of ``output``'s query in the job's production (stream) run: the
-    directory the run's identity gives (:func:`kappaplus.runtime.state.identity.run_dir`)."""
-    from kappaplus.config import resolve
-    from kappaplus.runtime.options import RunOptions
-    from kappaplus.runtime.state.checkpoints import checkpoint_root as root_of
-    from kappaplus.runtime.state.identity import run_dir, run_identity
-
-    run = RunOptions(Mode.STREAM, checkpoint_root=checkpoint_root)
-    identity = run_identity(job, resolve(config, "stream", job), run)
-    return run_dir(root_of(config, run), identity) / output
-
-
 def checkpoint_watermark(checkpoint: Path) -> int | None:
     """The watermark (epoch micros) of the latest batch planned in a query checkpoint."""
     offsets = checkpoint / "offsets"
@@ -221,66 +203,6 @@ def checkpoint_watermark(checkpoint: Path) -> int | None:
         if "batchWatermarkMs" in meta:
             return int(meta["batchWatermarkMs"]) * 1000
     return None
-
-
-def target_of(
-    job: Any,
-    config: Any,
-    output: str | None,
-    *,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    checkpoint_root: Path | None = None,
-    watermark_micros: int | None = None,
-) -> ReconcileTarget:
-    """The reconcile target of ``job``'s output (the only one when ``output`` is None)."""
-    from kappaplus.config import resolve
-
-    names = [spec.name for spec in job.outputs]
-    if output is None:
-        if len(names) != 1:
-            raise ConfigError("--output", None, f"the job has outputs {names}: name one")
-        output = names[0]
-    if output not in names:
-        raise ConfigError("--output", output, f"the job's outputs are {names}")
-    keys = config.outputs[output].reconcile
-    if keys is None:
-        raise ConfigError(
-            f"outputs.{output}.reconcile",
-            None,
-            'declare the key columns: [outputs.<name>.reconcile] key = ["col", ...] '
-            '(and window_end = "col", measure = "col")',
-        )
-    production = resolve(config, "stream", job).outputs[output].hive
-    backfill = resolve(config, "backfill", job).outputs[output].hive
-    if production is None or backfill is None:
-        raise ConfigError(
-            f"outputs.{output}.hive", None, "kappa reconcile compares Hive outputs only"
-        )
-    if watermark_micros is None and keys.window_end is not None:
-        watermark_micros = checkpoint_watermark(
-            stream_checkpoint(job, config, output, checkpoint_root)
-        )
-    spec = job.outputs[names.index(output)]
-    late = config.outputs[output].late_target()
-    return ReconcileTarget(
-        job=job.name,
-        output=output,
-        production=production.table,
-        backfill=backfill.table,
-        key=tuple(keys.key),
-        window_end=keys.window_end,
-        measure=keys.measure,
-        event_time_column=spec.event_time_column,
-        watermark_micros=watermark_micros,
-        start=start,
-        end=end,
-        late_table=None if late is None else late.table,
-        late_event_time_column=None if late is None else job.inputs[0].event_time_column,
-        late_topic=None if late is None else late.topic,
-        late_bootstrap=None if late is None else late.bootstrap_servers,
-        late_options={} if late is None else dict(late.options),
-    )
 
 
 def _rows(

@@ -112,10 +112,11 @@ def register(app: typer.Typer) -> None:
         production kept ([outputs.<o>.late], counted where they were kept) explain the
         differences, rows against rows (Spark's dropped-group count is shown, never
         compared). Exit status 1 when they do not, 2 on bad options."""
-        from kappaplus.audit.reconcile import chart_html, reconcile, target_of, terminal_tables
+        from kappaplus.audit.reconcile import chart_html, reconcile, terminal_tables
         from kappaplus.cli.run import default_config, job_path
         from kappaplus.config import load_config
         from kappaplus.jobs import load_job
+        from kappaplus.runtime.reconcile_target import target_of
         from kappaplus.session import create_session, stop_session
 
         try:

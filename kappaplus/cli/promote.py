@@ -41,8 +41,7 @@ def _load(job: str, config: Path | None) -> tuple[Any, Any]:
 
 def _stream_free(job: Any, config: Any, output: str, checkpoint: Path | None) -> None:
     """Refuse while the production stream runs: its sink writes the production name."""
-    from kappaplus.audit.reconcile import stream_checkpoint
-    from kappaplus.runtime.state.checkpoints import LOCK_FILE
+    from kappaplus.runtime.state.checkpoints import LOCK_FILE, stream_checkpoint
     from kappaplus.runtime.state.locks import check_free
 
     run = stream_checkpoint(job, config, output, checkpoint).parent

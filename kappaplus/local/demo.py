@@ -243,8 +243,9 @@ def reconcile(
 ) -> None:
     """Compare the stream's and the backfill's sessions with ``kappa reconcile``
     (:mod:`kappaplus.audit.reconcile`); fill ``report`` and write the chart."""
-    from kappaplus.audit.reconcile import chart_html, target_of, terminal_tables
+    from kappaplus.audit.reconcile import chart_html, terminal_tables
     from kappaplus.audit.reconcile import reconcile as compare
+    from kappaplus.runtime.reconcile_target import target_of
 
     target = target_of(stream.job, config, "sessions")
     result = compare(spark, target)

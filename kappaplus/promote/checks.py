@@ -68,8 +68,9 @@ def check_ready(spark: SparkSession, job: Any, config: Any, plan: PromotePlan) -
     production (``--force`` skips them)."""
     from pyspark.sql import functions as F
 
-    from kappaplus.audit.reconcile import reconcile, target_of
+    from kappaplus.audit.reconcile import reconcile
     from kappaplus.core.timeutil import from_micros, parse_timestamp
+    from kappaplus.runtime.reconcile_target import target_of
 
     def when(key: str) -> Any:
         value = plan.range.get(key)

@@ -136,7 +136,8 @@ def test_late_rows_kept_in_a_kafka_topic(  # type: ignore[no-untyped-def]
     assert recorded == per_bucket
 
     # kappa reconcile reads the topic back: one per key, in the range of the event time
-    from kappaplus.audit.reconcile import late_rows_kept_in, target_of
+    from kappaplus.audit.reconcile import late_rows_kept_in
+    from kappaplus.runtime.reconcile_target import target_of
 
     target = target_of(sessionization.JOB, config, "sessions", watermark_micros=0)
     assert target.late_topic == late_topic

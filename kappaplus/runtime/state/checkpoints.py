@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kappaplus.config import JobConfig, resolve
 from kappaplus.core.errors import ConfigError
+from kappaplus.core.modes import Mode
 from kappaplus.core.settings import state_dir
 from kappaplus.runtime.failures import check_checkpoint_files
 from kappaplus.runtime.options import RunOptions
@@ -101,3 +102,12 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
         if kafka is not None:
             check_kafka_reachable(spec.name, kafka)
     return directory
+
+
+def stream_checkpoint(job: Job, config: JobConfig, output: str, root: Path | None) -> Path:
+    """The checkpoint of ``output``'s query in the job's production (stream) run under
+    ``root`` (None: the config's checkpoint root): the directory the run's identity gives
+    (:func:`kappaplus.runtime.state.identity.run_dir`)."""
+    run = RunOptions(Mode.STREAM, checkpoint_root=root)
+    identity = run_identity(job, resolve(config, "stream", job), run)
+    return run_dir(checkpoint_root(config, run), identity) / output
