@@ -318,6 +318,26 @@ class Job:
                 return spec
         raise ConfigError(f"job {self.name}.outputs", name, f"no such output ({self.output_names})")
 
+    def chosen_output(self, name: str | None, option: str = "--output") -> str:
+        """The output a command names with ``option`` (``name``), or the job's only one when
+        it names none; :class:`ConfigError` on ``option`` otherwise.
+
+        >>> job = Job("j", [InputSpec("e", "ts timestamp", "ts")],
+        ...           [OutputSpec("o", event_time_column="ts")], lambda inputs, params: inputs)
+        >>> job.chosen_output(None), job.chosen_input("e")
+        ('o', 'e')
+        >>> job.chosen_output("x")
+        Traceback (most recent call last):
+        ...
+        kappaplus.core.errors.ConfigError: option '--output' = 'x': the job's outputs are ['o']
+        """
+        return _chosen("output", self.output_names, name, option)
+
+    def chosen_input(self, name: str | None, option: str = "--input") -> str:
+        """The input a command names with ``option`` (``name``), or the job's only one (as
+        :meth:`chosen_output`)."""
+        return _chosen("input", self.input_names, name, option)
+
     def make_params(self, overrides: Mapping[str, Any] | None = None) -> Params:
         """The job's default params updated with ``overrides`` (unknown keys are an error)."""
         values = dict(self.params)
@@ -355,6 +375,16 @@ class Job:
                 f"returned outputs {sorted(got)} but the job declares {sorted(declared)}",
             )
         return dict(result)
+
+
+def _chosen(kind: str, names: list[str], name: str | None, option: str) -> str:
+    if name is None:
+        if len(names) != 1:
+            raise ConfigError(option, None, f"the job has {kind}s {names}: name one")
+        return names[0]
+    if name not in names:
+        raise ConfigError(option, name, f"the job's {kind}s are {names}")
+    return name
 
 
 def _unique(kind: str, names: Iterable[str]) -> None:

@@ -57,13 +57,7 @@ def _plan(job: str, config: Path | None, input_name: str | None, checkpoint: Pat
         raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
     job_config = load_config(config_file)
     resolved = resolve(job_config, "stream", loaded)
-    names = [spec.name for spec in loaded.inputs]
-    if input_name is None:
-        if len(names) != 1:
-            raise ConfigError("--input", None, f"the job has inputs {names}: name one")
-        input_name = names[0]
-    if input_name not in names:
-        raise ConfigError("--input", input_name, f"the job's inputs are {names}")
+    input_name = loaded.chosen_input(input_name)
     spec = next(s for s in loaded.inputs if s.name == input_name)
     binding = resolved.inputs[input_name]
     kafka = binding.kafka

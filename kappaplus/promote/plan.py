@@ -75,13 +75,7 @@ def promote_plan(
     from kappaplus.runtime.state.checkpoints import checkpoint_root as root_of
     from kappaplus.runtime.state.identity import run_dir, run_identity
 
-    names = [spec.name for spec in job.outputs]
-    if output is None:
-        if len(names) != 1:
-            raise ConfigError("--output", None, f"the job has outputs {names}: name one")
-        output = names[0]
-    if output not in names:
-        raise ConfigError("--output", output, f"the job's outputs are {names}")
+    output = job.chosen_output(output)
     production = resolve(config, "stream", job).outputs[output].hive
     backfill = resolve(config, "backfill", job).outputs[output].hive
     if production is None or backfill is None:
@@ -91,7 +85,7 @@ def promote_plan(
     run = RunOptions(Mode.BACKFILL, checkpoint_root=checkpoint_root)
     identity = run_identity(job, resolve(config, "backfill", job), run)
     directory = run_dir(root_of(config, run), identity)
-    spec = job.outputs[names.index(output)]
+    spec = job.output(output)
     return PromotePlan(
         job=job.name,
         output=output,

@@ -37,13 +37,7 @@ def target_of(
         result = reconcile(spark, target)
     """
 
-    names = [spec.name for spec in job.outputs]
-    if output is None:
-        if len(names) != 1:
-            raise ConfigError("--output", None, f"the job has outputs {names}: name one")
-        output = names[0]
-    if output not in names:
-        raise ConfigError("--output", output, f"the job's outputs are {names}")
+    output = job.chosen_output(output)
     keys = config.outputs[output].reconcile
     if keys is None:
         raise ConfigError(
@@ -62,7 +56,7 @@ def target_of(
         watermark_micros = checkpoint_watermark(
             stream_checkpoint(job, config, output, checkpoint_root)
         )
-    spec = job.outputs[names.index(output)]
+    spec = job.output(output)
     late = config.outputs[output].late_target()
     return ReconcileTarget(
         job=job.name,
