@@ -8,17 +8,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kappaplus.audit.reconcile import ReconcileTarget, checkpoint_watermark
 from kappaplus.config import resolve
 from kappaplus.core.errors import ConfigError
 from kappaplus.runtime.state.checkpoints import stream_checkpoint
 
+if TYPE_CHECKING:
+    from kappaplus.config import JobConfig
+    from kappaplus.jobs import Job
+
 
 def target_of(
-    job: Any,
-    config: Any,
+    job: Job,
+    config: JobConfig,
     output: str | None,
     *,
     start: datetime | None = None,
