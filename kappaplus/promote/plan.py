@@ -71,9 +71,7 @@ def promote_plan(
     checkpoint; :class:`ConfigError` when the output has no Hive table."""
     from kappaplus.config import resolve
     from kappaplus.core.modes import Mode
-    from kappaplus.runtime.options import RunOptions
-    from kappaplus.runtime.state.checkpoints import checkpoint_root as root_of
-    from kappaplus.runtime.state.identity import run_dir, run_identity
+    from kappaplus.runtime.state.checkpoints import mode_checkpoint
 
     output = job.chosen_output(output)
     production = resolve(config, "stream", job).outputs[output].hive
@@ -82,9 +80,7 @@ def promote_plan(
         raise ConfigError(
             f"outputs.{output}.hive", None, "kappa promote swaps Hive tables: this output has none"
         )
-    run = RunOptions(Mode.BACKFILL, checkpoint_root=checkpoint_root)
-    identity = run_identity(job, resolve(config, "backfill", job), run)
-    directory = run_dir(root_of(config, run), identity)
+    directory, identity = mode_checkpoint(job, config, Mode.BACKFILL, checkpoint_root)
     spec = job.output(output)
     return PromotePlan(
         job=job.name,

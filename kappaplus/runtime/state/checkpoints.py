@@ -104,10 +104,18 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
     return directory
 
 
+def mode_checkpoint(
+    job: Job, config: JobConfig, mode: Mode, root: Path | None
+) -> tuple[Path, RunIdentity]:
+    """The checkpoint directory of the job's run in ``mode`` under ``root`` (None: the
+    config's checkpoint root), as :func:`prepare_checkpoint` derives it, and the run's
+    identity; nothing is created or checked."""
+    run = RunOptions(mode, checkpoint_root=root)
+    identity = run_identity(job, resolve(config, mode, job), run)
+    return run_dir(checkpoint_root(config, run), identity), identity
+
+
 def stream_checkpoint(job: Job, config: JobConfig, output: str, root: Path | None) -> Path:
     """The checkpoint of ``output``'s query in the job's production (stream) run under
-    ``root`` (None: the config's checkpoint root): the directory the run's identity gives
-    (:func:`kappaplus.runtime.state.identity.run_dir`)."""
-    run = RunOptions(Mode.STREAM, checkpoint_root=root)
-    identity = run_identity(job, resolve(config, "stream", job), run)
-    return run_dir(checkpoint_root(config, run), identity) / output
+    ``root`` (:func:`mode_checkpoint`)."""
+    return mode_checkpoint(job, config, Mode.STREAM, root)[0] / output
