@@ -34,7 +34,10 @@ def test_local_masters(master: str, local: bool) -> None:
     assert is_local_master(master) is local
 
 
-def test_a_cluster_gets_only_the_callers_settings() -> None:
+def test_a_cluster_gets_only_the_callers_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kappaplus.session as session
+
+    monkeypatch.setattr(session, "_launches_jvm", lambda: False)  # spark-submit's JVM
     caller = {"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}
     assert builder_settings("spark://h:7077", HOME, caller, hive=False) == caller
     assert builder_settings("yarn", HOME, None, hive=True) == {}
@@ -108,3 +111,40 @@ def test_a_local_driver_it_starts_gets_the_spawn_free_file_system(
     running = builder_settings("local[2]", HOME)
     assert "spark.hadoop.fs.file.impl" not in running
     assert "spark.driver.extraClassPath" not in running
+
+
+def test_a_small_cluster_driver_it_starts_gets_the_serial_collector_where_none_is_chosen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import kappaplus.session as session
+
+    monkeypatch.setattr(session, "_launches_jvm", lambda: True)
+    monkeypatch.setattr(session, "driver_cores", lambda: 2)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    defaults = tmp_path / "spark-defaults.conf"
+
+    def driver_options(conf: dict[str, str] | None = None) -> list[str] | None:
+        settings = builder_settings("spark://h:7077", HOME, conf, hive=False)
+        options = settings.get("spark.driver.extraJavaOptions")
+        return None if options is None else options.split()
+
+    # no spark-defaults.conf: the collector alone
+    assert driver_options() == session.SERIAL_GC.split()
+    # the cluster's own driver options stay, after it (a properties file: = and spaces)
+    defaults.write_text("# admin\nspark.driver.extraJavaOptions = -Da=1 -Db=2\n")
+    assert driver_options() == [*session.SERIAL_GC.split(), "-Da=1", "-Db=2"]
+    # the caller's replace the file's, as Spark's launcher would, and stay too
+    assert driver_options({"spark.driver.extraJavaOptions": "-Dc=3"})[-1] == "-Dc=3"
+    # a collector chosen anywhere (file, either key, caller): nothing added
+    defaults.write_text("spark.driver.defaultJavaOptions -XX:+UseG1GC\n")
+    assert driver_options() is None
+    defaults.write_text("spark.driver.extraJavaOptions\t-XX:+UseParallelGC -Da=1\n")
+    assert driver_options() is None  # the launcher reads the file's own, untouched
+    assert driver_options({"spark.driver.extraJavaOptions": "-XX:+UseZGC"}) == ["-XX:+UseZGC"]
+    # a larger driver machine keeps the JVM's own choice; a running JVM takes no options
+    defaults.unlink()
+    monkeypatch.setattr(session, "driver_cores", lambda: 8)
+    assert driver_options() is None
+    monkeypatch.setattr(session, "driver_cores", lambda: 2)
+    monkeypatch.setattr(session, "_launches_jvm", lambda: False)
+    assert driver_options() is None
