@@ -326,26 +326,29 @@ def driver_cores() -> int:
 
 
 def cluster_driver_java_options(
-    conf: Mapping[str, str] | None, defaults: Mapping[str, str]
+    conf: Mapping[str, str] | None, defaults: Mapping[str, str], cores: int | None = None
 ) -> str | None:
     """``spark.driver.extraJavaOptions`` for a cluster session whose driver JVM this process
     starts: the serial collector (:func:`collector_options`) on a driver machine of up to
     :data:`SERIAL_GC_MAX_CORES` cores, before the options the caller (``conf``) or
     ``spark-defaults.conf`` (``defaults``) already give, which stay; None when either
-    chooses a collector itself or the machine has more cores.
+    chooses a collector itself or the machine has more cores (``cores``, default
+    :func:`driver_cores`).
 
     The driver of a cluster application runs the scheduler and the streaming engine, not
-    tasks; with G1 a backfill's driver heap grew with the range. Side by side on the
-    2-worker cluster at 90 days, peak PSS against the batch query (which gets the same):
-    1.27 / 1.32 / 1.42x with G1, 1.19 / 1.21 / 1.20x with it (docs/benchmarks.md).
+    tasks; with G1 a backfill's driver heap grew with the range. Alternating runs on the
+    2-worker cluster at 90 days, the backfill's peak PSS against the batch query's (which
+    gets the same): median 1.32x of three with G1, 1.21x of six with it (1.03-1.26x;
+    docs/benchmarks.md).
 
-    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
-    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-Da=1"}).split()[-1]
-    '-Da=1'
+    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}, 2)
+    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-Da=1"}, 2).split()
+    ['-XX:+UseSerialGC', '-XX:MinHeapFreeRatio=10', '-XX:MaxHeapFreeRatio=30', '-Da=1']
+    >>> cluster_driver_java_options({}, {}, 8)
     """
     conf = conf or {}
     chosen = " ".join(conf.get(k) or defaults.get(k) or "" for k in DRIVER_JAVA_OPTION_KEYS)
-    collector = collector_options(driver_cores(), chosen)
+    collector = collector_options(driver_cores() if cores is None else cores, chosen)
     if not collector:
         return None
     key = "spark.driver.extraJavaOptions"
