@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from kappaplus.core.class_archive import archive_option
+from kappaplus.core.jvm import spark_home
 from kappaplus.core.settings import state_dir
 from kappaplus.jars import jvm_jar
 
@@ -292,14 +293,7 @@ def spark_defaults() -> dict[str, str]:
     ``conf``); empty when there is none. A Java properties file: ``key value`` or
     ``key=value``, ``#`` and ``!`` comments."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
-    if not conf_dir:
-        home = os.environ.get("SPARK_HOME")
-        if not home:
-            import pyspark
-
-            home = str(Path(pyspark.__file__).parent)
-        conf_dir = os.path.join(home, "conf")
-    path = Path(conf_dir) / "spark-defaults.conf"
+    path = (Path(conf_dir) if conf_dir else spark_home() / "conf") / "spark-defaults.conf"
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:

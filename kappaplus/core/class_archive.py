@@ -32,6 +32,7 @@ import re
 import shutil
 from pathlib import Path
 
+from kappaplus.core.jvm import spark_home
 from kappaplus.core.settings import cache_dir
 
 ARCHIVE_ENV = "KAPPA_JVM_ARCHIVE"
@@ -65,16 +66,6 @@ def java_executable() -> Path | None:
     return Path(found) if found else None
 
 
-def _spark_jars() -> Path | None:
-    try:
-        import pyspark
-    except ImportError:  # pragma: no cover - kappaplus requires pyspark
-        return None
-    home = os.environ.get("SPARK_HOME")
-    root = Path(home) if home else Path(pyspark.__file__).parent
-    return root / "jars"
-
-
 def archive_key() -> str:
     """A short digest of what an archive depends on: the Java installation (its real path,
     size and time), Spark's jar directory (each jar's name, size and time), the project's
@@ -95,8 +86,8 @@ def archive_key() -> str:
         if libjvm.exists():
             lib = libjvm.stat()
             digest.update(f"libjvm {lib.st_size} {lib.st_mtime_ns}\n".encode())
-    jars = _spark_jars()
-    if jars is not None and jars.is_dir():
+    jars = spark_home() / "jars"
+    if jars.is_dir():
         for entry in sorted(os.scandir(jars), key=lambda e: e.name):
             stat = entry.stat()
             digest.update(f"jar {entry.name} {stat.st_size} {stat.st_mtime_ns}\n".encode())

@@ -33,6 +33,17 @@ _output_to_log = False
 _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
+def spark_home() -> Path:
+    """The Spark installation Spark's launcher runs for this process: ``$SPARK_HOME``, else
+    the installed pyspark package (which holds Spark's ``jars``)."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home)
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
 def send_output_to_log(enabled: bool = True) -> None:
     """Whether a JVM started by this process writes its own output (Spark's log4j console,
     the JVM's start-up warnings) to ``<state dir>/logs/spark-driver.log`` instead of stderr.
