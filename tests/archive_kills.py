@@ -143,6 +143,8 @@ def archive_through_kills(
     final = start("available-now", 40 if kills else 600)
     output, _ = final.communicate(timeout=900)
     assert final.returncode == 0, output[-3000:]
+    # the section to paste into a job config, as written (rich once took it for a style tag)
+    assert "backfills read it with: [inputs.<name>." in output, output[-3000:]
     offsets = archived_offsets()
     assert len(offsets) == len(set(offsets)), "no record twice"
     assert offsets == list(range(records)), "every record once"

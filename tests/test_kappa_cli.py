@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -39,6 +40,19 @@ def test_every_command_has_help_in_whole_paragraphs(path: tuple[str, ...]) -> No
     description = result.output.split("╭")[0].split("Usage:")[1].splitlines()[1:]
     for line, following in zip(description, description[1:], strict=False):
         assert not (line.strip() and following.strip()), (line, following)
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "kappa")
+def test_help_shows_every_bracketed_name_as_written(path: tuple[str, ...]) -> None:
+    # "[outputs.<o>.late]" in a help text is a config key to rich, not a style tag
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "2000"})
+    shown = " ".join(result.output.split())
+    for token in re.findall(r"\[[a-z][\w.<>|-]*\]", " ".join(texts)):
+        assert token in shown, (token, path)
 
 
 def test_reflowed_joins_lines_and_keeps_indented_blocks() -> None:

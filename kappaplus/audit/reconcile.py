@@ -421,7 +421,9 @@ def _plain(value: Any) -> Any:
 
 
 def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
-    """``rich`` tables: the first differing keys, the two outputs side by side, the recap."""
+    """``rich`` tables: the first differing keys, the two outputs side by side, the recap.
+    Values and names are shown as written (a ``[...]`` in them is text, not a style tag)."""
+    from rich.markup import escape
     from rich.table import Table
 
     t = result.target
@@ -433,24 +435,26 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
         f"{t.measure or '-'} backfill",
         "columns",
     ):
-        diff.add_column(column)
+        diff.add_column(escape(column))
     for item in result.differences[:examples]:
         diff.add_row(
-            ", ".join(_show(v) for v in item["key"]),
+            escape(", ".join(_show(v) for v in item["key"])),
             item["kind"],
-            "-" if item["production"] is None else str(item["production"]),
-            "-" if item["backfill"] is None else str(item["backfill"]),
-            ", ".join(item["columns"]),
+            "-" if item["production"] is None else escape(str(item["production"])),
+            "-" if item["backfill"] is None else escape(str(item["backfill"])),
+            escape(", ".join(item["columns"])),
         )
-    side = Table(title=f"{t.job}: production vs backfill ({t.output})")
+    side = Table(title=escape(f"{t.job}: production vs backfill ({t.output})"))
     side.add_column("")
     side.add_column("production (stream)", justify="right")
     side.add_column("backfill", justify="right")
-    side.add_row("table", t.production, t.backfill)
+    side.add_row("table", escape(t.production), escape(t.backfill))
     side.add_row("rows", str(result.production_rows), str(result.backfill_rows))
     if t.measure:
         side.add_row(
-            f"sum of {t.measure}", str(result.production_measure), str(result.backfill_measure)
+            escape(f"sum of {t.measure}"),
+            str(result.production_measure),
+            str(result.backfill_measure),
         )
     side.add_row("production watermark", _iso(t.watermark_micros) or "-", "")
     recap = Table(title="reconciliation", show_header=False)
@@ -462,10 +466,12 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
         "windows still open in production (end after its watermark)", str(result.open_in_production)
     )
     if t.measure:
-        recap.add_row(f"late rows the backfill recovered ({t.measure})", str(result.recovered))
+        recap.add_row(
+            escape(f"late rows the backfill recovered ({t.measure})"), str(result.recovered)
+        )
     if result.late_rows_kept is not None:
         where = t.late_table or f"topic {t.late_topic}, one per key"
-        recap.add_row(f"late rows kept ({where})", str(result.late_rows_kept))
+        recap.add_row(escape(f"late rows kept ({where})"), str(result.late_rows_kept))
     recap.add_row(
         "late rows production reported keeping (audit, rows)",
         "-" if result.late_rows is None else str(result.late_rows),
@@ -475,7 +481,7 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
         "-" if result.late_groups is None else str(result.late_groups),
     )
     recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
-    recap.add_row("why", result.verdict)
+    recap.add_row("why", escape(result.verdict))
     return [diff, side, recap]
 
 

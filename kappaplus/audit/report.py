@@ -292,11 +292,13 @@ def _label(bucket: datetime | None) -> str:
 def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]:
     """``rich`` tables narrow enough for an 80-column terminal: the total of every stage
     (one row per job, mode, stage and count), then one row per unexplained bucket and
-    check; with ``show_all`` every bucket's counts too (one row per bucket and stage)."""
+    check; with ``show_all`` every bucket's counts too (one row per bucket and stage).
+    Names are shown as written: ``[rides]`` is text here, not a ``rich`` style tag."""
+    from rich.markup import escape
     from rich.table import Table
 
     flagged = report.flagged()
-    totals = Table(title=report.title)
+    totals = Table(title=escape(report.title))
     for column, justify in (
         ("job", "left"),
         ("mode", "left"),
@@ -308,7 +310,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
         job, mode, stage, name, io = key
         what = f"{stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
         what += UNITS.get(stage, "")
-        totals.add_row(job, mode, what, str(report.total(key)))
+        totals.add_row(escape(job), escape(mode), escape(what), str(report.total(key)))
     totals.caption = (
         f"[red]{len(flagged)} of {len(report.buckets)} buckets unexplained[/]"
         if flagged
@@ -328,7 +330,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
         for check in report.failures:
             checks.add_row(
                 _label(check.bucket),
-                check.what,
+                escape(check.what),
                 str(check.expected),
                 str(check.actual),
                 f"[red]{check.missing}[/]",
@@ -342,7 +344,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
             for key in report.series:
                 count = report.series[key].get(bucket, 0)
                 if count:
-                    every.add_row(_label(bucket), series_label(key), str(count))
+                    every.add_row(_label(bucket), escape(series_label(key)), str(count))
         tables.append(every)
     return tables
 

@@ -29,7 +29,8 @@ from kappaplus.core.settings import STATE_DIR_ENV
 
 app = typer.Typer(
     name="kappa",
-    help="Kappa+ on PySpark: run a job from Kafka, backfill it from Hive, with one codebase.",
+    help="Kappa+ on PySpark: run a job from Kafka, backfill it from the lake (Hive, Iceberg, "
+    "Delta), with one codebase.",
     no_args_is_help=True,
     add_completion=False,
 )

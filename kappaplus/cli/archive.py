@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.modes import Mode
 
@@ -153,8 +154,7 @@ def archive_command(
             progress=progress,
         )
     except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1) from exc
+        raise error_exit(_console, exc) from exc
     spark = create_session(
         f"kappa-{job.name}",
         master=master,
@@ -164,8 +164,7 @@ def archive_command(
     try:
         result = run_job(spark, job, config, run, job_path="kappaplus.archive", console=_console)
     except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise error_exit(_console, exc, 1) from exc
     finally:
         stop_session(spark)
     print_summary(result.record)
@@ -174,7 +173,8 @@ def archive_command(
         key = "table" if table_format == "iceberg" else "path"
         _console.print(
             f"backfills read it with: [inputs.<name>.{table_format}] {key} = {table!r}, "
-            f"event_time_column = {event_time!r}"
+            f"event_time_column = {event_time!r}",
+            markup=False,
         )
         code = exit_code(result.record)
         if code:
@@ -183,7 +183,8 @@ def archive_command(
     _console.print(
         f"backfills read it with: [inputs.<name>.hive] table = {table!r}, "
         f"partition_format = {archive_partition_format(options)!r}, partition_time = {kind!r}"
-        + (", max_lateness = '<how late events arrive>'" if kind == "arrival" else "")
+        + (", max_lateness = '<how late events arrive>'" if kind == "arrival" else ""),
+        markup=False,
     )
     code = exit_code(result.record)
     if code:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -23,11 +24,6 @@ def _when(value: str | None, option: str) -> datetime | None:
     from kappaplus.core.timeutil import from_micros, parse_timestamp
 
     return None if value is None else from_micros(parse_timestamp(value, option))
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def register(app: typer.Typer) -> None:
@@ -63,7 +59,7 @@ def register(app: typer.Typer) -> None:
             first, last = _when(start, "--start"), _when(end, "--end")
             seconds = parse_duration(bucket, "--bucket") // 1_000_000
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         spark = create_session(
             "kappa-audit", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
         )
@@ -78,7 +74,7 @@ def register(app: typer.Typer) -> None:
                 bucket_seconds=seconds,
             )
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         finally:
             stop_session(spark)
         target = chart or Path("audit.html")
@@ -109,7 +105,7 @@ def register(app: typer.Typer) -> None:
         """Compare JOB's production output with its backfill output window by window (key
         columns from the output's `reconcile` table in the job config): identical,
         different, only in one, still open in production, and whether the late rows
-        production kept ([outputs.<o>.late], counted where they were kept) explain the
+        production kept (`outputs.<o>.late`, counted where they were kept) explain the
         differences, rows against rows (Spark's dropped-group count is shown, never
         compared). Exit status 1 when they do not, 2 on bad options."""
         from kappaplus.audit.reconcile import chart_html, reconcile, terminal_tables
@@ -134,14 +130,14 @@ def register(app: typer.Typer) -> None:
                 checkpoint_root=checkpoint,
             )
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         spark = create_session(
             "kappa-reconcile", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
         )
         try:
             result = reconcile(spark, target)
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         finally:
             stop_session(spark)
         file = chart or Path("reconcile.html")

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import BrokerError
 from kappaplus.local.broker import MEMORY, EmbeddedBroker
 
@@ -39,8 +40,7 @@ def start(
         before = broker.status()
         bootstrap = broker.start()
     except BrokerError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise error_exit(_console, exc, 1) from exc
     if before.running:
         _console.print(f"broker already running (pid {before.pid}) at [bold]{bootstrap}[/bold]")
     else:
@@ -53,8 +53,7 @@ def stop(home: Path = _HOME) -> None:
     try:
         stopped = EmbeddedBroker(home).stop()
     except BrokerError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise error_exit(_console, exc, 1) from exc
     _console.print("broker stopped" if stopped else "no broker running")
 
 
@@ -64,8 +63,7 @@ def status(home: Path = _HOME) -> None:
     try:
         info = EmbeddedBroker(home).status()
     except BrokerError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise error_exit(_console, exc, 1) from exc
     if not info.running:
         _console.print("no broker running")
         raise typer.Exit(1)

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 
 _console = Console()
@@ -28,7 +29,7 @@ def check_command(
 
     Nothing is read but table metadata and the lake files' footers.
     """
-    from kappaplus.cli.run import _fail, _stop_quietly, default_config, import_from_cwd
+    from kappaplus.cli.run import _stop_quietly, default_config, import_from_cwd
     from kappaplus.cli.run import job_path as resolve_path
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
@@ -51,11 +52,11 @@ def check_command(
             metastore_discovery=LOCAL_DISCOVERY,
         )
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     try:
         resolutions = describe_bindings(spark, loaded, job_config)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     finally:
         _stop_quietly(spark)
     mismatches = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import KappaError
 from kappaplus.core.settings import state_dir
 from kappaplus.local.demo import run_demo
@@ -52,8 +53,7 @@ def register(app: typer.Typer) -> None:
         except KappaError as exc:
             if exc.exit_code != 2:
                 raise
-            _console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
+            raise error_exit(_console, exc, 2) from exc
         if down:
             from kappaplus.cli.stack import down as stop_services
 

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -23,11 +24,6 @@ _INPUT = typer.Option(None, "--input", "-i", help="The input (if the job has sev
 _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root (default: the config's checkpoint_dir)."
 )
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def _when(value: str | None, option: str) -> datetime | None:
@@ -123,7 +119,7 @@ def replay_command(
         _, name, build_plan, target, ledger = _plan(job, config, input_name, checkpoint)
         low, high = _when(since, "--since"), _when(until, "--until")
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, wrap=False) from exc
     # Spark parses the job's declared schema (the decoder) and reads a dead-letter table
     spark = create_session(
         "kappa-dlq-replay", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
@@ -141,7 +137,7 @@ def replay_command(
 
             result = replay_dead_letters(letters, plan, ledger, dry_run=dry_run, progress=advance)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, wrap=False) from exc
     finally:
         stop_session(spark)
     if as_json:
@@ -178,7 +174,7 @@ def trail_command(
     try:
         _, name, _, _, ledger = _plan(job, config, input_name, checkpoint)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, wrap=False) from exc
     trail = ledger.trail()
     if as_json:
         print(json.dumps(trail))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import KappaError
 
 _console = Console(stderr=True)
@@ -45,8 +46,7 @@ def jvm_archive_command(
         with _console.status("training run for the driver JVM's class archive (about a minute)"):
             built = build_archive(force=force)
     except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(exc.exit_code) from exc
+        raise error_exit(_console, exc) from exc
     print(f"{built} ({built.stat().st_size / 2**20:.0f} MB)")
 
 

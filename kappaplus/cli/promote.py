@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -17,13 +18,6 @@ _CONFIG = typer.Option(None, "--config", "-c", help="Job config TOML.")
 _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root of the runs (default: the config's)."
 )
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    from rich.markup import escape
-
-    _console.print(f"[red]error:[/red] {escape(str(exc))}")
-    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def _load(job: str, config: Path | None) -> tuple[Any, Any]:
@@ -124,7 +118,7 @@ def register(app: typer.Typer) -> None:
                 plan = check_backfill_finished(plan, f"kappa run {job}{given}")
                 _stream_free(loaded, cfg, plan.output, checkpoint)
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         spark = create_session(
             "kappa-promote", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
         )
@@ -159,7 +153,7 @@ def register(app: typer.Typer) -> None:
                 record["checks"] = readiness.summary()
                 record = run_promotion(spark, record)
         except KappaError as exc:
-            raise _fail(exc) from exc
+            raise error_exit(_console, exc) from exc
         finally:
             stop_session(spark)
         where = journal_path(record["production_table"])

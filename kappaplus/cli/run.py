@@ -19,8 +19,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.runtime.observe.progress import format_seconds
 from kappaplus.session import ROCKSDB_PROVIDER
@@ -91,15 +93,6 @@ def _stop_quietly(spark: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - the run's outcome is already decided
         log.debug("stopping Spark: %s", exc, exc_info=True)
     shutdown_jvm()
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    from rich.markup import escape
-
-    from kappaplus.core.secrets import mask_url
-
-    _console.print(f"[red]error:[/red] {escape(mask_url(str(exc)))}")
-    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def run_command(
@@ -181,8 +174,9 @@ def run_command(
     ),
     list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
 ) -> None:
-    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads Hive over [start, end),
-    `bootstrap` reads Hive up to --cutoff and then continues from Kafka (one source).
+    """Run JOB in one mode: `stream` reads Kafka, `backfill` reads the lake (Hive, Iceberg or
+    Delta tables) over [start, end), `bootstrap` reads the lake up to --cutoff and then
+    continues from Kafka (one source).
 
     The same job code runs in every mode; a backfill writes to the backfill targets
     (`<table>_backfill` by default) and resumes from its checkpoint when run again; a
@@ -214,7 +208,7 @@ def run_command(
             _console.print(f"{name:16} {path}")
         return
     if job is None:
-        raise _fail(ConfigError("JOB", None, "name the job to run (or --list)"))
+        raise error_exit(_console, ConfigError("JOB", None, "name the job to run (or --list)"))
     import_from_cwd()
     try:
         path = job_path(job)
@@ -246,7 +240,7 @@ def run_command(
             check_shared_checkpoint(job_config, options, named_master)
         check_before_spark(loaded, job_config, options)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     try:
         spark = create_session(
             f"kappa-{loaded.name}-{mode}",
@@ -256,7 +250,7 @@ def run_command(
             defaults=STATE_STORE_SETTINGS,
         )
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     except KeyboardInterrupt:
         shutdown_jvm()
         raise typer.Exit(130) from None
@@ -271,11 +265,13 @@ def run_command(
             console=_console,
         )
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     except Exception as exc:  # a Spark or py4j failure: one line here, the rest in the log
         log.debug("run failed", exc_info=True)
         detail = f"{type(exc).__name__}: {exc}"
-        raise _fail(KappaError(explain(detail, metastore_uri=metastore_of(spark)))) from exc
+        raise error_exit(
+            _console, KappaError(explain(detail, metastore_uri=metastore_of(spark)))
+        ) from exc
     finally:
         _stop_quietly(spark)
     print_summary(result.record)
@@ -520,7 +516,7 @@ def _show_runs(rows: list[dict[str, Any]], wide: bool) -> None:
             where = state["position"] or "-"
             pending = " (batch pending)" if state["pending"] else ""
             parts.append(f"{name}: batch {state['committed']}{pending} {where}")
-        table.add_row(
+        cells = (
             row["run_id"],
             row["job"],
             row["mode"],
@@ -531,6 +527,7 @@ def _show_runs(rows: list[dict[str, Any]], wide: bool) -> None:
             str(row["dead_letters"]),
             "\n".join(parts),
         )
+        table.add_row(*(escape(cell) for cell in cells))  # as written: "[...]" is no style
     _console.print(table)
 
 

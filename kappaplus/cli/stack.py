@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kappaplus.cli.errors import error_exit, print_error
 from kappaplus.core.errors import KappaError
 from kappaplus.core.settings import state_dir
 from kappaplus.local.broker import EmbeddedBroker
@@ -32,11 +33,6 @@ metastore_app = typer.Typer(
 )
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(1)
-
-
 @metastore_app.command("start")
 def metastore_start(
     port: int = typer.Option(None, "--port", "-p", help="Port (default 9083, else a free one)."),
@@ -48,7 +44,7 @@ def metastore_start(
     try:
         uri = server.start()
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, 1) from exc
     verb = f"already running (pid {before.pid})" if before.running else "started"
     _console.print(f"metastore {verb} at [bold]{uri}[/bold] (log {server.log_file})")
     _console.print(
@@ -63,7 +59,7 @@ def metastore_stop(home: Path = _HOME) -> None:
     try:
         stopped = MetastoreServer(home).stop()
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, 1) from exc
     _console.print("metastore stopped" if stopped else "no metastore running")
 
 
@@ -101,7 +97,7 @@ def s3_start(
     try:
         endpoint = store.start()
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, 1) from exc
     verb = f"already running (pid {before.pid})" if before.running else "started"
     _console.print(f"s3 store {verb} at [bold]{endpoint}[/bold] (log {store.log_file})")
     print_s3_properties(store, endpoint)
@@ -114,7 +110,7 @@ def s3_stop(home: Path = _HOME) -> None:
     try:
         stopped = ObjectStore(home).stop()
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc, 1) from exc
     _console.print("s3 store stopped" if stopped else "no s3 store running")
 
 
@@ -220,7 +216,7 @@ def up(
             table.add_row(label, state, addresses[key], str(service.status().pid))
             logs.append(f"{key} log: {service.log_file}")
         except KappaError as exc:
-            _console.print(f"[red]error:[/red] {key}: {exc}")
+            print_error(_console, f"{key}: {exc}")
             table.add_row(label, "[red]failed[/red]", "-", "-")
             failed = True
     exports = export_lines(addresses, root)
@@ -307,7 +303,7 @@ def down(home: Path = _HOME) -> None:
             stopped = service.stop()
             _console.print(f"{key} stopped" if stopped else f"no {key} running")
         except KappaError as exc:
-            _console.print(f"[red]error:[/red] {exc}")
+            print_error(_console, exc)
             failed = True
     if failed:
         raise typer.Exit(1)

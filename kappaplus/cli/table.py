@@ -11,6 +11,7 @@ import json
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -24,11 +25,6 @@ _METASTORE = typer.Option(
     "--metastore-uri",
     help="Hive metastore thrift URI (default: the `kappa up` server, else the embedded one).",
 )
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    _console.print(f"[red]error:[/red] {exc}")
-    return typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1)
 
 
 def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]
@@ -73,7 +69,7 @@ def register_command(
         False,
         "--delta",
         help="--location is a Delta table: record NAME for it in the state directory "
-        "(no Spark started); [inputs.<n>.delta] path and describe --delta accept NAME.",
+        "(no Spark started); the `path` of `inputs.<n>.delta` and describe --delta accept NAME.",
     ),
     iceberg: bool = typer.Option(
         False,
@@ -112,7 +108,7 @@ def register_command(
         _check_partition_format(partition_format)
         list_partitions(location, partition_format)  # before Spark starts
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     spark = _session("kappa-table-register", metastore_uri)
     try:
         with Progress(console=_console, transient=True) as bar:
@@ -131,7 +127,7 @@ def register_command(
                 progress=advance,
             )
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     finally:
         stop_session(spark)
     _console.print(
@@ -196,7 +192,7 @@ def describe_command(
             spark, name, event_time_column=event_time, partition_format=partition_format
         )
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     finally:
         stop_session(spark)
     if as_json:
@@ -214,11 +210,11 @@ def _describe_iceberg(
     try:
         props = json.loads(catalog) if catalog else None
     except json.JSONDecodeError as exc:
-        raise _fail(ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
+        raise error_exit(_console, ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
     try:
         found = describe_iceberg(name, props, event_time)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     if as_json:
         print(json.dumps(found.as_json(), indent=2))
         return
@@ -232,11 +228,11 @@ def _register_iceberg(name: str, location: str, catalog: str | None, replace: bo
     try:
         props = json.loads(catalog) if catalog else None
     except json.JSONDecodeError as exc:
-        raise _fail(ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
+        raise error_exit(_console, ConfigError("--catalog", catalog, f"not JSON: {exc}")) from exc
     try:
         done = register_iceberg(name, location, props, replace=replace)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     _console.print(
         f"registered Iceberg table {done.table} -> {done.metadata_location} "
         f"(snapshot {done.snapshot_id}){' (replaced)' if done.replaced else ''}"
@@ -256,7 +252,7 @@ def _register_delta(name: str, location: str, replace: bool) -> None:
         table = open_delta(where, None)  # a Delta table there, or a one-line error
         register_delta_name(name, where, replace=replace)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     _console.print(f"registered Delta table {name} -> {where} (version {table.version()})")
     _console.print(f"see what a backfill reads: kappa table describe --delta {name}")
 
@@ -269,11 +265,13 @@ def _describe_delta(
     try:
         props = json.loads(storage_options) if storage_options else None
     except json.JSONDecodeError as exc:
-        raise _fail(ConfigError("--storage-options", storage_options, f"not JSON: {exc}")) from exc
+        raise error_exit(
+            _console, ConfigError("--storage-options", storage_options, f"not JSON: {exc}")
+        ) from exc
     try:
         found = describe_delta(name, props, event_time)
     except KappaError as exc:
-        raise _fail(exc) from exc
+        raise error_exit(_console, exc) from exc
     if as_json:
         print(json.dumps(found.as_json(), indent=2))
         return

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from kappaplus.cli.errors import error_exit
 from kappaplus.core.errors import ConfigError, KappaError
 
 app = typer.Typer(
@@ -77,8 +78,7 @@ def create(
             return
         create_topic(address, name, partitions)
     except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(exc.exit_code if isinstance(exc, KappaError) else 1) from exc
+        raise error_exit(_console, exc) from exc
     _console.print(f"created topic {name!r} with {partitions} partition(s) on {address}")
 
 
@@ -91,7 +91,6 @@ def list_command(bootstrap: str = _BOOTSTRAP, home: Path = _HOME) -> None:
         address = default_bootstrap(bootstrap, home)
         topics = list_topics(address)
     except KappaError as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise error_exit(_console, exc, 1) from exc
     for topic, count in topics.items():
         print(f"{topic}\t{count}")

@@ -6,6 +6,7 @@ kept late row. A real difference still exits 1."""
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from collections import Counter
@@ -24,8 +25,10 @@ from late_flights import (
     write_lake,
 )
 from pyspark.sql import functions as F
+from rich.console import Console
 from typer.testing import CliRunner
 
+from kappaplus.audit.reconcile import terminal_tables
 from kappaplus.config import load_config
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
@@ -133,6 +136,12 @@ def test_kept_late_rows_explain_and_spark_groups_never_do() -> None:
     # Spark's groups, even equal to the recovered rows, are no count of rows
     groups_only = _result(different=18, recovered=18, late_groups=18)
     assert not groups_only.explained and "[outputs.o.late]" in groups_only.verdict
+    # ... and `kappa reconcile` shows it as written: rich took "[outputs.o.late]" for a
+    # style tag and printed "keep them () to explain differences"
+    console = Console(width=200, record=True, file=io.StringIO())
+    for table in terminal_tables(groups_only):
+        console.print(table)
+    assert "keep them ([outputs.o.late]) to explain" in console.export_text()
     # a difference the kept rows do not cover; a window only production has
     short = _result(different=2, recovered=5, late_rows_kept=3)
     assert not short.explained and "2 rows are not late rows" in short.verdict

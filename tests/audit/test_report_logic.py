@@ -88,6 +88,8 @@ def test_lake_loss_is_flagged_per_bucket_with_the_missing_count() -> None:
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "1 of 4 buckets unexplained" in text  # 3 buckets and the records without a time
+    # each count names its input or output as written (rich took "[rides]" for a style tag)
+    assert "lake.delivered [rides]" in text and "[archive]" in text
     assert any(
         b1.strftime("%Y-%m-%d %H:%M") in line and line.rstrip(" │").endswith("3")
         for line in text.splitlines()

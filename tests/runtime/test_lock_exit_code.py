@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from kappaplus.cli.run import _fail
+from kappaplus.cli.errors import error_exit
 from kappaplus.runtime.state import locks
 
 
@@ -23,7 +25,7 @@ def test_a_run_refused_by_a_held_lock_exits_2(tmp_path: Path) -> None:
         with pytest.raises(locks.LockError) as refused:
             locks.acquire(lock, "second-run", "the checkpoint")
         assert "first-run" in str(refused.value) and str(lock) in str(refused.value)
-        assert _fail(refused.value).exit_code == 2
+        assert error_exit(Console(file=io.StringIO()), refused.value).exit_code == 2
     finally:
         if lock.exists():
             lock.unlink()
