@@ -6,7 +6,8 @@ writes the tables (pyiceberg) and into a job config; ``kappa down`` leaves no pr
   printed catalog, ``kappa s3 status``, down;
 - slow (a ``kappa run`` process of its own, a Spark JVM): a backfill of the sessionization
   job (session windows) from an Iceberg table in the bucket into an Iceberg table in the
-  bucket equals the sessions computed by hand from the events written.
+  bucket equals the sessions computed by hand from the events written; the same from a
+  Delta table in the bucket into a Delta table there (the ``storage_options`` line pasted).
 """
 
 from __future__ import annotations
@@ -179,6 +180,87 @@ table = "db.sessions"
             out["session_end"].cast(pa.int64()),
         )
         .to_pylist()
+    ]
+    assert len(rows) == len(set(rows)), "no duplicate sessions"
+    assert set(rows) == sessions_by_hand(events, GAP)
+    stack.down()
+
+
+def write_delta_events(uri: str, storage_options: dict[str, str], events: list[Any]) -> None:
+    """An unpartitioned Delta table of rider events at ``uri`` (delta-rs), in four appends in
+    arrival order (files out of event-time order), as ``write_events`` writes Iceberg."""
+    from deltalake import write_deltalake
+
+    from kappaplus.examples.generate import arrival_order
+
+    ordered = arrival_order(events)
+    for k in range(4):
+        chunk = ordered[k::4]
+        columns = {
+            c: pa.array([e[c] for e in chunk], pa.string())
+            for c in ("event_id", "rider_id", "event_type", "area")
+        }
+        times = pa.array([e["event_time"] for e in chunk], pa.timestamp("us", tz="UTC"))
+        write_deltalake(
+            uri,
+            pa.table({**columns, "event_time": times}),
+            mode="append",
+            storage_options=storage_options,
+        )
+
+
+@pytest.mark.slow  # a kappa run process (a Spark JVM of its own): 1-3 minutes under load
+def test_backfill_from_a_delta_table_on_the_embedded_store(stack: Stack) -> None:
+    """A Delta lake on an object store, as teams keep one: the table in the bucket, read by
+    the Python reader (no hadoop-aws for the JVM's), sessions into a Delta table there."""
+    from deltalake import DeltaTable
+
+    events = rider_events(riders=20, start=START, hours=6, seed=12, late_fraction=0.0)
+    rides = "s3://kappa/lake/rides"
+    write_delta_events(rides, stack.storage_options, events)
+    storage = next(
+        line.strip()
+        for line in kappa(stack.home, "s3", "start").stdout.splitlines()
+        if line.strip().startswith("storage_options = ")
+    )  # the line a user pastes, as printed
+    config = stack.home.parent / "sessions_delta_s3.toml"
+    config.write_text(
+        f"""
+job = "kappaplus.examples.sessionization:JOB"
+watermark_delay = "2 hours"
+checkpoint_dir = {json.dumps(str(stack.home.parent / "checkpoints"))}
+
+[params]
+session_gap = "30 minutes"
+
+[inputs.rider_events.delta]
+path = "{rides}"
+event_time_column = "event_time"
+maxEventTimePerTrigger = "2 hours"
+{storage}
+
+[outputs.sessions.delta]
+path = "s3://kappa/lake/sessions"
+{storage}
+"""
+    )
+    end = (events[-1]["event_time"] + timedelta(hours=2)).isoformat()
+    run = kappa(
+        stack.home,
+        *("run", "sessionization", "--config", str(config), "--mode", "backfill"),
+        *("--start", START, "--end", end, "--no-progress"),
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = DeltaTable(
+        "s3://kappa/lake/sessions_backfill", storage_options=stack.storage_options
+    ).to_pyarrow_table()
+    for name in ("session_start", "session_end"):
+        out = out.set_column(out.schema.get_field_index(name), name, out[name].cast(pa.int64()))
+    rows = [
+        (r["rider_id"], r["session_start"], r["session_end"], r["event_count"])
+        + (tuple(r["event_types"]), r["trip_requested"])
+        for r in out.to_pylist()
     ]
     assert len(rows) == len(set(rows)), "no duplicate sessions"
     assert set(rows) == sessions_by_hand(events, GAP)
