@@ -125,15 +125,18 @@ def test_up_s3_prints_a_catalog_that_puts_tables_in_the_bucket(stack: Stack) -> 
     stack.down()
 
 
-@pytest.mark.slow  # a kappa run process (a Spark JVM of its own): 1-3 minutes under load
-def test_backfill_from_an_iceberg_table_on_the_embedded_store(stack: Stack) -> None:
-    events = rider_events(riders=20, start=START, hours=6, seed=11, late_fraction=0.0)
-    write_events(stack.catalog, "db.rides", events)
-    catalog = next(
+def printed_line(stack: Stack, key: str) -> str:
+    """The ``key = {...}`` line ``kappa s3 start`` prints: what a user pastes, as printed."""
+    return next(
         line.strip()
         for line in kappa(stack.home, "s3", "start").stdout.splitlines()
-        if line.strip().startswith("catalog = ")
-    )  # the line a user pastes, as printed
+        if line.strip().startswith(f"{key} = ")
+    )
+
+
+def backfill_sessions(stack: Stack, events: list[Any], input_toml: str, output_toml: str) -> None:
+    """``kappa run sessionization --mode backfill`` over the events' range with the input
+    and output sections given (each ``[...]`` header and its keys)."""
     config = stack.home.parent / "sessions_s3.toml"
     config.write_text(
         f"""
@@ -144,15 +147,8 @@ checkpoint_dir = {json.dumps(str(stack.home.parent / "checkpoints"))}
 [params]
 session_gap = "30 minutes"
 
-[inputs.rider_events.iceberg]
-table = "db.rides"
-event_time_column = "event_time"
-maxEventTimePerTrigger = "2 hours"
-{catalog}
-
-[outputs.sessions.iceberg]
-table = "db.sessions"
-{catalog}
+{input_toml}
+{output_toml}
 """
     )
     end = (events[-1]["event_time"] + timedelta(hours=2)).isoformat()
@@ -163,24 +159,34 @@ table = "db.sessions"
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    table = open_catalog(stack.catalog).load_table("db.sessions_backfill")
-    assert table.location().startswith("s3://kappa/warehouse/")
-    out = table.scan().to_arrow()
-    rows = [
+
+
+def session_rows(out: pa.Table) -> list[tuple[Any, ...]]:
+    """The sessions of an output table as tuples, session times as epoch microseconds."""
+    for name in ("session_start", "session_end"):
+        out = out.set_column(out.schema.get_field_index(name), name, out[name].cast(pa.int64()))
+    return [
         (r["rider_id"], r["session_start"], r["session_end"], r["event_count"])
         + (tuple(r["event_types"]), r["trip_requested"])
-        for r in out.set_column(
-            out.schema.get_field_index("session_start"),
-            "session_start",
-            out["session_start"].cast(pa.int64()),
-        )
-        .set_column(
-            out.schema.get_field_index("session_end"),
-            "session_end",
-            out["session_end"].cast(pa.int64()),
-        )
-        .to_pylist()
+        for r in out.to_pylist()
     ]
+
+
+@pytest.mark.slow  # a kappa run process (a Spark JVM of its own): 1-3 minutes under load
+def test_backfill_from_an_iceberg_table_on_the_embedded_store(stack: Stack) -> None:
+    events = rider_events(riders=20, start=START, hours=6, seed=11, late_fraction=0.0)
+    write_events(stack.catalog, "db.rides", events)
+    catalog = printed_line(stack, "catalog")
+    backfill_sessions(
+        stack,
+        events,
+        '[inputs.rider_events.iceberg]\ntable = "db.rides"\nevent_time_column = "event_time"\n'
+        f'maxEventTimePerTrigger = "2 hours"\n{catalog}\n',
+        f'[outputs.sessions.iceberg]\ntable = "db.sessions"\n{catalog}\n',
+    )
+    table = open_catalog(stack.catalog).load_table("db.sessions_backfill")
+    assert table.location().startswith("s3://kappa/warehouse/")
+    rows = session_rows(table.scan().to_arrow())
     assert len(rows) == len(set(rows)), "no duplicate sessions"
     assert set(rows) == sessions_by_hand(events, GAP)
     stack.down()
@@ -209,7 +215,7 @@ def write_delta_events(uri: str, storage_options: dict[str, str], events: list[A
         )
 
 
-@pytest.mark.slow  # a kappa run process (a Spark JVM of its own): 1-3 minutes under load
+@pytest.mark.slow  # a kappa run process (a Spark JVM of its own): under a minute
 def test_backfill_from_a_delta_table_on_the_embedded_store(stack: Stack) -> None:
     """A Delta lake on an object store, as teams keep one: the table in the bucket, read by
     the Python reader (no hadoop-aws for the JVM's), sessions into a Delta table there."""
@@ -218,50 +224,16 @@ def test_backfill_from_a_delta_table_on_the_embedded_store(stack: Stack) -> None
     events = rider_events(riders=20, start=START, hours=6, seed=12, late_fraction=0.0)
     rides = "s3://kappa/lake/rides"
     write_delta_events(rides, stack.storage_options, events)
-    storage = next(
-        line.strip()
-        for line in kappa(stack.home, "s3", "start").stdout.splitlines()
-        if line.strip().startswith("storage_options = ")
-    )  # the line a user pastes, as printed
-    config = stack.home.parent / "sessions_delta_s3.toml"
-    config.write_text(
-        f"""
-job = "kappaplus.examples.sessionization:JOB"
-watermark_delay = "2 hours"
-checkpoint_dir = {json.dumps(str(stack.home.parent / "checkpoints"))}
-
-[params]
-session_gap = "30 minutes"
-
-[inputs.rider_events.delta]
-path = "{rides}"
-event_time_column = "event_time"
-maxEventTimePerTrigger = "2 hours"
-{storage}
-
-[outputs.sessions.delta]
-path = "s3://kappa/lake/sessions"
-{storage}
-"""
+    storage = printed_line(stack, "storage_options")
+    backfill_sessions(
+        stack,
+        events,
+        f'[inputs.rider_events.delta]\npath = "{rides}"\nevent_time_column = "event_time"\n'
+        f'maxEventTimePerTrigger = "2 hours"\n{storage}\n',
+        f'[outputs.sessions.delta]\npath = "s3://kappa/lake/sessions"\n{storage}\n',
     )
-    end = (events[-1]["event_time"] + timedelta(hours=2)).isoformat()
-    run = kappa(
-        stack.home,
-        *("run", "sessionization", "--config", str(config), "--mode", "backfill"),
-        *("--start", START, "--end", end, "--no-progress"),
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    out = DeltaTable(
-        "s3://kappa/lake/sessions_backfill", storage_options=stack.storage_options
-    ).to_pyarrow_table()
-    for name in ("session_start", "session_end"):
-        out = out.set_column(out.schema.get_field_index(name), name, out[name].cast(pa.int64()))
-    rows = [
-        (r["rider_id"], r["session_start"], r["session_end"], r["event_count"])
-        + (tuple(r["event_types"]), r["trip_requested"])
-        for r in out.to_pylist()
-    ]
+    out = DeltaTable("s3://kappa/lake/sessions_backfill", storage_options=stack.storage_options)
+    rows = session_rows(out.to_pyarrow_table())
     assert len(rows) == len(set(rows)), "no duplicate sessions"
     assert set(rows) == sessions_by_hand(events, GAP)
     stack.down()
