@@ -422,9 +422,12 @@ def _plain(value: Any) -> Any:
 
 def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
     """``rich`` tables: the first differing keys, the two outputs side by side, the recap.
-    Values and names are shown as written (a ``[...]`` in them is text, not a style tag)."""
+    Values and names are shown as written (:func:`~kappaplus.audit.report.add_text_row`)."""
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
+
+    from kappaplus.audit.report import add_text_row
 
     t = result.target
     diff = Table(title=f"windows that differ (first {examples})")
@@ -437,51 +440,57 @@ def terminal_tables(result: Reconciliation, examples: int = 8) -> list[Any]:
     ):
         diff.add_column(escape(column))
     for item in result.differences[:examples]:
-        diff.add_row(
-            escape(", ".join(_show(v) for v in item["key"])),
+        add_text_row(
+            diff,
+            ", ".join(_show(v) for v in item["key"]),
             item["kind"],
-            "-" if item["production"] is None else escape(str(item["production"])),
-            "-" if item["backfill"] is None else escape(str(item["backfill"])),
-            escape(", ".join(item["columns"])),
+            "-" if item["production"] is None else str(item["production"]),
+            "-" if item["backfill"] is None else str(item["backfill"]),
+            ", ".join(item["columns"]),
         )
     side = Table(title=escape(f"{t.job}: production vs backfill ({t.output})"))
     side.add_column("")
     side.add_column("production (stream)", justify="right")
     side.add_column("backfill", justify="right")
-    side.add_row("table", escape(t.production), escape(t.backfill))
-    side.add_row("rows", str(result.production_rows), str(result.backfill_rows))
+    add_text_row(side, "table", t.production, t.backfill)
+    add_text_row(side, "rows", str(result.production_rows), str(result.backfill_rows))
     if t.measure:
-        side.add_row(
-            escape(f"sum of {t.measure}"),
+        add_text_row(
+            side,
+            f"sum of {t.measure}",
             str(result.production_measure),
             str(result.backfill_measure),
         )
-    side.add_row("production watermark", _iso(t.watermark_micros) or "-", "")
+    add_text_row(side, "production watermark", _iso(t.watermark_micros) or "-", "")
     recap = Table(title="reconciliation", show_header=False)
-    recap.add_row("windows identical in both", str(result.identical))
-    recap.add_row("windows that differ (same key)", str(result.different))
-    recap.add_row("windows only in the backfill", str(result.only_backfill))
-    recap.add_row("windows only in production", str(result.only_production))
-    recap.add_row(
-        "windows still open in production (end after its watermark)", str(result.open_in_production)
+    add_text_row(recap, "windows identical in both", str(result.identical))
+    add_text_row(recap, "windows that differ (same key)", str(result.different))
+    add_text_row(recap, "windows only in the backfill", str(result.only_backfill))
+    add_text_row(recap, "windows only in production", str(result.only_production))
+    add_text_row(
+        recap,
+        "windows still open in production (end after its watermark)",
+        str(result.open_in_production),
     )
     if t.measure:
-        recap.add_row(
-            escape(f"late rows the backfill recovered ({t.measure})"), str(result.recovered)
-        )
+        recovered = f"late rows the backfill recovered ({t.measure})"
+        add_text_row(recap, recovered, str(result.recovered))
     if result.late_rows_kept is not None:
         where = t.late_table or f"topic {t.late_topic}, one per key"
-        recap.add_row(escape(f"late rows kept ({where})"), str(result.late_rows_kept))
-    recap.add_row(
+        add_text_row(recap, f"late rows kept ({where})", str(result.late_rows_kept))
+    add_text_row(
+        recap,
         "late rows production reported keeping (audit, rows)",
         "-" if result.late_rows is None else str(result.late_rows),
     )
-    recap.add_row(
+    add_text_row(
+        recap,
         "late groups Spark reported dropping (groups, not rows)",
         "-" if result.late_groups is None else str(result.late_groups),
     )
-    recap.add_row("explained", "[green]yes[/]" if result.explained else "[red]NO[/]")
-    recap.add_row("why", escape(result.verdict))
+    explained = Text("yes", style="green") if result.explained else Text("NO", style="red")
+    add_text_row(recap, "explained", explained)
+    add_text_row(recap, "why", result.verdict)
     return [diff, side, recap]
 
 

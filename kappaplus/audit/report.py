@@ -289,13 +289,34 @@ def _label(bucket: datetime | None) -> str:
     return "no time" if bucket is None else bucket.strftime("%Y-%m-%d %H:%M")
 
 
+def add_text_row(table: Any, *cells: Any) -> None:
+    """Add a row to a ``rich`` table with every ``str`` cell shown as written: ``rich``
+    would read ``[rides]`` in a name as a style tag and print nothing for it. A cell that
+    carries a style is a ``rich.text.Text`` and goes in as it is.
+
+    >>> import io
+    >>> from rich.console import Console
+    >>> from rich.table import Table
+    >>> table = Table(show_header=False)
+    >>> add_text_row(table, "lake.delivered [rides]", "3")
+    >>> out = Console(file=io.StringIO(), width=60)
+    >>> out.print(table)
+    >>> "lake.delivered [rides]" in out.file.getvalue()
+    True
+    """
+    from rich.markup import escape
+
+    table.add_row(*(escape(cell) if isinstance(cell, str) else cell for cell in cells))
+
+
 def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]:
     """``rich`` tables narrow enough for an 80-column terminal: the total of every stage
     (one row per job, mode, stage and count), then one row per unexplained bucket and
     check; with ``show_all`` every bucket's counts too (one row per bucket and stage).
-    Names are shown as written: ``[rides]`` is text here, not a ``rich`` style tag."""
+    Names are shown as written (:func:`add_text_row`)."""
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     flagged = report.flagged()
     totals = Table(title=escape(report.title))
@@ -310,7 +331,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
         job, mode, stage, name, io = key
         what = f"{stage}.{io}" + ("" if name in ("", stage) else f" [{name}]")
         what += UNITS.get(stage, "")
-        totals.add_row(escape(job), escape(mode), escape(what), str(report.total(key)))
+        add_text_row(totals, job, mode, what, str(report.total(key)))
     totals.caption = (
         f"[red]{len(flagged)} of {len(report.buckets)} buckets unexplained[/]"
         if flagged
@@ -328,12 +349,13 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
         ):
             checks.add_column(column, justify=justify)  # type: ignore[arg-type]
         for check in report.failures:
-            checks.add_row(
+            add_text_row(
+                checks,
                 _label(check.bucket),
-                escape(check.what),
+                check.what,
                 str(check.expected),
                 str(check.actual),
-                f"[red]{check.missing}[/]",
+                Text(str(check.missing), style="red"),
             )
         tables.append(checks)
     if show_all:
@@ -344,7 +366,7 @@ def terminal_tables(report: AuditReport, *, show_all: bool = False) -> list[Any]
             for key in report.series:
                 count = report.series[key].get(bucket, 0)
                 if count:
-                    every.add_row(_label(bucket), escape(series_label(key)), str(count))
+                    add_text_row(every, _label(bucket), series_label(key), str(count))
         tables.append(every)
     return tables
 

@@ -55,10 +55,16 @@ def kappa(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedP
     )
 
 
+def printed_line(output: str, key: str) -> str:
+    """The ``key = {...}`` line ``kappa up`` (or ``kappa s3 start``) prints: what a user
+    pastes into a job config, as printed."""
+    lines = (line.strip() for line in output.splitlines())
+    return next(line for line in lines if line.startswith(f"{key} = "))
+
+
 def printed(output: str, key: str) -> dict[str, str]:
     """The inline table ``kappa up`` prints after ``key =``, parsed as the TOML it is."""
-    line = next(line for line in output.splitlines() if line.strip().startswith(f"{key} = "))
-    value = tomllib.loads(line.strip())[key]
+    value = tomllib.loads(printed_line(output, key))[key]
     assert isinstance(value, dict)
     return value
 
@@ -125,15 +131,6 @@ def test_up_s3_prints_a_catalog_that_puts_tables_in_the_bucket(stack: Stack) -> 
     stack.down()
 
 
-def printed_line(stack: Stack, key: str) -> str:
-    """The ``key = {...}`` line ``kappa s3 start`` prints: what a user pastes, as printed."""
-    return next(
-        line.strip()
-        for line in kappa(stack.home, "s3", "start").stdout.splitlines()
-        if line.strip().startswith(f"{key} = ")
-    )
-
-
 def backfill_sessions(stack: Stack, events: list[Any], input_toml: str, output_toml: str) -> None:
     """``kappa run sessionization --mode backfill`` over the events' range with the input
     and output sections given (each ``[...]`` header and its keys)."""
@@ -176,7 +173,7 @@ def session_rows(out: pa.Table) -> list[tuple[Any, ...]]:
 def test_backfill_from_an_iceberg_table_on_the_embedded_store(stack: Stack) -> None:
     events = rider_events(riders=20, start=START, hours=6, seed=11, late_fraction=0.0)
     write_events(stack.catalog, "db.rides", events)
-    catalog = printed_line(stack, "catalog")
+    catalog = printed_line(kappa(stack.home, "s3", "start").stdout, "catalog")
     backfill_sessions(
         stack,
         events,
@@ -224,7 +221,7 @@ def test_backfill_from_a_delta_table_on_the_embedded_store(stack: Stack) -> None
     events = rider_events(riders=20, start=START, hours=6, seed=12, late_fraction=0.0)
     rides = "s3://kappa/lake/rides"
     write_delta_events(rides, stack.storage_options, events)
-    storage = printed_line(stack, "storage_options")
+    storage = printed_line(kappa(stack.home, "s3", "start").stdout, "storage_options")
     backfill_sessions(
         stack,
         events,
