@@ -137,19 +137,46 @@ def shutdown_jvm(timeout: float = 30.0) -> None:
 
 
 def _wait_group(pgid: int, timeout: float) -> None:
-    """Wait until no process of group ``pgid`` is left (the Python workers the JVM
-    forked; the JVM leads its own session, so they are in its group); kill stragglers."""
+    """Wait until no live process of group ``pgid`` is left (the Python workers the JVM
+    forked; the JVM leads its own session, so they are in its group); kill stragglers.
+
+    A zombie counts as gone: it holds no port, file or lock, only its entry in the process
+    table until its parent reaps it. When the JVM exits, a child it had not reaped yet
+    passes to the machine's init, and an init that reaps slowly (a container's, a
+    microVM's) kept the group alive for 1.2-1.7 s after the JVM had gone."""
     import signal
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
+        if not _group_alive(pgid):
             return
         time.sleep(0.1)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         return
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while process group ``pgid`` has a member that is not a zombie (on systems
+    without ``/proc``: while it has any member)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        state, _ppid, group = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(group) == pgid and state not in ("Z", "X"):
+            return True
+    return False
