@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.core.errors import ConfigError
+from kappaplus.core.errors import ConfigError, TableNotFound
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -206,10 +206,17 @@ def checkpoint_watermark(checkpoint: Path) -> int | None:
 
 
 def _rows(
-    spark: SparkSession, table: str, target: ReconcileTarget
+    spark: SparkSession, table: str, target: ReconcileTarget, role: str
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     from pyspark.sql import functions as F
 
+    if not spark.catalog.tableExists(table):
+        modes = "--mode backfill" if role == "backfill" else "--mode stream or bootstrap"
+        raise TableNotFound(
+            f"table {table!r} ({role} output {target.output!r}) not found in the catalog: "
+            f"run the job with {modes} first, or pass the config that names the tables it "
+            "wrote (--config)"
+        )
     spark.catalog.refreshTable(table)
     df = spark.table(table)
     missing = [
@@ -294,8 +301,8 @@ def reconcile(
     spark: SparkSession, target: ReconcileTarget, *, late_rows: int | None = None
 ) -> Reconciliation:
     """Compare the production and backfill outputs of ``target`` (module docstring)."""
-    ours = _rows(spark, target.production, target)
-    theirs = _rows(spark, target.backfill, target)
+    ours = _rows(spark, target.production, target, "production")
+    theirs = _rows(spark, target.backfill, target, "backfill")
     result = Reconciliation(target, production_rows=len(ours), backfill_rows=len(theirs))
     watermark = target.watermark_micros
     end_col = target.window_end

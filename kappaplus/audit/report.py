@@ -19,6 +19,7 @@ they explain nothing in checks 1-4. A bucket where any check differs is *unexpla
 
 from __future__ import annotations
 
+import difflib
 import html
 import json
 from collections import defaultdict
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.audit.counts import BUCKET_SECONDS
+from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -153,6 +155,54 @@ def select_jobs(
     return chosen
 
 
+def unknown_selection(
+    rows: list[dict[str, Any]],
+    job: str | None,
+    topic: str | None,
+    table: str | None,
+    audit_table: str,
+) -> ConfigError:
+    """The error for an audit of a job, topic or table no run recorded counts of: a
+    misspelt name must not read as "all buckets complete". Names what the audit table
+    does hold, so the way out is in the message.
+
+    >>> rows = [{"job": "rides", "stage": "kafka", "dataset": "rides"},
+    ...         {"job": "rides", "stage": "lake", "dataset": "lake.rides"}]
+    >>> error = unknown_selection(rows, None, None, "lake.ride", "kappa_audit.counts")
+    >>> error.option, error.problem
+    ('--table', 'no run recorded counts of it in kappa_audit.counts (did you mean lake.rides?)')
+    >>> unknown_selection(rows, None, "other", None, "kappa_audit.counts").problem
+    'no run recorded counts of it in kappa_audit.counts (topics there: rides)'
+    """
+    option, value, kind = next(
+        (o, v, k)
+        for o, v, k in (
+            ("--job", job, "jobs"),
+            ("--topic", topic, "topics"),
+            ("--table", table, "tables"),
+        )
+        if v is not None
+    )
+    known: set[str] = set()
+    for row in rows:
+        if kind == "jobs":
+            known.add(str(row["job"]))
+        elif kind == "topics" and row["stage"] == "kafka":
+            known.add(str(row["dataset"]))
+        elif kind == "tables" and row["stage"] in ("lake", "source", "output"):
+            known.update(name for name in str(row["dataset"]).split(",") if name)
+    close = difflib.get_close_matches(str(value), sorted(known), n=3, cutoff=0.6)
+    if close:
+        hint = f"(did you mean {', '.join(close)}?)"
+    elif known:
+        hint = (
+            f"({kind} there: {', '.join(sorted(known)[:12])}{', ...' if len(known) > 12 else ''})"
+        )
+    else:
+        hint = "(no run has written counts there yet)"
+    return ConfigError(option, value, f"no run recorded counts of it in {audit_table} {hint}")
+
+
 def build_report(
     rows: list[dict[str, Any]],
     *,
@@ -163,8 +213,6 @@ def build_report(
 ) -> AuditReport:
     """The report of the (already selected, deduplicated) audit ``rows``."""
     if bucket_seconds % BUCKET_SECONDS:
-        from kappaplus.core.errors import ConfigError
-
         raise ConfigError(
             "--bucket",
             f"{bucket_seconds} s",
@@ -264,6 +312,7 @@ def load_report(
     """Read the audit table and build the report of ``--job/--topic/--table``."""
     from pyspark.sql import functions as F
 
+    from kappaplus.audit.table import audit_table as default_audit_table
     from kappaplus.audit.table import read_counts
 
     counts = read_counts(spark, table=audit_table)
@@ -276,6 +325,8 @@ def load_report(
             values["bucket"] = datetime.fromtimestamp(values["bucket"] / 1e6, UTC)
         everything.append(values)
     jobs = select_jobs(everything, job, topic, table)
+    if not jobs:
+        raise unknown_selection(everything, job, topic, table, audit_table or default_audit_table())
     chosen = [row for row in everything if row["job"] in jobs]
     what = " ".join(
         f"--{k} {v}" for k, v in (("job", job), ("topic", topic), ("table", table)) if v

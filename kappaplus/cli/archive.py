@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import MASTER, METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.modes import Mode
 
@@ -88,10 +89,8 @@ def archive_command(
     ),
     timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds."),
     checkpoint: Path = _CHECKPOINT,
-    master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
-    metastore_uri: str = typer.Option(
-        None, "--metastore-uri", help="Hive metastore thrift URI (default: local/embedded)."
-    ),
+    master: str = MASTER,
+    metastore_uri: str = METASTORE_URI,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
     table_format: str = typer.Option(
         "hive",

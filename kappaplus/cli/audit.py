@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -44,7 +45,7 @@ def register(app: typer.Typer) -> None:
         chart: Path = _AUDIT_CHART,
         show_all: bool = typer.Option(False, "--all", help="List every bucket, not only flagged."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-        metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
+        metastore_uri: str = METASTORE_URI,
     ) -> None:
         """Completeness per event-time bucket across stages (Kafka -> lake -> job input ->
         outputs) from the audit table; flags buckets whose counts differ beyond what dead
@@ -100,7 +101,7 @@ def register(app: typer.Typer) -> None:
         checkpoint: Path = _CHECKPOINT,
         chart: Path = _RECONCILE_CHART,
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-        metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
+        metastore_uri: str = METASTORE_URI,
     ) -> None:
         """Compare JOB's production output with its backfill output window by window (key
         columns from the output's `reconcile` table in the job config): identical,

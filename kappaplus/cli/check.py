@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import MASTER, METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 
 _console = Console()
@@ -19,10 +20,8 @@ def check_command(
     config: str = typer.Option(
         None, "--config", "-c", help="Job config TOML (default: <module>.toml next to the job)."
     ),
-    master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
-    metastore_uri: str = typer.Option(
-        None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
-    ),
+    master: str = MASTER,
+    metastore_uri: str = METASTORE_URI,
 ) -> None:
     """Show per binding the job's columns, the source expression and type each comes from,
     and name every mismatch (exit 2 if there is one).

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -100,7 +101,7 @@ def replay_command(
     ),
     checkpoint: Path = _CHECKPOINT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
+    metastore_uri: str = METASTORE_URI,
 ) -> None:
     """Decode the dead letters of JOB's Kafka input again with the config's CURRENT decoder
     and event-time bounds; produce those that now decode back to the input's topic (each

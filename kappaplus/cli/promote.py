@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.local.metastore import LOCAL_DISCOVERY
 
@@ -67,7 +68,7 @@ def register(app: typer.Typer) -> None:
         status: bool = typer.Option(
             False, "--status", help="Print the output's promotion journal and exit."
         ),
-        metastore_uri: str = typer.Option(None, "--metastore-uri", help="Hive metastore URI."),
+        metastore_uri: str = METASTORE_URI,
     ) -> None:
         """Swap the finished backfill table of JOB's output in as the production table:
         checks the backfill run finished (every batch of its range committed, not running)

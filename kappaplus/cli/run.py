@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import MASTER, METASTORE_URI
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.runtime.observe.progress import format_seconds
 from kappaplus.session import ROCKSDB_PROVIDER
@@ -100,11 +101,12 @@ def run_command(
         None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
     ),
     mode: str = typer.Option(
-        ...,
+        None,
         "--mode",
         "-m",
-        help="stream (Kafka), backfill (Hive over [start, end)) or bootstrap (Hive up to "
-        "--cutoff, then Kafka).",
+        help="stream (Kafka), backfill (the lake over [start, end)) or bootstrap (the lake "
+        "up to --cutoff, then Kafka). Required but with --list.",
+        show_default=False,
     ),
     start: str = typer.Option(
         None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive)."
@@ -161,10 +163,8 @@ def run_command(
         "this run's [start, end) with this run's, in one step for readers when it finishes "
         "(not for topics: records cannot be taken out of one).",
     ),
-    master: str = typer.Option(None, "--master", help="Spark master URL (default local[2])."),
-    metastore_uri: str = typer.Option(
-        None, "--metastore-uri", help="Hive metastore thrift URI (default: embedded)."
-    ),
+    master: str = MASTER,
+    metastore_uri: str = METASTORE_URI,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
     metrics_port: int = typer.Option(
         None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
@@ -209,6 +209,10 @@ def run_command(
         return
     if job is None:
         raise error_exit(_console, ConfigError("JOB", None, "name the job to run (or --list)"))
+    if mode is None:
+        raise error_exit(
+            _console, ConfigError("--mode", None, "choose stream, backfill or bootstrap")
+        )
     import_from_cwd()
     try:
         path = job_path(job)

@@ -157,6 +157,9 @@ def wait_for_queries(
                 # written): a failed run must not be reported as finished
                 for name, query in queries.items():
                     raise_if_failed(name, query, metastore_uri)
+                    # a stopped query's own progress is complete, while the listener's last
+                    # event may still be on its way: the final frame must show every batch
+                    tracker.update(name, progress_of(query))
                 return STOPPED if record.stopped_by is not None else FINISHED
             if (
                 idle_stops

@@ -12,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kappaplus.archive import ArchiveOptions, archive_job
 from kappaplus.audit.report import load_report
 from kappaplus.audit.table import read_counts
 from kappaplus.config import config_from_dict
+from kappaplus.core.errors import ConfigError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, arrival_order, produce, rider_events
 from kappaplus.runtime.options import RunOptions
@@ -142,6 +145,14 @@ def test_deleted_lake_partition_is_flagged_with_the_exact_missing_rows(  # type:
     missing = {c.bucket: c.missing for c in report.failures if c.what.startswith("lake ")}
     assert missing == dict(lost), "exactly the lost hour's buckets, by exactly the rows lost"
     assert set(report.flagged()) == set(lost)
+
+    # a misspelt name is refused, naming what the audit table holds: never "all complete"
+    with pytest.raises(ConfigError) as misspelt:
+        load_report(spark, table=table[:-1], start=START, end=end)
+    assert misspelt.value.option == "--table" and table in misspelt.value.problem
+    with pytest.raises(ConfigError) as no_topic:
+        load_report(spark, topic=topic + "x")
+    assert no_topic.value.option == "--topic" and topic in no_topic.value.problem
 
 
 def test_replayed_micro_batch_leaves_audit_counts_unchanged(  # type: ignore[no-untyped-def]

@@ -147,3 +147,19 @@ def test_kept_late_rows_explain_and_spark_groups_never_do() -> None:
     assert not short.explained and "2 rows are not late rows" in short.verdict
     assert not _result(only_production=1, late_rows_kept=0).explained
     assert _result(identical=4).explained
+
+
+def test_reconcile_before_the_runs_names_the_missing_table(  # type: ignore[no-untyped-def]
+    spark, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer's first reconcile, before any run wrote the outputs (or with another
+    config's table names): one line naming the table and the way out, exit 2, no trace."""
+    out = f"flight_counts_{_uid()}"
+    file = config_toml(
+        scratch, topic="t", bootstrap="127.0.0.1:1", lake="l", out=out, late=f"late_{_uid()}"
+    )
+    result = _reconcile_cli(spark, monkeypatch, file)
+    assert result.exit_code == 2, result.output
+    assert f"table '{out}' (production output 'counts') not found" in result.output
+    assert "--mode stream or bootstrap" in result.output
+    assert "Traceback" not in result.output and "AnalysisException" not in result.output

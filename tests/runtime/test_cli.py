@@ -25,8 +25,13 @@ def test_help_of_run_and_status() -> None:
         assert option in result.output
     result = runner.invoke(app, ["status", "--help"])
     assert result.exit_code == 0 and "--json" in result.output
-    listed = runner.invoke(app, ["run", "--list", "--mode", "stream"])
+    # `kappa run --list` as the README writes it: no mode needed to list the jobs
+    listed = runner.invoke(app, ["run", "--list"])
+    assert listed.exit_code == 0, listed.output
     assert "kappaplus.examples.sessionization:JOB" in listed.output
+    # a job without a mode: one line naming --mode, exit 2
+    missing = runner.invoke(app, ["run", "sessionization"])
+    assert missing.exit_code == 2 and "'--mode'" in missing.output, missing.output
 
 
 def test_options_are_validated_once_naming_the_option() -> None:

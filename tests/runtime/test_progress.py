@@ -68,8 +68,10 @@ def test_rows_counted_once_equal_in_line_table_and_summary() -> None:
     assert (stats.data_batches, stats.marker_batches) == (4, 3)
     assert stats.throughput == 1000.0  # over the slices only
     assert "rows=4000 " in tracker.line()
-    table_rows = [cells for cells in tracker.table("t").columns[2]._cells]
-    assert table_rows == ["4000"]
+    table = tracker.table("t")
+    assert table.columns[2]._cells == ["4000"]
+    # rows/s as the summary's, over the slices: not the last (marker) batch's 2 rows/s
+    assert table.columns[3]._cells == ["1000"]
     record = RunRecord(
         run_id="r",
         job="ride-counts",
@@ -119,3 +121,68 @@ def test_status_fits_80_columns(tmp_path: Path) -> None:
     data = json.loads(CliRunner().invoke(app, ["status", "--job", name, "--json"]).output)
     assert data[-1]["dead_letters"] == 1234 and data[-1]["rows"] == 12_345_678
     assert compact_status_lines([], 80)[0].startswith("JOB")
+
+
+class _FinishedQuery:
+    """A query that ended by itself (available-now) after one batch: what wait_for_queries
+    reads of a StreamingQuery."""
+
+    name = "counts"
+    isActive = False
+    recentProgress = [entry(0, 1.0, 21296, 2.0)]
+
+    def exception(self) -> None:
+        return None
+
+
+class _LateListener:
+    """Spark's listener bus before the batch's event arrived: nothing to take yet."""
+
+    def arm(self) -> None:
+        pass
+
+    def take(self, name: str) -> list[Any]:
+        return []
+
+    def wait(self, seconds: float) -> None:
+        pass
+
+
+def test_the_last_frame_shows_a_finished_querys_batches_before_their_event_arrives(
+    tmp_path: Path,
+) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.waiting import wait_for_queries
+
+    tracker = ProgressTracker(["counts"])
+    record = RunRecord(
+        run_id="archive-run",
+        job="archive",
+        job_path=None,
+        mode="stream",
+        status="running",
+        trigger="available-now",
+        started_at=time.time(),
+        updated_at=time.time(),
+        pid=os.getpid(),
+    )
+    record.save = lambda: None  # type: ignore[method-assign]
+    out = StringIO()
+    console = Console(file=out, width=120, force_terminal=False)
+    status = wait_for_queries(
+        {"counts": _FinishedQuery()},  # type: ignore[dict-item]
+        tracker,
+        record,
+        RunOptions(mode="stream", progress=True),
+        console,
+        events=_LateListener(),  # type: ignore[arg-type]
+    )
+    assert status == FINISHED
+    assert tracker.stats["counts"].batches == 1
+    last_frame = out.getvalue().split("archive-run")[-1]
+    row = next(line for line in last_frame.splitlines() if "counts" in line)
+    assert [cell.strip() for cell in row.split("│")[1:5]] == ["counts", "1", "21296", "10648"]

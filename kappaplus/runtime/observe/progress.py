@@ -14,7 +14,8 @@ the run record (:attr:`QueryStats.rows`): the rows the job received, i.e. the ``
 the observed ``kappa_audit.job.*`` metrics, which exclude the end-of-input marker rows (Spark's
 ``numInputRows`` includes them). Batches whose source offset is in the ``end`` phase are the
 marker batches; they are counted apart from the slices (data batches), and the run's own
-throughput is its rows over the time of its data batches.
+throughput is its rows over the time of its data batches: the rows/s of the live table and
+of the end summary (a marker batch's own rate, a few rows a second, is not shown).
 
 The ETA comes from event-time progress only after a warm-up (the first
 :data:`WARMUP_BATCHES` data batches of a query, which pay for planning, code generation and
@@ -405,7 +406,7 @@ class ProgressTracker:
                 stats.name,
                 str(stats.batches),
                 str(stats.rows),
-                f"{stats.rows_per_second:.0f}",
+                "-" if stats.throughput is None else f"{stats.throughput:.0f}",
                 "-" if stats.done is None else f"{stats.done:.1%}",
                 str(stats.state_rows),
                 str(stats.rows_dropped_late),
