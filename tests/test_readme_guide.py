@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -94,6 +95,11 @@ def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
     assert len(rows) == len(produced)  # each window once
     assert produced == truth
     assert sum(produced.values()) == 3000
+    # step 6's `kappa sql`: the first windows, from the catalog the run wrote them into
+    first = min(produced)
+    shown = f"{datetime.fromtimestamp(first[0], UTC):%Y-%m-%d %H:%M:%S}"
+    assert "first 5 rows" in done.stdout and shown in done.stdout, output
+    assert f"│ {first[1]}" in done.stdout and f"{produced[first]} " in done.stdout, output
 
     # step 7: the same rides in another pipeline's shape (renamed, epoch ms), mapped by the
     # config, give the same windows

@@ -5,7 +5,7 @@ One module per command or group, each a thin layer over the code it drives:
 - jobs: ``run.py`` (``kappa run``, ``status``), ``check.py`` (``kappa check``),
   ``promote.py`` (``kappa promote``), ``audit.py`` (``kappa audit``, ``reconcile``);
 - data: ``archive.py`` (``kappa archive``), ``table.py`` (``kappa table ...``),
-  ``dlq.py`` (``kappa dlq ...``);
+  ``dlq.py`` (``kappa dlq ...``), ``sql.py`` (``kappa sql``);
 - the embedded stack (:mod:`kappaplus.local`): ``stack.py`` (``kappa up/down``,
   ``metastore``, ``s3``),
   ``broker.py``, ``topic.py``, ``demo.py``;
@@ -48,6 +48,7 @@ def _mount() -> None:
         jvm_archive,
         promote,
         run,
+        sql,
         stack,
         table,
         topic,
@@ -60,7 +61,7 @@ def _mount() -> None:
         ("dlq", dlq.app),
     ):
         app.add_typer(group, name=name)
-    for module in (run, check, archive, stack, demo, audit, promote, jvm_archive):
+    for module in (run, check, archive, stack, demo, audit, promote, sql, jvm_archive):
         module.register(app)
     _reflow_help(app)
 

@@ -111,7 +111,12 @@ def run_command(
     start: str = typer.Option(
         None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive)."
     ),
-    end: str = typer.Option(None, "--end", help="Backfill end (ISO-8601, exclusive)."),
+    end: str = typer.Option(
+        None,
+        "--end",
+        help="Backfill end (ISO-8601, exclusive; default the binding's `end`, else none: "
+        "available-now reads to the lake's last event time, an interval follows new data).",
+    ),
     cutoff: str = typer.Option(
         None,
         "--cutoff",
@@ -147,7 +152,10 @@ def run_command(
     ),
     checkpoint: Path = _CHECKPOINT,
     fresh: bool = typer.Option(
-        False, "--fresh", help="Delete this mode's checkpoints first and start over."
+        False,
+        "--fresh",
+        help="Start over: this run's checkpoint is set aside and deleted once the run's "
+        "checks pass (a refused run leaves it in place).",
     ),
     append: bool = typer.Option(
         False,

@@ -9,8 +9,8 @@ them without reading a stack trace. They are grouped by what the caller can do:
   a ``kappa`` command exits 2 for both (:attr:`KappaError.exit_code`);
 - the data or a system is at fault: :class:`TableError`, :class:`DataError`,
   :class:`ReplayError`, :class:`KafkaError`, :class:`BrokerError`, :class:`MetastoreError`;
-  exit 1; except a table name the caller got wrong (:class:`TableNotFound`,
-  :class:`TableNameTaken`): exit 2.
+  exit 1; except a table or topic name the caller got wrong (:class:`TableNotFound`,
+  :class:`TableNameTaken`, :class:`TopicNotFound`): exit 2.
 
 >>> ConfigError("x", 1, "bad").exit_code, StateError("locked").exit_code, TableError().exit_code
 (2, 2, 1)
@@ -81,6 +81,17 @@ class ReplayError(KappaError):
 
 class KafkaError(KappaError):
     """A Kafka topic, partition or offset cannot be served as asked."""
+
+
+class TopicNotFound(KafkaError):
+    """A topic named in a config or on the command line has no partitions on the brokers:
+    the caller must fix the name (or create the topic), exit 2 like a bad option.
+
+    >>> TopicNotFound("topic 'x' has no partitions").exit_code
+    2
+    """
+
+    exit_code = 2
 
 
 class BrokerError(KappaError):

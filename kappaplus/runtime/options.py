@@ -215,17 +215,21 @@ class RunOptions:
 
 
 def trigger_args(trigger: str) -> dict[str, Any]:
-    """Keyword arguments of ``DataStreamWriter.trigger`` for a normalized trigger.
+    """Keyword arguments of ``DataStreamWriter.trigger`` for a normalized trigger. An
+    interval is passed in the words Spark parses (``N seconds`` / ``N milliseconds``):
+    the project's durations also take ``10 secs`` or ``1 min``, which Spark refuses
+    only once the query starts.
 
     >>> trigger_args("available-now"), trigger_args("90 seconds")
     ({'availableNow': True}, {'processingTime': '90 seconds'})
+    >>> [trigger_args(t)["processingTime"] for t in ("10 secs", "1 min", "1.5 s")]
+    ['10 seconds', '60 seconds', '1500 milliseconds']
     """
     if trigger == AVAILABLE_NOW:
         return {"availableNow": True}
     if trigger == ONCE:
         return {"once": True}
-    return {
-        "processingTime": f"{parse_duration(trigger, 'trigger') // 1000} milliseconds"
-        if parse_duration(trigger, "trigger") % 1_000_000
-        else trigger
-    }
+    micros = parse_duration(trigger, "trigger")
+    if micros % 1_000_000:
+        return {"processingTime": f"{micros // 1000} milliseconds"}
+    return {"processingTime": f"{micros // 1_000_000} seconds"}

@@ -54,6 +54,7 @@ from kappaplus.runtime.binding.outputs import (
 from kappaplus.runtime.binding.slice_size import with_aggregation_slices
 from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
 from kappaplus.runtime.failures import metastore_uri
+from kappaplus.runtime.held_logs import held_lines
 from kappaplus.runtime.observe.observers import (
     audit_recorder,
     flush_audit,
@@ -72,7 +73,9 @@ from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
 from kappaplus.runtime.state.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
+    discard_set_aside,
     prepare_checkpoint,
+    restore_set_aside,
 )
 from kappaplus.runtime.state.identity import run_identity
 from kappaplus.runtime.state.locks import hold
@@ -183,14 +186,35 @@ def _prepare(
 ) -> _PreparedRun:
     """Resolve the config for the mode, make the checkpoint, bind the inputs, call the job,
     plan the outputs and check their targets: every refusal comes before a query starts."""
+    identity = run_identity(job, resolve(config, run.mode, job), run)
+    check_shared_checkpoint(config, run, spark.sparkContext.master or "")
+    mode_dir = prepare_checkpoint(config, run, identity)
+    try:
+        prepared = _prepare_in(spark, job, config, run, job_path, config_file, mode_dir)
+    except BaseException:
+        if run.fresh:  # refused (or failed) before any query: the old checkpoint stays
+            restore_set_aside(mode_dir)
+        raise
+    if run.fresh:
+        discard_set_aside(mode_dir)
+    return prepared
+
+
+def _prepare_in(
+    spark: SparkSession,
+    job: Job,
+    config: JobConfig,
+    run: RunOptions,
+    job_path: str | None,
+    config_file: str | None,
+    mode_dir: Path,
+) -> _PreparedRun:
+    """:func:`_prepare` once the checkpoint directory is there."""
     resolved = resolve(config, run.mode, job)
     params = job.make_params(dict(resolved.params))
     delay = resolved.watermark_delay or job.watermark_delay
     trigger = run.effective_trigger(resolved.trigger_interval)
     identity = run_identity(job, resolved, run)
-    check_shared_checkpoint(config, run, spark.sparkContext.master or "")
-    mode_dir = prepare_checkpoint(config, run, identity)
-
     strategy = run_mode(run.mode)
     drain = DrainSignal.under(mode_dir / "_drain")
     late = {
@@ -212,9 +236,13 @@ def _prepare(
         dead_letters=dead,
     )
     with resolution_scope():  # each Hive table asked of the catalog once
-        inputs: dict[str, BoundInput] = bind(resolved)
-        frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-        larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+        # the connectors' lines of a binding done again would say what the run does not do
+        with held_lines("kappaplus.connectors") as first_binding:
+            inputs: dict[str, BoundInput] = bind(resolved)
+            frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+            larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+            if larger is not None:
+                first_binding.drop()
         if larger is not None:  # bound again: the slice size is a source option
             resolved = larger
             inputs = bind(resolved)

@@ -224,6 +224,18 @@ def test_true_end_offsets_despite_coarse_watermark(kafka_bootstrap: str, new_top
         oracle.close()
 
 
+def test_a_topic_that_does_not_exist_is_named_with_exit_2(kafka_bootstrap: str) -> None:
+    """`kappa dlq replay` / `trail` of a misspelt topic: a name the caller got wrong."""
+    from kappaplus.connectors.kafka.whole_topic import true_ends
+    from kappaplus.core.errors import TopicNotFound
+
+    missing = f"no-such-topic-{time.time_ns()}"
+    with pytest.raises(TopicNotFound) as caught:
+        true_ends(kafka_bootstrap, {}, missing)
+    assert caught.value.exit_code == 2
+    assert repr(missing) in str(caught.value) and "kappa topic create" in str(caught.value)
+
+
 def test_available_now_reads_exactly_everything_then_the_tail(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic, scratch: Path
 ) -> None:

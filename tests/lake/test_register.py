@@ -142,6 +142,18 @@ def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:
             resolve_table(spark, name)
         assert "registered in the metastore server thrift://127.0.0.1:1" in str(missing.value)
         assert "kappa table register" in str(missing.value)
+        assert str(state_dir() / "metastore_db") in str(missing.value)  # not a function name
+        # the local stack's metastore server, stopped (`kappa down`): `kappa up` brings it back
+        stack = state_dir() / "metastore"
+        made = not stack.exists()
+        stack.mkdir(exist_ok=True)
+        try:
+            with pytest.raises(TableError) as stopped:
+                resolve_table(spark, name)
+            assert "start it again with `kappa up`" in str(stopped.value)
+        finally:
+            if made:
+                stack.rmdir()
     finally:
         if before is None:
             notes.unlink()

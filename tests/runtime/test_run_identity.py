@@ -17,7 +17,12 @@ from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
-from kappaplus.runtime.state.checkpoints import check_before_spark, checkpoint_root
+from kappaplus.runtime.state.checkpoints import (
+    check_before_spark,
+    checkpoint_root,
+    discard_set_aside,
+    set_aside_path,
+)
 from kappaplus.runtime.state.identity import (
     IDENTITY_FILE,
     IdentityError,
@@ -130,6 +135,34 @@ def test_kappa_run_refuses_another_identity_with_exit_2_before_spark(
     assert "Traceback" not in result.output
 
 
+def test_fresh_sets_the_old_checkpoint_aside_until_the_run_passes_its_checks(
+    scratch: Path,
+) -> None:
+    """Pure Python: ``--fresh`` must not delete a checkpoint before the run's checks on its
+    targets (with Spark, later) passed: a refusal tells the user to resume it."""
+    job, run = sessionization.JOB, RunOptions("backfill", START, END)
+    fresh = RunOptions("backfill", START, END, fresh=True)
+    config = _config(scratch, "events_f", "sessions_f")
+    directory = check_before_spark(job, config, run)
+    committed = directory / "sessions" / "commits" / "0"
+    committed.parent.mkdir(parents=True)
+    committed.write_text("v1")
+    aside = set_aside_path(directory)
+
+    assert check_before_spark(job, config, fresh) == directory
+    assert not committed.exists() and (aside / "sessions" / "commits" / "0").is_file()
+    check_before_spark(job, config, fresh)  # run_job's own look keeps what was set aside
+    assert (aside / "sessions" / "commits" / "0").is_file()
+    # that attempt never passed its checks: a run without --fresh puts the checkpoint back
+    check_before_spark(job, config, run)
+    assert committed.read_text() == "v1" and not aside.exists()
+    # a run that passed them deletes it
+    check_before_spark(job, config, fresh)
+    discard_set_aside(directory)
+    assert not aside.exists() and not committed.exists()
+    assert (directory / IDENTITY_FILE).is_file()
+
+
 @pytest.mark.slow
 def test_second_config_of_a_job_gets_its_own_checkpoint_and_writes_its_output(
     spark, scratch: Path
@@ -179,6 +212,20 @@ def test_lost_checkpoint_or_fresh_never_doubles_the_output(spark, scratch: Path)
         run_job(spark, sessionization.JOB, config, fresh)
     rows = table_rows(spark, f"{out}_backfill", COLUMNS)
     assert len(rows) == len(set(rows)) and set(rows) == truth, "no row written twice"
+
+    # --fresh with the checkpoint in place: refused the same way, and the checkpoint the
+    # refusal says to resume is still there (set aside, then put back), so resuming works
+    shutil.rmtree(directory)
+    shutil.move(str(scratch / "moved-away"), str(directory))
+    commits = sorted(p.name for p in (directory / "sessions" / "commits").iterdir())
+    with pytest.raises(IdentityError) as refused:
+        run_job(spark, sessionization.JOB, config, fresh)
+    assert "DROP TABLE" in str(refused.value)
+    assert sorted(p.name for p in (directory / "sessions" / "commits").iterdir()) == commits
+    resumed = run_job(spark, sessionization.JOB, config, options)
+    assert resumed.status == "finished" and resumed.tracker.stats["sessions"].rows == 0
+    rows = table_rows(spark, f"{out}_backfill", COLUMNS)
+    assert len(rows) == len(set(rows)) and set(rows) == truth
 
     # the commit markers say which run identity and range each batch came from
     marker_dir = Path(

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kappaplus.core.errors import KafkaError
+from kappaplus.core.errors import KafkaError, TopicNotFound
 
 
 def true_ends(
@@ -36,7 +36,10 @@ def true_ends(
     try:
         tps = oracle.topic_partitions()
         if not tps:
-            raise KafkaError(f"topic {topic!r} has no partitions (does it exist?)")
+            raise TopicNotFound(
+                f"topic {topic!r} has no partitions at {bootstrap} (does it exist? "
+                "kappa topic create makes one)"
+            )
         lows = oracle.earliest(tps)
         ends = oracle.end_offsets(tps)
         return {tp[1]: (lows[tp], ends[tp]) for tp in tps}

@@ -102,7 +102,7 @@ def catalog_of(spark: SparkSession) -> str:
 def describe_catalog(catalog: str) -> str:
     """Human words for a catalog id."""
     if catalog == EMBEDDED:
-        return "the embedded catalog (Derby, state_dir()/metastore_db)"
+        return f"the embedded catalog (Derby, {state_dir() / 'metastore_db'})"
     return f"the metastore server {catalog}"
 
 
@@ -131,10 +131,17 @@ def elsewhere(spark: SparkSession, table: str) -> str | None:
     if path.is_file():
         note = json.loads(path.read_text()).get(_qualified(spark, table))
         if note is not None and note.get("catalog") != current:
+            again = f"kappa table register {table} --location {note.get('location')}"
+            # the local stack's metastore server keeps its catalog between `kappa down`/`up`
+            stopped = current == EMBEDDED and (state_dir() / "metastore").is_dir()
+            way_out = (
+                f"start it again with `kappa up`, or register the table here too ({again})"
+                if stopped
+                else f"register it again here ({again})"
+            )
             return (
                 f"table {table!r} was registered in {describe_catalog(note['catalog'])}, but "
-                f"this command uses {describe_catalog(current)}: register it again here "
-                f"(kappa table register {table} --location {note.get('location')})"
+                f"this command uses {describe_catalog(current)}: {way_out}"
             )
     database, _, name = _qualified(spark, table).rpartition(".")
     warehouse = state_dir() / "warehouse"

@@ -70,17 +70,59 @@ def prepare_checkpoint(config: JobConfig, run: RunOptions, identity: RunIdentity
     """The run's checkpoint directory (derived from its identity), emptied by ``--fresh``;
     :class:`~kappaplus.runtime.state.identity.IdentityError` if it belongs to another run.
 
+    ``--fresh`` sets the old checkpoint aside (:func:`set_aside_path`) rather than deleting
+    it: the run's checks on its targets come later, with Spark, and a run they refuse puts
+    it back (:func:`restore_set_aside`), so a refusal that says "resume that checkpoint"
+    never finds it deleted. It is deleted once the run passed them
+    (:func:`discard_set_aside`). A run without ``--fresh`` that finds one set aside by an
+    attempt that never passed its checks puts it back first.
+
     Pure Python: ``kappa run`` calls it before Spark starts (and :func:`run_job` again)."""
     directory = run_dir(checkpoint_root(config, run), identity)
     check_free(directory / LOCK_FILE, f"the checkpoint {directory}")
-    if run.fresh and directory.exists():
-        log.warning("--fresh: deleting checkpoints %s", directory)
-        shutil.rmtree(directory)
+    aside = set_aside_path(directory)
+    if run.fresh and aside.exists():
+        # set aside by this run before Spark started, or by an attempt that never passed
+        # its checks: what is in the directory now was never a run's, what is aside was
+        if directory.exists():
+            shutil.rmtree(directory)
+    elif run.fresh and directory.exists():
+        log.warning(
+            "--fresh: checkpoints %s set aside (deleted once the run's checks pass)", directory
+        )
+        directory.rename(aside)
     if not run.fresh:
+        restore_set_aside(directory)
         check_unclaimed(directory)
     check_identity(directory, identity)
     check_checkpoint_files(directory)
     return directory
+
+
+def set_aside_path(directory: Path) -> Path:
+    """Where ``--fresh`` keeps a run's old checkpoint until the run passed its checks."""
+    return directory.with_name(f".{directory.name}.before-fresh")
+
+
+def restore_set_aside(directory: Path) -> bool:
+    """Put back the checkpoint ``--fresh`` set aside, if any (the directory in its place
+    holds nothing a run committed: no query started from it); True if it did."""
+    aside = set_aside_path(directory)
+    if not aside.exists():
+        return False
+    if directory.exists():
+        shutil.rmtree(directory)
+    aside.rename(directory)
+    log.warning("checkpoints %s put back as they were before --fresh", directory)
+    return True
+
+
+def discard_set_aside(directory: Path) -> None:
+    """Delete the checkpoint ``--fresh`` set aside: the run passed its checks."""
+    aside = set_aside_path(directory)
+    if aside.exists():
+        log.warning("--fresh: deleting the checkpoints set aside, %s", aside)
+        shutil.rmtree(aside)
 
 
 def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:

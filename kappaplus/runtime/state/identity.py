@@ -248,7 +248,8 @@ def check_identity(directory: Path, identity: RunIdentity, *, create: bool = Tru
         if diff:
             only_range = all(line.startswith("range.") for line in diff)
             way_out = (
-                "resume with the recorded range, or pass --fresh to start over"
+                "resume with the recorded range, or pass --fresh to start over (with "
+                "--replace-range where that run's rows are in the outputs already)"
                 if only_range
                 else "use another --checkpoint root, or pass --fresh to start over"
             )
