@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import MASTER, METASTORE_URI
+from kappaplus.cli.session_options import MASTER, METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.modes import Mode
 
@@ -119,11 +119,10 @@ def archive_command(
     """
     from kappaplus.archive import ArchiveOptions, archive_job, archive_partition_format
     from kappaplus.cli.run import print_summary
-    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
     from kappaplus.runtime.state.records import exit_code
-    from kappaplus.session import create_session, stop_session
+    from kappaplus.session import stop_session
 
     try:
         options = ArchiveOptions(
@@ -154,12 +153,7 @@ def archive_command(
         )
     except KappaError as exc:
         raise error_exit(_console, exc) from exc
-    spark = create_session(
-        f"kappa-{job.name}",
-        master=master,
-        metastore_uri=metastore_uri,
-        metastore_discovery=LOCAL_DISCOVERY,
-    )
+    spark = command_session(f"kappa-{job.name}", master=master, metastore_uri=metastore_uri)
     try:
         result = run_job(spark, job, config, run, job_path="kappaplus.archive", console=_console)
     except KappaError as exc:

@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import METASTORE_URI
+from kappaplus.cli.session_options import METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
-from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 _console = Console()
 _AUDIT_CHART = typer.Option(None, "--chart", help="Write the chart here (default audit.html).")
@@ -52,7 +51,7 @@ def register(app: typer.Typer) -> None:
         letters explain. Exit status 1 when any bucket is unexplained, 2 on bad options."""
         from kappaplus.audit.report import chart_html, load_report, terminal_tables
         from kappaplus.core.timeutil import parse_duration
-        from kappaplus.session import create_session, stop_session
+        from kappaplus.session import stop_session
 
         try:
             if not (job or topic or table):
@@ -61,9 +60,7 @@ def register(app: typer.Typer) -> None:
             seconds = parse_duration(bucket, "--bucket") // 1_000_000
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
-        spark = create_session(
-            "kappa-audit", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
-        )
+        spark = command_session("kappa-audit", metastore_uri=metastore_uri)
         try:
             report = load_report(
                 spark,
@@ -114,7 +111,7 @@ def register(app: typer.Typer) -> None:
         from kappaplus.config import load_config
         from kappaplus.jobs import load_job
         from kappaplus.runtime.reconcile_target import target_of
-        from kappaplus.session import create_session, stop_session
+        from kappaplus.session import stop_session
 
         try:
             path = job_path(job)
@@ -132,9 +129,7 @@ def register(app: typer.Typer) -> None:
             )
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
-        spark = create_session(
-            "kappa-reconcile", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
-        )
+        spark = command_session("kappa-reconcile", metastore_uri=metastore_uri)
         try:
             result = reconcile(spark, target)
         except KappaError as exc:

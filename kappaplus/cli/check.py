@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import MASTER, METASTORE_URI
+from kappaplus.cli.session_options import MASTER, METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
 
 _console = Console()
@@ -32,9 +32,7 @@ def check_command(
     from kappaplus.cli.run import job_path as resolve_path
     from kappaplus.config import load_config
     from kappaplus.jobs import load_job
-    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.binding.unify import describe_bindings
-    from kappaplus.session import create_session
 
     import_from_cwd()
     try:
@@ -44,11 +42,8 @@ def check_command(
         if config_file is None:
             raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
         job_config = load_config(config_file)
-        spark = create_session(
-            f"kappa-check-{loaded.name}",
-            master=master,
-            metastore_uri=metastore_uri,
-            metastore_discovery=LOCAL_DISCOVERY,
+        spark = command_session(
+            f"kappa-check-{loaded.name}", master=master, metastore_uri=metastore_uri
         )
     except KappaError as exc:
         raise error_exit(_console, exc) from exc

@@ -11,9 +11,8 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import METASTORE_URI
+from kappaplus.cli.session_options import METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
-from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 app = typer.Typer(
     help="Dead letters of a Kafka input: replay them through the fixed decoder and job.",
@@ -114,7 +113,7 @@ def replay_command(
     from rich.progress import Progress
 
     from kappaplus.dead_letters.replay import read_dead_letters, replay_dead_letters, select
-    from kappaplus.session import create_session, stop_session
+    from kappaplus.session import stop_session
 
     try:
         _, name, build_plan, target, ledger = _plan(job, config, input_name, checkpoint)
@@ -122,9 +121,7 @@ def replay_command(
     except KappaError as exc:
         raise error_exit(_console, exc, wrap=False) from exc
     # Spark parses the job's declared schema (the decoder) and reads a dead-letter table
-    spark = create_session(
-        "kappa-dlq-replay", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
-    )
+    spark = command_session("kappa-dlq-replay", metastore_uri=metastore_uri)
     try:
         plan = build_plan()
         letters = select(

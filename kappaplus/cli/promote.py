@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import METASTORE_URI
+from kappaplus.cli.session_options import METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
-from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 _console = Console()
 _CONFIG = typer.Option(None, "--config", "-c", help="Job config TOML.")
@@ -93,7 +92,7 @@ def register(app: typer.Typer) -> None:
         )
         from kappaplus.promote.swap import promote as run_promotion
         from kappaplus.promote.swap import undo as run_undo
-        from kappaplus.session import create_session, stop_session
+        from kappaplus.session import stop_session
 
         try:
             loaded, cfg = _load(job, config)
@@ -120,9 +119,7 @@ def register(app: typer.Typer) -> None:
                 _stream_free(loaded, cfg, plan.output, checkpoint)
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
-        spark = create_session(
-            "kappa-promote", metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY
-        )
+        spark = command_session("kappa-promote", metastore_uri=metastore_uri)
         try:
             if undo:
                 assert journal is not None

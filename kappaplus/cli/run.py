@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import MASTER, METASTORE_URI
+from kappaplus.cli.session_options import MASTER, METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.runtime.observe.progress import format_seconds
 from kappaplus.session import ROCKSDB_PROVIDER
@@ -202,14 +202,13 @@ def run_command(
     from kappaplus.config import load_config
     from kappaplus.core.jvm import shutdown_jvm
     from kappaplus.jobs import load_job
-    from kappaplus.local.metastore import LOCAL_DISCOVERY
     from kappaplus.runtime.failures import explain
     from kappaplus.runtime.failures import metastore_uri as metastore_of
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
     from kappaplus.runtime.state.checkpoints import check_before_spark, check_shared_checkpoint
     from kappaplus.runtime.state.records import exit_code
-    from kappaplus.session import STATE_STORE_SETTINGS, create_session
+    from kappaplus.session import STATE_STORE_SETTINGS
 
     if list_jobs:
         for name, path in REFERENCE_JOBS.items():
@@ -254,11 +253,10 @@ def run_command(
     except KappaError as exc:
         raise error_exit(_console, exc) from exc
     try:
-        spark = create_session(
+        spark = command_session(
             f"kappa-{loaded.name}-{mode}",
             master=master,
             metastore_uri=metastore_uri,
-            metastore_discovery=LOCAL_DISCOVERY,
             defaults=STATE_STORE_SETTINGS,
         )
     except KappaError as exc:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from kappaplus.audit.report import add_text_row
 from kappaplus.cli.errors import error_exit
-from kappaplus.cli.session_options import MASTER, METASTORE_URI
+from kappaplus.cli.session_options import MASTER, METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
 
 _console = Console()
@@ -40,18 +40,11 @@ def sql_command(
     from pyspark.errors import AnalysisException, ParseException
 
     from kappaplus.cli.run import _stop_quietly
-    from kappaplus.local.metastore import LOCAL_DISCOVERY
-    from kappaplus.session import create_session
 
     if limit < 1:
         raise error_exit(_console, ConfigError("--limit", limit, "must be at least 1"))
     try:
-        spark = create_session(
-            "kappa-sql",
-            master=master,
-            metastore_uri=metastore_uri,
-            metastore_discovery=LOCAL_DISCOVERY,
-        )
+        spark = command_session("kappa-sql", master=master, metastore_uri=metastore_uri)
     except KappaError as exc:
         raise error_exit(_console, exc) from exc
     try:

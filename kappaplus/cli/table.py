@@ -12,25 +12,14 @@ import typer
 from rich.console import Console
 
 from kappaplus.cli.errors import error_exit
+from kappaplus.cli.session_options import METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
-from kappaplus.local.metastore import LOCAL_DISCOVERY
 
 app = typer.Typer(
     help="Lake tables: register a Parquet/ORC directory you have, see what a backfill reads.",
     no_args_is_help=True,
 )
 _console = Console()
-_METASTORE = typer.Option(
-    None,
-    "--metastore-uri",
-    help="Hive metastore thrift URI (default: the `kappa up` server, else the embedded one).",
-)
-
-
-def _session(name: str, metastore_uri: str | None):  # type: ignore[no-untyped-def]
-    from kappaplus.session import create_session
-
-    return create_session(name, metastore_uri=metastore_uri, metastore_discovery=LOCAL_DISCOVERY)
 
 
 def _check_partition_format(partition_format: str | None) -> None:
@@ -64,7 +53,7 @@ def register_command(
     replace: bool = typer.Option(
         False, "--replace", help="Point an existing table at this location (files are kept)."
     ),
-    metastore_uri: str = _METASTORE,
+    metastore_uri: str = METASTORE_URI,
     delta: bool = typer.Option(
         False,
         "--delta",
@@ -109,7 +98,7 @@ def register_command(
         list_partitions(location, partition_format)  # before Spark starts
     except KappaError as exc:
         raise error_exit(_console, exc) from exc
-    spark = _session("kappa-table-register", metastore_uri)
+    spark = command_session("kappa-table-register", metastore_uri=metastore_uri)
     try:
         with Progress(console=_console, transient=True) as bar:
             task = bar.add_task("adding partitions", total=None)
@@ -148,7 +137,7 @@ def describe_command(
         None, "--partition-format", help="e.g. 'dt=%Y-%m-%d/hr=%H' (default: inferred)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    metastore_uri: str = _METASTORE,
+    metastore_uri: str = METASTORE_URI,
     iceberg: bool = typer.Option(
         False, "--iceberg", help="NAME is an Iceberg table (pyiceberg; no Spark started)."
     ),
@@ -186,7 +175,7 @@ def describe_command(
     from kappaplus.lake.describe import describe_lines, describe_table
     from kappaplus.session import stop_session
 
-    spark = _session("kappa-table-describe", metastore_uri)
+    spark = command_session("kappa-table-describe", metastore_uri=metastore_uri)
     try:
         found = describe_table(
             spark, name, event_time_column=event_time, partition_format=partition_format

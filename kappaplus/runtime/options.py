@@ -107,7 +107,9 @@ class RunOptions:
     - ``checkpoint_root``: default the config's ``checkpoint_dir``, else
       ``state_dir()/checkpoints``; a run writes under
       ``<root>/<job>/<mode>/<identity>/<output>`` (:mod:`kappaplus.runtime.state.identity`).
-    - ``fresh``: delete this mode's checkpoints first (start over instead of resuming).
+    - ``fresh``: start over instead of resuming: the run's checkpoint is set aside and
+      deleted once the run's target checks pass; a refused run puts it back
+      (:func:`kappaplus.runtime.state.checkpoints.prepare_checkpoint`).
     - ``append``: write even where an output table holds another run's rows over event
       times this run writes (deliberately: both runs' rows stay); without it (or
       ``replace_range``) such a run is refused (:mod:`kappaplus.runtime.state.target_claims`).

@@ -73,9 +73,8 @@ from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
 from kappaplus.runtime.state.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
-    discard_set_aside,
+    fresh_start_checked,
     prepare_checkpoint,
-    restore_set_aside,
 )
 from kappaplus.runtime.state.identity import run_identity
 from kappaplus.runtime.state.locks import hold
@@ -185,121 +184,101 @@ def _prepare(
     config_file: str | None,
 ) -> _PreparedRun:
     """Resolve the config for the mode, make the checkpoint, bind the inputs, call the job,
-    plan the outputs and check their targets: every refusal comes before a query starts."""
-    identity = run_identity(job, resolve(config, run.mode, job), run)
+    plan the outputs and check their targets: every refusal comes before a query starts
+    (and, with ``--fresh``, puts the old checkpoint back: :func:`fresh_start_checked`)."""
+    resolved = resolve(config, run.mode, job)
+    identity = run_identity(job, resolved, run)
     check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)
-    try:
-        prepared = _prepare_in(spark, job, config, run, job_path, config_file, mode_dir)
-    except BaseException:
-        if run.fresh:  # refused (or failed) before any query: the old checkpoint stays
-            restore_set_aside(mode_dir)
-        raise
-    if run.fresh:
-        discard_set_aside(mode_dir)
-    return prepared
-
-
-def _prepare_in(
-    spark: SparkSession,
-    job: Job,
-    config: JobConfig,
-    run: RunOptions,
-    job_path: str | None,
-    config_file: str | None,
-    mode_dir: Path,
-) -> _PreparedRun:
-    """:func:`_prepare` once the checkpoint directory is there."""
-    resolved = resolve(config, run.mode, job)
-    params = job.make_params(dict(resolved.params))
-    delay = resolved.watermark_delay or job.watermark_delay
-    trigger = run.effective_trigger(resolved.trigger_interval)
-    identity = run_identity(job, resolved, run)
-    strategy = run_mode(run.mode)
-    drain = DrainSignal.under(mode_dir / "_drain")
-    late = {
-        plan.output: plan
-        for plan in late_rows_plans(
-            job, params, {n: o.late for n, o in resolved.outputs.items()}, mode_dir
+    with fresh_start_checked(mode_dir, run.fresh):
+        params = job.make_params(dict(resolved.params))
+        delay = resolved.watermark_delay or job.watermark_delay
+        trigger = run.effective_trigger(resolved.trigger_interval)
+        strategy = run_mode(run.mode)
+        drain = DrainSignal.under(mode_dir / "_drain")
+        late = {
+            plan.output: plan
+            for plan in late_rows_plans(
+                job, params, {n: o.late for n, o in resolved.outputs.items()}, mode_dir
+            )
+        }
+        dead = strategy.dead_letter_plans(job, resolved, mode_dir)
+        bind = functools.partial(
+            bind_inputs,
+            spark,
+            job,
+            run=run,
+            reader=strategy,
+            mode_dir=mode_dir,
+            drain_file=drain.path,
+            late_plans=list(late.values()),
+            dead_letters=dead,
         )
-    }
-    dead = strategy.dead_letter_plans(job, resolved, mode_dir)
-    bind = functools.partial(
-        bind_inputs,
-        spark,
-        job,
-        run=run,
-        reader=strategy,
-        mode_dir=mode_dir,
-        drain_file=drain.path,
-        late_plans=list(late.values()),
-        dead_letters=dead,
-    )
-    with resolution_scope():  # each Hive table asked of the catalog once
-        # the connectors' lines of a binding done again would say what the run does not do
-        with held_lines("kappaplus.connectors") as first_binding:
-            inputs: dict[str, BoundInput] = bind(resolved)
-            frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-            larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
-            if larger is not None:
-                first_binding.drop()
-        if larger is not None:  # bound again: the slice size is a source option
-            resolved = larger
-            inputs = bind(resolved)
-            frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-    plans = {
-        spec.name: plan_output(
-            job.name,
-            run.mode,
-            spec,
-            resolved.outputs[spec.name],
+        with resolution_scope():  # each Hive table asked of the catalog once
+            # the connectors' lines of a binding done again would say what the run does not do
+            with held_lines("kappaplus.connectors") as first_binding:
+                inputs: dict[str, BoundInput] = bind(resolved)
+                frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+                larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+                if larger is not None:
+                    first_binding.drop()
+            if larger is not None:  # bound again: the slice size is a source option
+                resolved = larger
+                inputs = bind(resolved)
+                frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+        plans = {
+            spec.name: plan_output(
+                job.name,
+                run.mode,
+                spec,
+                resolved.outputs[spec.name],
+                mode_dir,
+                identity.as_json(),
+                late.get(spec.name),
+            )
+            for spec in job.outputs
+        }
+        check_sql(spark, plans)
+        claims = check_targets(
+            spark, plans, identity, append=run.append, replace_range=run.replace_range
+        )
+        plans = hold_for_replacement(plans, mode_dir, claims, run)
+        record = RunRecord(
+            run_id=run.run_id or new_run_id(slug(job.name), run.mode),
+            job=job.name,
+            identity=identity.as_json(),
+            job_path=job_path,
+            mode=run.mode,
+            status=RUNNING,
+            trigger=trigger,
+            started_at=time.time(),
+            updated_at=time.time(),
+            pid=_pid(),
+            host_user=_user(),
+            config_file=config_file,
+            start=run.start,
+            end=run.end,
+            cutoff=run.cutoff,
+            watermark_delay=delay,
+            params={key: str(value) for key, value in params.items()},
+            sources={name: bound.source for name, bound in inputs.items()},
+            targets={name: plan.targets() for name, plan in plans.items()},
+            checkpoints={name: str(plan.checkpoint) for name, plan in plans.items()},
+        )
+        return _PreparedRun(
+            spark,
+            job,
+            run,
+            resolved,
+            strategy,
             mode_dir,
-            identity.as_json(),
-            late.get(spec.name),
+            drain,
+            trigger,
+            frames,
+            plans,
+            dead_letter_publishers(dead, frames, plans),
+            record,
         )
-        for spec in job.outputs
-    }
-    check_sql(spark, plans)
-    claims = check_targets(
-        spark, plans, identity, append=run.append, replace_range=run.replace_range
-    )
-    plans = hold_for_replacement(plans, mode_dir, claims, run)
-    record = RunRecord(
-        run_id=run.run_id or new_run_id(slug(job.name), run.mode),
-        job=job.name,
-        identity=identity.as_json(),
-        job_path=job_path,
-        mode=run.mode,
-        status=RUNNING,
-        trigger=trigger,
-        started_at=time.time(),
-        updated_at=time.time(),
-        pid=_pid(),
-        host_user=_user(),
-        config_file=config_file,
-        start=run.start,
-        end=run.end,
-        cutoff=run.cutoff,
-        watermark_delay=delay,
-        params={key: str(value) for key, value in params.items()},
-        sources={name: bound.source for name, bound in inputs.items()},
-        targets={name: plan.targets() for name, plan in plans.items()},
-        checkpoints={name: str(plan.checkpoint) for name, plan in plans.items()},
-    )
-    return _PreparedRun(
-        spark,
-        job,
-        run,
-        resolved,
-        strategy,
-        mode_dir,
-        drain,
-        trigger,
-        frames,
-        plans,
-        dead_letter_publishers(dead, frames, plans),
-        record,
-    )
 
 
 def run_job(

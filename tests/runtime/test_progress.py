@@ -35,6 +35,22 @@ def entry(
     }
 
 
+def record(**fields: Any) -> RunRecord:
+    """A run record of a test: these fields over a finished backfill's."""
+    defaults: dict[str, Any] = {
+        "run_id": "r",
+        "job": "ride-counts",
+        "job_path": None,
+        "mode": "backfill",
+        "status": FINISHED,
+        "trigger": "available-now",
+        "started_at": time.time(),
+        "updated_at": time.time(),
+        "pid": os.getpid(),
+    }
+    return RunRecord(**{**defaults, **fields})
+
+
 def test_no_eta_before_warm_up_then_the_rate_after_it() -> None:
     tracker = ProgressTracker(["counts"])
     stats = tracker.stats["counts"]
@@ -72,20 +88,9 @@ def test_rows_counted_once_equal_in_line_table_and_summary() -> None:
     assert table.columns[2]._cells == ["4000"]
     # rows/s as the summary's, over the slices: not the last (marker) batch's 2 rows/s
     assert table.columns[3]._cells == ["1000"]
-    record = RunRecord(
-        run_id="r",
-        job="ride-counts",
-        job_path=None,
-        mode="backfill",
-        status=FINISHED,
-        trigger="available-now",
-        started_at=0.0,
-        updated_at=1.0,
-        pid=1,
-        ended_at=6.0,
-        outputs={"counts": stats.as_json()},
+    summary = summary_lines(
+        record(started_at=0.0, ended_at=6.0, outputs={"counts": stats.as_json()})
     )
-    summary = summary_lines(record)
     row = next(line for line in summary if line.strip().startswith("counts"))
     assert row.split()[1:4] == ["4+3", "4,000", "1,000"], row
     assert all(len(line) <= 80 for line in summary), summary
@@ -93,23 +98,17 @@ def test_rows_counted_once_equal_in_line_table_and_summary() -> None:
 
 def test_status_fits_80_columns(tmp_path: Path) -> None:
     name = "a-job-with-a-rather-long-name-for-a-status-table-" + str(os.getpid())
-    record = RunRecord(
+    failed = record(
         run_id=f"{name}-backfill-20240301T000000Z-{os.getpid()}",
         job=name,
-        job_path=None,
-        mode="backfill",
         status="failed",
-        trigger="available-now",
-        started_at=time.time(),
-        updated_at=time.time(),
-        pid=os.getpid(),
         start="2024-03-01T00:00:00Z",
         end="2024-05-01T00:00:00Z",
         error="KappaError: query counts failed: " + "a long stack trace line " * 20,
         outputs={"counts": {"rows": 12_345_678, "rows_dropped_late": 0}},
         inputs={"rides": {"dead_letters": 1234, "dead_letter_table": "lake.dlq"}},
     )
-    record.save()
+    failed.save()
     result = CliRunner().invoke(app, ["status", "--job", name], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -159,24 +158,14 @@ def test_the_last_frame_shows_a_finished_querys_batches_before_their_event_arriv
     from kappaplus.runtime.waiting import wait_for_queries
 
     tracker = ProgressTracker(["counts"])
-    record = RunRecord(
-        run_id="archive-run",
-        job="archive",
-        job_path=None,
-        mode="stream",
-        status="running",
-        trigger="available-now",
-        started_at=time.time(),
-        updated_at=time.time(),
-        pid=os.getpid(),
-    )
-    record.save = lambda: None  # type: ignore[method-assign]
+    running = record(run_id="archive-run", job="archive", mode="stream", status="running")
+    running.save = lambda: None  # type: ignore[method-assign]
     out = StringIO()
     console = Console(file=out, width=120, force_terminal=False)
     status = wait_for_queries(
         {"counts": _FinishedQuery()},  # type: ignore[dict-item]
         tracker,
-        record,
+        running,
         RunOptions(mode="stream", progress=True),
         console,
         events=_LateListener(),  # type: ignore[arg-type]

@@ -8,8 +8,10 @@ come in a second, not after a JVM start."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,6 +125,20 @@ def discard_set_aside(directory: Path) -> None:
     if aside.exists():
         log.warning("--fresh: deleting the checkpoints set aside, %s", aside)
         shutil.rmtree(aside)
+
+
+@contextlib.contextmanager
+def fresh_start_checked(directory: Path, fresh: bool) -> Iterator[None]:
+    """The run's checks on its targets happen in this block: with ``fresh``, the
+    checkpoint set aside goes back if the block raises (a refusal), else it is deleted."""
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            restore_set_aside(directory)
+        raise
+    if fresh:
+        discard_set_aside(directory)
 
 
 def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
