@@ -46,3 +46,28 @@ def test_rows_of_a_table_and_a_refused_statement(  # type: ignore[no-untyped-def
     assert "TABLE_OR_VIEW_NOT_FOUND" in missing.output and "Traceback" not in missing.output
     bad = _sql(spark, monkeypatch, "SELEC 1")
     assert bad.exit_code == 2 and "PARSE_SYNTAX_ERROR" in bad.output
+
+
+def test_a_table_of_the_other_catalog_is_named_with_the_way_out(  # type: ignore[no-untyped-def]
+    spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `kappa down` the commands use the embedded catalog: a table registered in the
+    local metastore server is "not found", and the message says where it is."""
+    from kappaplus.core.settings import state_dir
+
+    name = f"default.stopped_{uuid.uuid4().hex[:6]}"
+    notes = state_dir() / "tables.json"
+    before = notes.read_text() if notes.is_file() else None
+    known = json.loads(before) if before else {}
+    known[name] = {"catalog": "thrift://127.0.0.1:1", "location": "/data/x"}
+    notes.write_text(json.dumps(known))
+    try:
+        missing = _sql(spark, monkeypatch, f"SELECT * FROM {name}")
+    finally:
+        if before is None:
+            notes.unlink()
+        else:
+            notes.write_text(before)
+    assert missing.exit_code == 2, missing.output
+    flat = " ".join(missing.output.split())
+    assert "registered in the metastore server thrift://127.0.0.1:1" in flat, flat

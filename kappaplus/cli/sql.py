@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -54,7 +56,10 @@ def sql_command(
     except (AnalysisException, ParseException) as exc:
         log.debug("kappa sql: %s", statement, exc_info=True)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise error_exit(_console, f"{first} (in: {statement})", 2) from exc
+        hint = missing_table_hint(spark, first)
+        raise error_exit(
+            _console, f"{first} (in: {statement})" + (f"; {hint}" if hint else ""), 2
+        ) from exc
     finally:
         _stop_quietly(spark)
     shown, more = rows[:limit], len(rows) > limit
@@ -69,6 +74,29 @@ def sql_command(
     for row in shown:  # values as written: "[x]" is no style tag here
         add_text_row(table, *("" if value is None else str(value) for value in row))
     _console.print(table)
+
+
+_NOT_FOUND = re.compile(r"The table or view (`[^ ]+`) cannot be found")
+
+
+def missing_table_hint(spark: Any, message: str) -> str | None:
+    """Where a table Spark did not find may be (the other catalog: the local metastore
+    server stopped, or made before ``kappa up``), as ``kappa run`` says it; None if the
+    message names no missing table or nothing is known.
+
+    >>> missing_table_hint(None, "[PARSE_SYNTAX_ERROR] Syntax error at or near 'SELEC'.")
+    """
+    from kappaplus.core.table.catalogs import elsewhere
+
+    found = _NOT_FOUND.search(message)
+    if found is None:
+        return None
+    name = found.group(1).replace("`", "").removeprefix("spark_catalog.")
+    try:
+        return elsewhere(spark, name)
+    except Exception:  # noqa: BLE001 - only a hint: the error stands without it
+        log.debug("no hint for %s", name, exc_info=True)
+        return None
 
 
 def register(app: typer.Typer) -> None:
