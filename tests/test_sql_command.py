@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from catalog_notes import noted_elsewhere
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
@@ -53,21 +54,9 @@ def test_a_table_of_the_other_catalog_is_named_with_the_way_out(  # type: ignore
 ) -> None:
     """After `kappa down` the commands use the embedded catalog: a table registered in the
     local metastore server is "not found", and the message says where it is."""
-    from kappaplus.core.settings import state_dir
-
     name = f"default.stopped_{uuid.uuid4().hex[:6]}"
-    notes = state_dir() / "tables.json"
-    before = notes.read_text() if notes.is_file() else None
-    known = json.loads(before) if before else {}
-    known[name] = {"catalog": "thrift://127.0.0.1:1", "location": "/data/x"}
-    notes.write_text(json.dumps(known))
-    try:
+    with noted_elsewhere(name):
         missing = _sql(spark, monkeypatch, f"SELECT * FROM {name}")
-    finally:
-        if before is None:
-            notes.unlink()
-        else:
-            notes.write_text(before)
     assert missing.exit_code == 2, missing.output
     flat = " ".join(missing.output.split())
     assert "registered in the metastore server thrift://127.0.0.1:1" in flat, flat

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from catalog_notes import noted_elsewhere
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
@@ -132,12 +133,7 @@ def test_register_user_errors_exit_2_in_one_or_two_lines(
 
 def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:
     name = f"default.elsewhere_{uuid.uuid4().hex[:6]}"
-    notes = state_dir() / "tables.json"
-    before = notes.read_text() if notes.is_file() else None
-    known = json.loads(before) if before else {}
-    known[name] = {"catalog": "thrift://127.0.0.1:1", "location": "/data/x"}
-    notes.write_text(json.dumps(known))
-    try:
+    with noted_elsewhere(name):
         with pytest.raises(TableError) as missing:
             resolve_table(spark, name)
         assert "registered in the metastore server thrift://127.0.0.1:1" in str(missing.value)
@@ -154,11 +150,6 @@ def test_a_table_of_the_other_catalog_is_named(spark: SparkSession) -> None:
         finally:
             if made:
                 stack.rmdir()
-    finally:
-        if before is None:
-            notes.unlink()
-        else:
-            notes.write_text(before)
     managed = f"made_elsewhere_{uuid.uuid4().hex[:6]}"
     (state_dir() / "warehouse" / managed).mkdir(parents=True)
     with pytest.raises(TableError, match="probably created through the metastore server"):
