@@ -48,8 +48,13 @@ def audit_table() -> str:
 
 
 def ensure_table(spark: SparkSession, table: str | None = None) -> str:
-    """Create the audit table (and its database) if missing; return its name."""
+    """Create the audit table (and its database) if missing; return its name.
+
+    One catalog question when the table is there (the usual case: every run after the
+    first), where the two ``IF NOT EXISTS`` statements took 0.1-0.4 s at a run's end."""
     name = table or audit_table()
+    if spark.catalog.tableExists(name):
+        return name
     if "." in name:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.', 1)[0]}")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({SCHEMA}) USING parquet")
