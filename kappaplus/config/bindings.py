@@ -166,6 +166,45 @@ class MappedLakeInput(StrictModel):
         return bool(self.columns or self.mappings or self.event_time)
 
 
+class SliceBudgets(StrictModel):
+    """How a lake binding's range is cut into slices, one per micro-batch, and what a mode
+    may override of it (``[modes.<mode>.inputs.<name>.hive]``): the slice's event-time span
+    ``maxEventTimePerTrigger``, its caps ``maxRowsPerTrigger`` / ``maxBytesPerTrigger``,
+    the adaptive targets ``targetRowsPerTrigger`` / ``targetBytesPerTrigger`` /
+    ``targetBatchDuration`` and the small first slice ``firstSliceRows``."""
+
+    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
+    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
+    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
+    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
+    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
+    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
+    """Size slices so each micro-batch takes about this long, from the batch times the run
+    observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
+    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
+
+
+class SlicedLakeInput(MappedLakeInput, SliceBudgets):
+    """What every lake binding (Hive, Iceberg, Delta) says about the range it reads and the
+    slices it reads it in (:class:`SliceBudgets`), with one meaning and one validation for
+    all three: ``start`` / ``end`` (a run's ``--start`` / ``--end`` win)."""
+
+    start: str | None = None
+    end: str | None = None
+
+    @field_validator("start", "end")
+    @classmethod
+    def _timestamp(cls, value: str | None) -> str | None:
+        from kappaplus.core.timeutil import parse_timestamp
+
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except ConfigError as exc:
+                raise ValueError(exc.problem) from None
+        return value
+
+
 class KafkaInput(StrictModel):
     """A logical input bound to a Kafka topic.
 
@@ -217,7 +256,7 @@ def redact(options: Mapping[str, str]) -> dict[str, str]:
     return dict(redact_secrets(options))
 
 
-class HiveInput(MappedLakeInput):
+class HiveInput(SlicedLakeInput):
     """A logical input bound to a Hive table read as a stream in event-time slices.
 
     ``partition_format`` maps a time to the table's partition path, e.g.
@@ -240,17 +279,6 @@ class HiveInput(MappedLakeInput):
     max_earliness: DurationField | None = None
     unplaceable: Literal["fail", "dead_letter"] = "fail"
     dlq: HiveDeadLetters | None = None
-    start: str | None = None
-    end: str | None = None
-    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
-    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
-    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
-    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
-    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
-    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
-    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
-    """Size slices so each micro-batch takes about this long, from the batch times the run
-    observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""
@@ -266,18 +294,6 @@ class HiveInput(MappedLakeInput):
                 raise ValueError(f"segment {segment!r} is not 'column=%fmt'")
         if not STRFTIME_FIELD.search(value):
             raise ValueError("no time directive (%Y, %m, %d, %H ...) in the partition format")
-        return value
-
-    @field_validator("start", "end")
-    @classmethod
-    def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.core.timeutil import parse_timestamp
-
-        if value is not None:
-            try:
-                parse_timestamp(value)
-            except ConfigError as exc:
-                raise ValueError(exc.problem) from None
         return value
 
     @model_validator(mode="after")
@@ -298,7 +314,7 @@ class HiveInput(MappedLakeInput):
         return self.dlq.table if self.dlq is not None else f"{self.table}_dead_letters"
 
 
-class IcebergInput(MappedLakeInput):
+class IcebergInput(SlicedLakeInput):
     """A logical input bound to an Iceberg table, read (backfill, bootstrap) as a stream of
     event-time slices planned from its manifests' statistics, from one snapshot per run.
 
@@ -319,15 +335,6 @@ class IcebergInput(MappedLakeInput):
     snapshot: int | None = None
     max_lateness: DurationField | None = None
     """Bootstrap: how much earlier than its event time a Kafka record's timestamp may be."""
-    start: str | None = None
-    end: str | None = None
-    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
-    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
-    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
-    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
-    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
-    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
-    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, columns by name), ``python``
     (pyiceberg: columns by field id, delete files applied) or ``auto`` (the JVM one where
@@ -341,20 +348,8 @@ class IcebergInput(MappedLakeInput):
             raise ValueError(f"catalog type {value.get('type')!r}: expected sql, rest or hive")
         return value
 
-    @field_validator("start", "end")
-    @classmethod
-    def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.core.timeutil import parse_timestamp
 
-        if value is not None:
-            try:
-                parse_timestamp(value)
-            except ConfigError as exc:
-                raise ValueError(exc.problem) from None
-        return value
-
-
-class DeltaInput(MappedLakeInput):
+class DeltaInput(SlicedLakeInput):
     """A logical input bound to a Delta table, read (backfill, bootstrap) as a stream of
     event-time slices planned from the statistics its log keeps per file, from one version
     per run (delta-rs; no JVM jars).
@@ -374,31 +369,10 @@ class DeltaInput(MappedLakeInput):
     version: int | None = Field(None, ge=0)
     max_lateness: DurationField | None = None
     """Bootstrap: how much earlier than its event time a Kafka record's timestamp may be."""
-    start: str | None = None
-    end: str | None = None
-    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
-    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
-    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
-    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
-    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
-    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
-    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader), ``python`` (pyarrow, deletion
     vectors applied) or ``auto`` (the JVM one where it reads the same rows: no deletion
     vectors, no type widening, files the session can open; the reason is logged when not)."""
-
-    @field_validator("start", "end")
-    @classmethod
-    def _timestamp(cls, value: str | None) -> str | None:
-        from kappaplus.core.timeutil import parse_timestamp
-
-        if value is not None:
-            try:
-                parse_timestamp(value)
-            except ConfigError as exc:
-                raise ValueError(exc.problem) from None
-        return value
 
 
 class EventTimeBounds(StrictModel):

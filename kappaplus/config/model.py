@@ -14,6 +14,7 @@ from pydantic import (
 from kappaplus.config.bindings import (
     InputBinding,
     OutputBinding,
+    SliceBudgets,
 )
 from kappaplus.config.fields import (
     DEFAULT_TRIGGER_INTERVAL,
@@ -33,14 +34,8 @@ class _KafkaInputOverride(StrictModel):
     max_offsets_per_trigger: PositiveInt | None = Field(None, alias="maxOffsetsPerTrigger")
 
 
-class _HiveInputOverride(StrictModel):
-    max_event_time_per_trigger: DurationField | None = Field(None, alias="maxEventTimePerTrigger")
-    max_rows_per_trigger: PositiveInt | None = Field(None, alias="maxRowsPerTrigger")
-    max_bytes_per_trigger: PositiveInt | None = Field(None, alias="maxBytesPerTrigger")
-    target_rows_per_trigger: PositiveInt | None = Field(None, alias="targetRowsPerTrigger")
-    target_bytes_per_trigger: PositiveInt | None = Field(None, alias="targetBytesPerTrigger")
-    target_batch_duration: DurationField | None = Field(None, alias="targetBatchDuration")
-    first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
+class _HiveInputOverride(SliceBudgets):
+    """A mode's slices of a Hive binding (the budgets only: principle 2)."""
 
 
 class InputOverride(StrictModel):

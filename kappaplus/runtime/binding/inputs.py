@@ -51,18 +51,17 @@ if TYPE_CHECKING:
 
     from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
-        DeltaInput,
         EventTimeBounds,
         HiveInput,
-        IcebergInput,
         KafkaInput,
         ResolvedConfig,
         ResolvedInput,
     )
-    from kappaplus.config.bindings import MappedLakeInput
+    from kappaplus.config.bindings import MappedLakeInput, SliceBudgets
     from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.mapping import Resolution
+    from kappaplus.runtime.binding.pinned_lakes import PinnedBinding, PinnedLake
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
     from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
@@ -176,6 +175,19 @@ def read_kafka_records(
     return read_kafka_stream(spark, **options)
 
 
+def budget_options(lake: SliceBudgets) -> dict[str, Any]:
+    """A lake binding's slice budgets as its source's options (None: the source's default,
+    adaptive slices of about ``targetRowsPerTrigger`` rows)."""
+    return {
+        "maxRowsPerTrigger": lake.max_rows_per_trigger,
+        "maxBytesPerTrigger": lake.max_bytes_per_trigger,
+        "targetRowsPerTrigger": lake.target_rows_per_trigger,
+        "targetBytesPerTrigger": lake.target_bytes_per_trigger,
+        "targetBatchDuration": lake.target_batch_duration,
+        "firstSliceRows": lake.first_slice_rows,
+    }
+
+
 def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict[str, Any]:
     """Keyword arguments of ``read_hive_stream`` for a Hive input binding in a backfill.
 
@@ -191,12 +203,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "max_event_time_per_trigger": hive.max_event_time_per_trigger,
         "watermark_delay": None,
         "watermarkDelay": watermark_delay,
-        "maxRowsPerTrigger": hive.max_rows_per_trigger,
-        "maxBytesPerTrigger": hive.max_bytes_per_trigger,
-        "targetRowsPerTrigger": hive.target_rows_per_trigger,
-        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
-        "targetBatchDuration": hive.target_batch_duration,
-        "firstSliceRows": hive.first_slice_rows,
+        **budget_options(hive),
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
@@ -290,12 +297,7 @@ def hybrid_options(
         "partitionTimeKind": hive.partition_time,
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
-        "maxRowsPerTrigger": hive.max_rows_per_trigger,
-        "maxBytesPerTrigger": hive.max_bytes_per_trigger,
-        "targetRowsPerTrigger": hive.target_rows_per_trigger,
-        "targetBytesPerTrigger": hive.target_bytes_per_trigger,
-        "targetBatchDuration": hive.target_batch_duration,
-        "firstSliceRows": hive.first_slice_rows,
+        **budget_options(hive),
         "partitionTimeFormat": hive.partition_format,
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
@@ -434,69 +436,63 @@ def bind_input(ctx: InputContext, reader: SourceReader) -> BoundInput:
     return BoundInput(spec.name, watermarked, source)
 
 
-def iceberg_options(iceberg: IcebergInput, run: RunOptions) -> dict[str, Any]:
-    """Keyword arguments of ``read_iceberg_stream`` / the lake of a bootstrap for an
-    Iceberg binding (adaptive slices unless the binding caps them)."""
+def pinned_lake_options(
+    lake_format: PinnedLake, lake: PinnedBinding, run: RunOptions
+) -> dict[str, Any]:
+    """Keyword arguments of an Iceberg or Delta stream / the lake of a bootstrap (adaptive
+    slices unless the binding caps them): the binding's pin, then the slicing."""
     return {
-        "catalog": iceberg.catalog,
-        "snapshot": iceberg.snapshot,
-        "event_time_column": iceberg.event_time_column,
-        "start": run.start if run.start is not None else iceberg.start,
-        "end": run.end if run.end is not None else iceberg.end,
-        "max_event_time_per_trigger": iceberg.max_event_time_per_trigger,
-        "maxRowsPerTrigger": iceberg.max_rows_per_trigger,
-        "maxBytesPerTrigger": iceberg.max_bytes_per_trigger,
-        "targetRowsPerTrigger": iceberg.target_rows_per_trigger,
-        "targetBytesPerTrigger": iceberg.target_bytes_per_trigger,
-        "targetBatchDuration": iceberg.target_batch_duration,
-        "firstSliceRows": iceberg.first_slice_rows,
+        **{name: getattr(lake, name) for name in lake_format.pin},
+        "event_time_column": lake.event_time_column,
+        "start": run.start if run.start is not None else lake.start,
+        "end": run.end if run.end is not None else lake.end,
+        "max_event_time_per_trigger": lake.max_event_time_per_trigger,
+        **budget_options(lake),
     }
 
 
-def _iceberg_backfill(
+def pinned_backfill(
     spark: SparkSession,
     spec: InputSpec,
-    iceberg: IcebergInput,
+    lake_format: PinnedLake,
+    lake: PinnedBinding,
     run: RunOptions,
     watermark_delay: str,
     source_state: str | None,
     drain_file: str | None,
 ) -> tuple[DataFrame, str]:
-    """Backfill from an Iceberg table's pinned snapshot (kept in the run's source state),
-    its columns mapped to the job's by the binding (:func:`mapped_lake`)."""
-    from kappaplus.connectors.iceberg.catalog import open_iceberg_stream
-    from kappaplus.runtime.binding.unify import (
-        iceberg_resolution,
-        refuse_mismatches,
-        stored_options,
-    )
+    """Backfill from an Iceberg table's snapshot or a Delta table's version, pinned at the
+    first start (kept in the run's source state), its columns mapped to the job's by the
+    binding (:func:`mapped_lake`)."""
+    from kappaplus.runtime.binding.unify import refuse_mismatches, stored_options
 
-    resolution = iceberg_resolution(spark, spec, iceberg)  # the table's columns -> the job's
+    resolution = lake_format.resolution(spark, spec, lake)  # the table's columns -> the job's
     refuse_mismatches(resolution)
-    options = iceberg_options(iceberg, run)
-    options.update(stored_options(iceberg))
-    options["reader"] = iceberg.reader
+    options = pinned_lake_options(lake_format, lake, run)
+    options.update(stored_options(lake))
+    options["reader"] = lake.reader
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
-    options["adviceConfigPrefix"] = f"inputs.{spec.name}.iceberg"
+    options["adviceConfigPrefix"] = f"inputs.{spec.name}.{lake_format.key}"
     if source_state is not None:
         options["manifest_dir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
     # read only the columns the mapping reads (conform keeps nothing else)
     options["columns"] = lake_reads(spec, resolution)
-    counting = count_delivered(spec, resolution, iceberg.event_time_column)
-    stream = open_iceberg_stream(spark, iceberg.table, count_delivered=counting, **options)
+    counting = count_delivered(spec, resolution, lake.event_time_column)
+    stream = lake_format.open_stream(spark, lake, count_delivered=counting, **options)
     raw = observed_lake(stream, spec, resolution)
-    source = f"iceberg {iceberg.table}"
+    source = f"{lake_format.key} {lake_format.where(lake)}"
     if options["start"] or options["end"]:
         source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
     return raw, source
 
 
-def _iceberg_bootstrap(
+def pinned_bootstrap(
     spark: SparkSession,
     spec: InputSpec,
+    lake_format: PinnedLake,
     binding: ResolvedInput,
     run: RunOptions,
     job_name: str,
@@ -504,12 +500,13 @@ def _iceberg_bootstrap(
     drain_file: str | None,
     dead_letter_path: str | None = None,
 ) -> tuple[DataFrame, str]:
-    """Bootstrap from an Iceberg table's pinned snapshot up to the cutoff, then Kafka;
-    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
+    """Bootstrap from an Iceberg table's pinned snapshot or a Delta table's pinned version
+    up to the cutoff, then Kafka; ``dead_letter_path``: :func:`bootstrap_dead_letter_path`
+    of the run."""
     from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
 
-    iceberg, kafka = binding.iceberg, binding.kafka
-    assert iceberg is not None
+    lake, kafka = lake_format.binding(binding), binding.kafka
+    assert lake is not None
     if spec.kafka_metadata:
         raise ConfigError(
             f"inputs.{spec.name}",
@@ -518,190 +515,55 @@ def _iceberg_bootstrap(
         )
     if kafka is None:
         raise ConfigError(
-            f"inputs.{spec.name}", None, "bootstrap mode needs an Iceberg table and a Kafka topic"
-        )
-    from kappaplus.runtime.binding.unify import iceberg_resolution, refuse_mismatches
-
-    lake_side = iceberg_resolution(spark, spec, iceberg)
-    refuse_mismatches(lake_side)
-    cutoff = run.cutoff if run.cutoff is not None else iceberg.end
-    if cutoff is None:
-        raise ConfigError(
-            "cutoff",
-            None,
-            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.iceberg): the "
-            "lake owns event times before it, Kafka the rest",
-        )
-    lake = iceberg_options(iceberg, run)
-    options: dict[str, Any] = {
-        "table": iceberg.table,
-        "event_time_column": iceberg.event_time_column,
-        "cutoff": cutoff,
-        "decoder": decoder_spec(spec, kafka),
-        "start": lake.pop("start"),
-        "lateness": run.lateness or iceberg.max_lateness or DEFAULT_LATENESS,
-        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
-        "watermark_delay": None,
-        "dead_letter_path": dead_letter_path,
-        "job_name": job_name,
-        "bootstrap": kafka.bootstrap_servers,
-        "subscribe": kafka.topic,
-        "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
-        "iceberg": {"catalog": lake.pop("catalog"), "snapshot": lake.pop("snapshot")},
-    }
-    for key in ("event_time_column", "end"):
-        lake.pop(key)
-    if kafka.max_offsets_per_trigger is not None:
-        options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
-    options.update(kafka.options)
-    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
-    if source_state is not None:
-        options["lake.manifestDir"] = f"{source_state}/manifests"
-    if drain_file is not None:
-        options[DRAIN_OPTION] = drain_file
-    raw = _observe_source(
-        lake_then_kafka(spark, spec, iceberg, lake_side, kafka, options), spec, "source"
-    )
-    source = (
-        f"iceberg {iceberg.table} [{options['start'] or '-'}, {cutoff}) then kafka "
-        f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
-    )
-    return raw, source
-
-
-def delta_options(delta: DeltaInput, run: RunOptions) -> dict[str, Any]:
-    """Keyword arguments of ``read_delta_stream`` / the lake of a bootstrap for a Delta
-    binding (adaptive slices unless the binding caps them)."""
-    return {
-        "storage_options": delta.storage_options,
-        "version": delta.version,
-        "event_time_column": delta.event_time_column,
-        "start": run.start if run.start is not None else delta.start,
-        "end": run.end if run.end is not None else delta.end,
-        "max_event_time_per_trigger": delta.max_event_time_per_trigger,
-        "maxRowsPerTrigger": delta.max_rows_per_trigger,
-        "maxBytesPerTrigger": delta.max_bytes_per_trigger,
-        "targetRowsPerTrigger": delta.target_rows_per_trigger,
-        "targetBytesPerTrigger": delta.target_bytes_per_trigger,
-        "targetBatchDuration": delta.target_batch_duration,
-        "firstSliceRows": delta.first_slice_rows,
-    }
-
-
-def _delta_backfill(
-    spark: SparkSession,
-    spec: InputSpec,
-    delta: DeltaInput,
-    run: RunOptions,
-    watermark_delay: str,
-    source_state: str | None,
-    drain_file: str | None,
-) -> tuple[DataFrame, str]:
-    """Backfill from a Delta table's pinned version (kept in the run's source state), its
-    columns mapped to the job's by the binding (:func:`mapped_lake`)."""
-    from kappaplus.connectors.delta.table import open_delta_stream
-    from kappaplus.runtime.binding.unify import (
-        delta_resolution,
-        refuse_mismatches,
-        stored_options,
-    )
-
-    resolution = delta_resolution(spark, spec, delta)  # the table's columns -> the job's
-    refuse_mismatches(resolution)
-    options = delta_options(delta, run)
-    options.update(stored_options(delta))
-    options["reader"] = delta.reader
-    # the runtime applies the watermark; the option makes a bounded run end with markers
-    options["watermarkDelay"] = watermark_delay
-    options["adviceConfigPrefix"] = f"inputs.{spec.name}.delta"
-    if source_state is not None:
-        options["manifest_dir"] = f"{source_state}/manifests"
-    if drain_file is not None:
-        options[DRAIN_OPTION] = drain_file
-    # read only the columns the mapping reads (conform keeps nothing else)
-    options["columns"] = lake_reads(spec, resolution)
-    counting = count_delivered(spec, resolution, delta.event_time_column)
-    stream = open_delta_stream(spark, delta.path, count_delivered=counting, **options)
-    raw = observed_lake(stream, spec, resolution)
-    source = f"delta {delta.path}"
-    if options["start"] or options["end"]:
-        source += f" [{options['start'] or '-'}, {options['end'] or '-'})"
-    return raw, source
-
-
-def _delta_bootstrap(
-    spark: SparkSession,
-    spec: InputSpec,
-    binding: ResolvedInput,
-    run: RunOptions,
-    job_name: str,
-    source_state: str | None,
-    drain_file: str | None,
-    dead_letter_path: str | None = None,
-) -> tuple[DataFrame, str]:
-    """Bootstrap from a Delta table's pinned version up to the cutoff, then Kafka;
-    ``dead_letter_path``: :func:`bootstrap_dead_letter_path` of the run."""
-    from kappaplus.connectors.hybrid.options import DEFAULT_LATENESS
-
-    delta, kafka = binding.delta, binding.kafka
-    assert delta is not None
-    if spec.kafka_metadata:
-        raise ConfigError(
             f"inputs.{spec.name}",
-            "kafka_metadata",
-            "bootstrap mode cannot carry Kafka metadata (lake rows have none of their own)",
+            None,
+            f"bootstrap mode needs {lake_format.title} and a Kafka topic",
         )
-    if kafka is None:
-        raise ConfigError(
-            f"inputs.{spec.name}", None, "bootstrap mode needs a Delta table and a Kafka topic"
-        )
-    from kappaplus.runtime.binding.unify import delta_resolution, refuse_mismatches
+    from kappaplus.runtime.binding.unify import refuse_mismatches
 
-    lake_side = delta_resolution(spark, spec, delta)
+    lake_side = lake_format.resolution(spark, spec, lake)
     refuse_mismatches(lake_side)
-    cutoff = run.cutoff if run.cutoff is not None else delta.end
+    cutoff = run.cutoff if run.cutoff is not None else lake.end
     if cutoff is None:
         raise ConfigError(
             "cutoff",
             None,
-            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}.delta): the "
-            "lake owns event times before it, Kafka the rest",
+            f"--mode bootstrap needs --cutoff (or 'end' in inputs.{spec.name}."
+            f"{lake_format.key}): the lake owns event times before it, Kafka the rest",
         )
-    lake = delta_options(delta, run)
+    table = lake_format.where(lake)
+    slicing = pinned_lake_options(lake_format, lake, run)
     options: dict[str, Any] = {
-        "table": delta.path,
-        "event_time_column": delta.event_time_column,
+        "table": table,
+        "event_time_column": lake.event_time_column,
         "cutoff": cutoff,
         "decoder": decoder_spec(spec, kafka),
-        "start": lake.pop("start"),
-        "lateness": run.lateness or delta.max_lateness or DEFAULT_LATENESS,
-        "max_event_time_per_trigger": lake.pop("max_event_time_per_trigger"),
+        "start": slicing.pop("start"),
+        "lateness": run.lateness or lake.max_lateness or DEFAULT_LATENESS,
+        "max_event_time_per_trigger": slicing.pop("max_event_time_per_trigger"),
         "watermark_delay": None,
         "dead_letter_path": dead_letter_path,
         "job_name": job_name,
         "bootstrap": kafka.bootstrap_servers,
         "subscribe": kafka.topic,
         "failOnDataLoss": str(kafka.fail_on_data_loss).lower(),
-        "delta": {
-            "storage_options": lake.pop("storage_options"),
-            "version": lake.pop("version"),
-        },
+        lake_format.key: {name: slicing.pop(name) for name in lake_format.pin},
     }
     for key in ("event_time_column", "end"):
-        lake.pop(key)
+        slicing.pop(key)
     if kafka.max_offsets_per_trigger is not None:
         options["maxOffsetsPerTrigger"] = kafka.max_offsets_per_trigger
     options.update(kafka.options)
-    options.update({f"lake.{k}": v for k, v in lake.items() if v is not None})
+    options.update({f"lake.{k}": v for k, v in slicing.items() if v is not None})
     if source_state is not None:
         options["lake.manifestDir"] = f"{source_state}/manifests"
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
     raw = _observe_source(
-        lake_then_kafka(spark, spec, delta, lake_side, kafka, options), spec, "source"
+        lake_then_kafka(spark, spec, lake, lake_side, kafka, options), spec, "source"
     )
     source = (
-        f"delta {delta.path} [{options['start'] or '-'}, {cutoff}) then kafka "
+        f"{lake_format.key} {table} [{options['start'] or '-'}, {cutoff}) then kafka "
         f"{kafka.topic} (dead letters: {options['dead_letter_path']})"
     )
     return raw, source

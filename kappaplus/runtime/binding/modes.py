@@ -29,6 +29,7 @@ from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import Mode
 from kappaplus.runtime.binding import inputs as bind
+from kappaplus.runtime.binding.pinned_lakes import pinned_lake_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -149,23 +150,15 @@ class BackfillMode(RunMode):
         return parse_timestamp(start), parse_timestamp(end)
 
     def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
-        binding, spec, run = ctx.binding, ctx.spec, ctx.run
-        if binding.delta is not None:
-            return bind._delta_backfill(
+        pinned = pinned_lake_of(ctx.binding)
+        if pinned is not None:
+            lake_format, lake = pinned
+            return bind.pinned_backfill(
                 ctx.spark,
-                spec,
-                binding.delta,
-                run,
-                ctx.watermark_delay,
-                ctx.source_state,
-                ctx.drain_file,
-            )
-        if binding.iceberg is not None:
-            return bind._iceberg_backfill(
-                ctx.spark,
-                spec,
-                binding.iceberg,
-                run,
+                ctx.spec,
+                lake_format,
+                lake,
+                ctx.run,
                 ctx.watermark_delay,
                 ctx.source_state,
                 ctx.drain_file,
@@ -228,21 +221,19 @@ class BootstrapMode(RunMode):
     mode = Mode.BOOTSTRAP
 
     def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
-        binding, spec = ctx.binding, ctx.spec
-        lake_args = (
-            ctx.spark,
-            spec,
-            binding,
-            ctx.run,
-            ctx.job_name,
-            ctx.source_state,
-            ctx.drain_file,
-            ctx.dead_letter_staging,
-        )
-        if binding.delta is not None:
-            return bind._delta_bootstrap(*lake_args)
-        if binding.iceberg is not None:
-            return bind._iceberg_bootstrap(*lake_args)
+        pinned = pinned_lake_of(ctx.binding)
+        if pinned is not None:
+            return bind.pinned_bootstrap(
+                ctx.spark,
+                ctx.spec,
+                pinned[0],
+                ctx.binding,
+                ctx.run,
+                ctx.job_name,
+                ctx.source_state,
+                ctx.drain_file,
+                ctx.dead_letter_staging,
+            )
         return self._hive(ctx)
 
     @staticmethod
