@@ -77,9 +77,9 @@ def main() -> None:
         TimestampType,
     )
 
-    from kappaplus.connectors.hive.options import HiveSourceOptions
-    from kappaplus.connectors.hive.reader import read_partition
-    from kappaplus.connectors.hive.source import HiveStreamReader
+    from kappaplus.connectors.hive.datasource import HiveStreamReader
+    from kappaplus.connectors.hive.file_reader import read_partition
+    from kappaplus.connectors.lake.options import LakeSourceOptions
 
     work = Path(tempfile.mkdtemp(prefix="bench-reader-"))
     paths = write(work / "t", args.rows, args.hours)
@@ -94,7 +94,7 @@ def main() -> None:
             StructField("hr", StringType()),
         ]
     )
-    opts = HiveSourceOptions.parse(
+    opts = LakeSourceOptions.parse(
         {
             "table": "t",
             "location": str(work / "t"),

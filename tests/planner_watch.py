@@ -1,6 +1,6 @@
 """Watch which slice planner the JVM reader uses: a child planner process of this test
-process (``python -m kappaplus.connectors.hive.plan_service``, found in ``/proc``) or the
-in-process one (:mod:`kappaplus.connectors.hive.planner_server`, counted connections)."""
+process (``python -m kappaplus.connectors.lake.plan_service``, found in ``/proc``) or the
+in-process one (:mod:`kappaplus.connectors.lake.planner_server`, counted connections)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from kappaplus.connectors.hive.planner_server import planner_server
+from kappaplus.connectors.lake.planner_server import planner_server
 
-PLANNER_MODULE = b"kappaplus.connectors.hive.plan_service"
+PLANNER_MODULE = b"kappaplus.connectors.lake.plan_service"
 
 
 def _parents() -> dict[int, int]:

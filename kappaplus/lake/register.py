@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from kappaplus.connectors.hive.files import filesystem_for
 from kappaplus.connectors.hive.layout import PartitionTimeLayout, is_hidden, parse_partition_values
+from kappaplus.connectors.lake.filesystems import filesystem_for
 from kappaplus.core.errors import ConfigError, DataError, TableNameTaken
 from kappaplus.core.table import TABLE_NAME
 from kappaplus.core.table.catalogs import described

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.hive.reader import read_partition
-from kappaplus.connectors.hive.source import HiveStreamReader
+from kappaplus.connectors.hive.datasource import HiveStreamReader
+from kappaplus.connectors.hive.file_reader import read_partition
+from kappaplus.connectors.lake.options import LakeSourceOptions
 from kappaplus.slicing.files import DataFile, RowGroupStats
 from kappaplus.slicing.pacing import MAX_STEP, MIN_ROWS, BatchPacer
 from kappaplus.slicing.sizing import GRID, choose_end, estimate_end, round_down_to_grid, row_density
@@ -174,7 +174,7 @@ def write_table(root: Path, hours: list[int], seed: int, row_group_size: int) ->
     return pa.table({"id": np.concatenate(ids), "ts": np.concatenate(times)})
 
 
-def options(root: Path, manifests: Path, start: int, end: int, **extra: str) -> HiveSourceOptions:
+def options(root: Path, manifests: Path, start: int, end: int, **extra: str) -> LakeSourceOptions:
     def stamp(micros: int) -> str:
         return datetime.fromtimestamp(micros / US, tz=UTC).isoformat()
 
@@ -191,10 +191,10 @@ def options(root: Path, manifests: Path, start: int, end: int, **extra: str) -> 
         "manifestDir": str(manifests),
         **extra,
     }
-    return HiveSourceOptions.parse(raw)
+    return LakeSourceOptions.parse(raw)
 
 
-def run_planner(opts: HiveSourceOptions) -> list[tuple[dict, dict]]:
+def run_planner(opts: LakeSourceOptions) -> list[tuple[dict, dict]]:
     """(start, end) offsets of every micro-batch, as Spark would drive the source."""
     reader = HiveStreamReader(opts)
     reader.prepareForTriggerAvailableNow()
@@ -209,7 +209,7 @@ def run_planner(opts: HiveSourceOptions) -> list[tuple[dict, dict]]:
     raise AssertionError("the planner did not finish")
 
 
-def delivered(opts: HiveSourceOptions, start: dict, end: dict) -> list[tuple[int, int]]:
+def delivered(opts: LakeSourceOptions, start: dict, end: dict) -> list[tuple[int, int]]:
     """(id, ts) of the rows a micro-batch delivers, read by the source's reader."""
     reader = HiveStreamReader(opts)  # a fresh reader: what a restarted query would do
     out: list[tuple[int, int]] = []
@@ -297,7 +297,7 @@ def test_dense_hours_get_short_slices_and_sparse_days_long_ones(tmp_path: Path):
     assert spans[-1][1] == end
 
 
-def slice_rows(opts: HiveSourceOptions) -> list[int]:
+def slice_rows(opts: LakeSourceOptions) -> list[int]:
     """Rows each data slice of a whole run delivers."""
     return [len(delivered(opts, a, b)) for a, b in run_planner(opts) if b["phase"] == "data"]
 
@@ -359,7 +359,7 @@ def test_replay_after_new_files_reads_the_planned_files_only(tmp_path: Path):
 def test_targets_are_validated_and_default_to_two_million_rows(tmp_path: Path):
     import pytest
 
-    from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS
+    from kappaplus.connectors.lake.options import DEFAULT_TARGET_ROWS
     from kappaplus.core.errors import ConfigError
 
     opts = options(tmp_path, tmp_path / "m", BASE, BASE + HOUR)

@@ -331,7 +331,7 @@ def test_what_sends_a_delta_table_to_the_python_reader(scratch: Path) -> None:
     from kappaplus.connectors.delta.jvm_path import jvm_unsupported_delta
     from kappaplus.connectors.delta.options import DeltaSourceOptions
     from kappaplus.connectors.delta.table import delta_lake_options
-    from kappaplus.connectors.hive.jvm_reader import lake_file_uri as delta_file_uri
+    from kappaplus.connectors.lake.jvm_reader import lake_file_uri as delta_file_uri
 
     written = write_delta(scratch / "lake", "day", per_day=20)
 

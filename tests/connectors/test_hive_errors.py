@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -111,10 +112,11 @@ def test_null_event_time_fails_by_default_naming_the_file(spark: SparkSession, s
         deadLetterPath=str(scratch / "dead"),
     )
     dead = spark.read.parquet(str(scratch / "dead"))
-    assert sorted(r.id for r in dead.select("id").collect()) == list(range(3, 100, 10))
-    assert {r._kappa_reason for r in dead.select("_kappa_reason").collect()} == {
-        "event time is null"
-    }
+    ids = sorted(json.loads(r.value)["id"] for r in dead.select("value").collect())
+    assert ids == list(range(3, 100, 10))
+    reasons = {r.reason for r in dead.select("reason").collect()}
+    assert {r.split(" (table ")[0] for r in reasons} == {"event time is null"}
+    assert all("hive_err_nulls" in r and ".parquet" in r for r in reasons), reasons
 
 
 def test_dead_letter_policy_needs_a_path(spark: SparkSession, small_table: str):

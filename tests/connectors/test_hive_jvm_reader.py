@@ -26,10 +26,11 @@ from pyspark.sql import functions as F
 
 from kappaplus.connectors.hive import resolve_table
 from kappaplus.connectors.hive.catalog import hive_stream_options, open_hive_stream
-from kappaplus.connectors.hive.jvm_reader import CountDelivered, choose_reader, jvm_reader_loaded
-from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.hive.plan_service import file_uri, partition_value, serve
-from kappaplus.connectors.hive.planner_server import (
+from kappaplus.connectors.hive.files import file_uri
+from kappaplus.connectors.lake.jvm_reader import CountDelivered, choose_reader, jvm_reader_loaded
+from kappaplus.connectors.lake.options import LakeSourceOptions
+from kappaplus.connectors.lake.plan_service import partition_value, serve
+from kappaplus.connectors.lake.planner_server import (
     PLANNER_ADDRESS,
     PLANNER_SECRET,
     planner_server,
@@ -215,7 +216,7 @@ def test_the_planner_is_served_in_process_and_without_its_options_spawned(
         max_event_time_per_trigger="1 hour",
         manifest_dir=str(tmp_path / "spawn" / "manifests"),
     )
-    source, extra, _ = choose_reader(spark, HiveSourceOptions.parse(resolved), "jvm")
+    source, extra, _ = choose_reader(spark, LakeSourceOptions.parse(resolved), "jvm")
     assert source == "kappa_hive_jvm" and {PLANNER_ADDRESS, PLANNER_SECRET} <= extra.keys()
     without = {k: v for k, v in extra.items() if k not in (PLANNER_ADDRESS, PLANNER_SECRET)}
     with PlannerWatch() as watch:
@@ -270,7 +271,7 @@ def test_a_query_failing_while_spark_plans_it_closes_its_planner(
         event_time_column="ts",
         manifest_dir=str(tmp_path / "spawn" / "manifests"),
     )
-    source, extra, _ = choose_reader(spark, HiveSourceOptions.parse(resolved), "jvm")
+    source, extra, _ = choose_reader(spark, LakeSourceOptions.parse(resolved), "jvm")
     without = {k: v for k, v in extra.items() if k not in (PLANNER_ADDRESS, PLANNER_SECRET)}
     with PlannerWatch() as watch, pytest.raises(Exception, match="dt=yesterday"):
         stream = spark.readStream.format(source).options(**resolved, **without).load()
@@ -297,12 +298,12 @@ def test_reader_choice_falls_back_or_names_the_option(
     spark: SparkSession, jvm_table: str, tmp_path: Path
 ) -> None:
     table = resolve_table(spark, jvm_table)
-    options = HiveSourceOptions.parse(
+    options = LakeSourceOptions.parse(
         hive_stream_options(table, event_time_column="ts", manifest_dir=str(tmp_path))
     )
     assert choose_reader(spark, options, "auto")[0] == "kappa_hive_jvm"
     assert choose_reader(spark, options, "python")[0] == "kappa_hive"
-    dead_letters = HiveSourceOptions.parse(
+    dead_letters = LakeSourceOptions.parse(
         hive_stream_options(
             table,
             event_time_column="ts",

@@ -14,6 +14,7 @@ from hive_tables import BASE, DAY, events, iso, write_arrival_time_table, write_
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kappaplus.codecs import DLQ_ARROW_SCHEMA
 from kappaplus.connectors.hive import read_hive_stream
 from kappaplus.core.errors import ConfigError
 
@@ -245,9 +246,10 @@ def test_arrival_time_partitions_deliver_late_events_in_their_slice(
     # The very late copies share ids with on-time rows: count by (id, ts) instead.
     assert len(delivered) == len(on_time), "every event within the lateness is delivered"
     dead = spark.read.parquet(str(scratch / "dead"))
-    dead_ids = [r.id for r in dead.select("id").collect()]
+    assert dead.schema.fieldNames() == [f.name for f in DLQ_ARROW_SCHEMA]
+    dead_ids = [json.loads(r.value)["id"] for r in dead.select("value").collect()]
     assert sorted(dead_ids) == sorted(too_late), "events later than maxLateness are dead-lettered"
-    assert dead.where(~F.col("_kappa_reason").contains("outside the range")).count() == 0
+    assert dead.where(~F.col("reason").contains("outside the range")).count() == 0
 
 
 def test_column_pruning_reads_and_delivers_only_the_named_columns(

@@ -333,7 +333,7 @@ def test_dedup_rule_and_schema_unification_per_record() -> None:
         schema=arrow_schema(False),
     )
     (decoded,) = decode_batches(DECODER, decoded_arrow_schema(options), [records])
-    from kappaplus.connectors.hive.reader import output_arrow_schema
+    from kappaplus.connectors.lake.delivery import output_arrow_schema
 
     rows, dead, counts = split_decoded(options, decoded, output_arrow_schema(options.lake))
     assert counts.as_dict() == {"records": 5, "delivered": 2, "skipped": 1, "dead": 2}

@@ -25,12 +25,12 @@ from iceberg_tables import (
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kappaplus.connectors.hive.jvm_reader import file_scheme
-from kappaplus.connectors.hive.jvm_reader import lake_file_uri as jvm_file_uri
 from kappaplus.connectors.iceberg import read_iceberg_stream
 from kappaplus.connectors.iceberg.catalog import iceberg_lake_options
 from kappaplus.connectors.iceberg.jvm_path import jvm_unsupported_iceberg
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+from kappaplus.connectors.lake.jvm_reader import file_scheme
+from kappaplus.connectors.lake.jvm_reader import lake_file_uri as jvm_file_uri
 from kappaplus.core.errors import ConfigError
 
 END = "2024-03-06"

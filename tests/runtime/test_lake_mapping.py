@@ -322,7 +322,7 @@ def test_listers_convert_stored_statistics_and_readers_filter_in_the_stored_unit
     Delta's bigint epoch ms exactly (no timestamp truncation widening), Iceberg's text
     bounds (cut to 16 characters in the manifest) still bounding the file's times; a file
     read for a slice delivers exactly the rows whose time is in ``[lo, hi)``."""
-    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.connectors.lake.options import LakeSourceOptions
     from kappaplus.slicing.stored_time import column_micros
 
     rows = case.lake_rows(seed=15)
@@ -359,7 +359,7 @@ def test_listers_convert_stored_statistics_and_readers_filter_in_the_stored_unit
             eventTimeUnit="ms",
             manifestDir=str(scratch / "pin"),
         )
-    options: HiveSourceOptions = Options.parse(resolved)
+    options: LakeSourceOptions = Options.parse(resolved)
     lister = Lister(options)  # type: ignore[arg-type]
     files = lister.files()
     assert len(files) == HOURS

@@ -87,7 +87,7 @@ def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # t
 
 
 def test_a_binding_or_its_mode_sets_the_first_slice_of_its_source() -> None:
-    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.connectors.lake.options import LakeSourceOptions
     from kappaplus.runtime.binding.inputs import hive_options
     from kappaplus.runtime.options import RunOptions
     from kappaplus.slicing.planner import DEFAULT_FIRST_SLICE_ROWS
@@ -110,7 +110,7 @@ def test_a_binding_or_its_mode_sets_the_first_slice_of_its_source() -> None:
     overridden = resolve(config, "backfill").inputs["events"].hive
     assert hive_options(overridden, run, "2 minutes")["firstSliceRows"] == 77
     schema = '{"type": "struct", "fields": [{"name": "ts", "type": "timestamp", "nullable": true, "metadata": {}}]}'  # noqa: E501
-    source = HiveSourceOptions.parse(
+    source = LakeSourceOptions.parse(
         {
             "table": "t",
             "location": "/l",

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from kappaplus.connectors.hive.reader import _widen
+from kappaplus.connectors.lake.delivery import _widen
 from kappaplus.core.errors import DataError
 from kappaplus.slicing.manifest import ManifestEntry
 

@@ -6,9 +6,10 @@ function level and ``TYPE_CHECKING`` blocks alike, so no cycle hides in a functi
 - the audit (row counts the run records, ``kappa reconcile``'s comparison) imports no
   runtime, which records through it;
 - connectors are one package per system; a connector imports no other connector (except the
-  hybrid source, which composes the lake and Kafka ones, and the Iceberg source, which is the
-  Hive source's reader over another file lister), and within a connector the reading
+  hybrid source, which composes the lake and Kafka ones), and within a connector the reading
   modules and the sink never import each other;
+- the lake formats (Hive, Iceberg, Delta) each import the shared lake layer
+  (``kappaplus.connectors.lake``) and never another format; the lake layer imports no format;
 - connectors import neither the runtime, the job configuration nor the session;
 - the slicing core (``kappaplus.slicing``: planner, sizing, pacing, offsets, manifests, the
   file-statistics model) knows no lake format: it imports only itself and the shared layers,
@@ -135,27 +136,38 @@ def test_audit_imports_no_runtime() -> None:
     assert violations(rule) == []
 
 
-CONNECTORS = (
+LAKE = "kappaplus.connectors.lake"
+"""The lake layer: the listed-files source, slice delivery, the reader choice, options."""
+LAKE_FORMATS = (
     "kappaplus.connectors.hive",
     "kappaplus.connectors.iceberg",
     "kappaplus.connectors.delta",
+)
+CONNECTORS = (
+    *LAKE_FORMATS,
+    LAKE,
     "kappaplus.connectors.kafka",
     "kappaplus.connectors.hybrid",
 )
 COMPOSES = {
-    "kappaplus.connectors.hybrid": (
-        "kappaplus.connectors.hive",
-        "kappaplus.connectors.iceberg",
-        "kappaplus.connectors.delta",
-        "kappaplus.connectors.kafka",
-    ),
-    # the Iceberg source is the Hive source's reader (offsets, manifests, markers, the
-    # delivery filter and dead letters) over another file lister and file reader
-    "kappaplus.connectors.iceberg": ("kappaplus.connectors.hive",),
-    # the Delta source likewise, over the Delta log's files and statistics
-    "kappaplus.connectors.delta": ("kappaplus.connectors.hive",),
+    "kappaplus.connectors.hybrid": (*LAKE_FORMATS, LAKE, "kappaplus.connectors.kafka"),
+    # each lake format is its lister, its file reader and its reasons the JVM reader cannot
+    # read a table, over the lake layer (offsets, manifests, markers, the delivery filter,
+    # dead letters, the reader choice)
+    **{lake_format: (LAKE,) for lake_format in LAKE_FORMATS},
 }
-READING = ("source", "reader", "offsets", "planner", "files", "layout", "manifest", "sizing")
+READING = (
+    "source",
+    "reader",
+    "file_reader",
+    "delivery",
+    "offsets",
+    "planner",
+    "files",
+    "layout",
+    "manifest",
+    "sizing",
+)
 
 
 def _connector(name: str) -> str | None:
@@ -176,6 +188,26 @@ def test_connectors_keep_to_their_system() -> None:
         return None
 
     assert violations(rule) == []
+
+
+def test_lake_formats_share_the_lake_layer_and_import_no_other_format() -> None:
+    def rule(name: str, target: str) -> str | None:
+        mine, theirs = _connector(name), _connector(target)
+        if mine in LAKE_FORMATS and theirs in LAKE_FORMATS and mine != theirs:
+            return "a lake format imports another format (share it through the lake layer)"
+        if mine == LAKE and theirs in LAKE_FORMATS:
+            return "the lake layer imports a format"
+        return None
+
+    assert violations(rule) == []
+    for lake_format in LAKE_FORMATS:
+        used = {
+            target
+            for name, path in MODULES.items()
+            if _connector(name) == lake_format
+            for target, _, _ in imports(path)
+        }
+        assert any(_in(t, (LAKE,)) for t in used), f"{lake_format} does not use the lake layer"
 
 
 def test_connectors_import_no_runtime_or_job_config() -> None:

@@ -14,11 +14,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from kappaplus.archive import ArchiveOptions
 from kappaplus.codecs import DecoderSpec
-from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, decoder_to_json
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
 from kappaplus.connectors.kafka.sink import KafkaSinkOptions
+from kappaplus.connectors.lake.options import LakeSourceOptions
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.options import duration_text, from_options, options_of, to_options
 from kappaplus.runtime.options import RunOptions
@@ -103,7 +103,7 @@ def hive_source(draw: st.DrawFn, prefix: str = "") -> dict[str, str]:
         raw["drainFile"] = draw(PATHS)
     if prefix:
         return raw
-    return spelled(draw, raw, HiveSourceOptions)
+    return spelled(draw, raw, LakeSourceOptions)
 
 
 def _iso(micros: int) -> str:
@@ -115,8 +115,8 @@ def _iso(micros: int) -> str:
 @SETTINGS
 @given(hive_source())
 def test_hive_source_options_round_trip(raw: dict[str, str]) -> None:
-    parsed = HiveSourceOptions.parse(raw)
-    assert HiveSourceOptions.parse(parsed.to_options()) == parsed
+    parsed = LakeSourceOptions.parse(raw)
+    assert LakeSourceOptions.parse(parsed.to_options()) == parsed
 
 
 def test_hive_source_defaults_and_names() -> None:
@@ -127,18 +127,18 @@ def test_hive_source_defaults_and_names() -> None:
         "event_time_column": "ts",
         "MANIFESTDIR": "/m",
     }
-    parsed = HiveSourceOptions.parse(raw)
+    parsed = LakeSourceOptions.parse(raw)
     assert (parsed.table, parsed.rows_per_partition, parsed.target_rows_per_trigger) == (
         "/t",
         1_000_000,
         2_000_000,
     )
     with pytest.raises(ConfigError, match="option 'maxLateness' = '-1': must not be negative"):
-        HiveSourceOptions.parse({**raw, "maxLateness": "-1"})
+        LakeSourceOptions.parse({**raw, "maxLateness": "-1"})
     with pytest.raises(ConfigError, match="option 'max_lateness' = 'soon'"):
-        HiveSourceOptions.parse({**raw, "max_lateness": "soon"})
+        LakeSourceOptions.parse({**raw, "max_lateness": "soon"})
     with pytest.raises(ConfigError, match="option 'eventTimeColumn' = None: is required"):
-        HiveSourceOptions.parse({k: v for k, v in raw.items() if k != "event_time_column"})
+        LakeSourceOptions.parse({k: v for k, v in raw.items() if k != "event_time_column"})
 
 
 # -- Kafka -----------------------------------------------------------------------------------

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
 from kappaplus.connectors.hive.layout import PartitionTimeLayout
-from kappaplus.connectors.hive.options import (
-    HiveSourceOptions,
+from kappaplus.connectors.hive.planner import HiveSlicePlanner
+from kappaplus.connectors.lake.options import (
+    LakeSourceOptions,
     NullEventTimePolicy,
     PartitionTimeKind,
 )
-from kappaplus.connectors.hive.planner import SlicePlanner
 from kappaplus.core.timeutil import format_duration, from_micros, parse_duration, to_micros
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.slicing.offsets import PHASE_DATA, Position, align_down
@@ -54,7 +54,7 @@ def write_table(root: Path, files: list[list[int]], group_rows: int) -> list[int
     return sorted(times)
 
 
-def options(root: Path, manifests: Path, **kw: object) -> HiveSourceOptions:
+def options(root: Path, manifests: Path, **kw: object) -> LakeSourceOptions:
     base: dict[str, object] = {
         "table": "t",
         "location": str(root),
@@ -78,11 +78,11 @@ def options(root: Path, manifests: Path, **kw: object) -> HiveSourceOptions:
         "rows_per_partition": 100_000,
     }
     base.update(kw)
-    return HiveSourceOptions(**base)  # type: ignore[arg-type]
+    return LakeSourceOptions(**base)  # type: ignore[arg-type]
 
 
-def plan_all(opts: HiveSourceOptions, row_budget: int | None) -> list[dict]:
-    planner = SlicePlanner(opts)
+def plan_all(opts: LakeSourceOptions, row_budget: int | None) -> list[dict]:
+    planner = HiveSlicePlanner(opts)
     planner.prepare_available_now()
     offset = planner.initial_offset()
     offsets = []

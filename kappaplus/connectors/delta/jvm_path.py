@@ -4,7 +4,7 @@ Without column mapping (refused anyway: :func:`~kappaplus.connectors.delta.table
 a Delta data file stores the table's columns under their names, so Spark's vectorized Parquet
 reader, which matches columns by name, reads what the Python reader (pyarrow) reads. The
 JVM path is taken when, beyond the Hive rules (the event time a timestamp, unplaceable rows
-failing the run: :func:`~kappaplus.connectors.hive.jvm_reader.jvm_unsupported`):
+failing the run: :func:`~kappaplus.connectors.lake.jvm_reader.jvm_unsupported`):
 
 - the table has no deletion vectors (the Python reader drops deleted rows by position) and no
   type widening (a file may hold a column in its older, narrower type);
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.types import DateType, IntegerType, LongType, ShortType, StringType
 
-from kappaplus.connectors.hive.jvm_reader import jvm_unsupported, unreachable_file_system
+from kappaplus.connectors.lake.jvm_reader import jvm_unsupported, unreachable_file_system
 
 if TYPE_CHECKING:
     from kappaplus.connectors.delta.options import DeltaSourceOptions

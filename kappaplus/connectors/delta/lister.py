@@ -30,7 +30,7 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
 from kappaplus.connectors.delta.log import add_actions, open_delta
-from kappaplus.connectors.hive.files import filesystem_for
+from kappaplus.connectors.lake.filesystems import filesystem_for
 from kappaplus.core.errors import DataError
 from kappaplus.slicing.files import TS_UTC, DataFile, RowGroupStats
 from kappaplus.slicing.manifest import ManifestEntry

@@ -1,7 +1,7 @@
 """Typed, validated options of the Delta streaming source (``kappa_delta``).
 
 Every option of the Hive source applies (slicing targets and caps, bounds, the watermark,
-dead letters, manifests: :class:`~kappaplus.connectors.hive.options.HiveSourceOptions`;
+dead letters, manifests: :class:`~kappaplus.connectors.lake.options.LakeSourceOptions`;
 ``partitionColumns`` are the Delta table's partition columns, filled from the log's
 partition values), plus the pinned version of the table, resolved in the caller's process
 (:func:`~kappaplus.connectors.delta.table.read_delta_stream`), and the storage options
@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.lake.options import LakeSourceOptions
 from kappaplus.core.options import BOOL, integer, json_value, option, options_class
 
 
@@ -30,8 +30,8 @@ STORAGE_OPTIONS = json_value(_props, lambda props: props, "a JSON object of stri
 
 
 @options_class(kw_only=True)
-class DeltaSourceOptions(HiveSourceOptions):
-    """:class:`HiveSourceOptions` plus the pinned version of a Delta table (``location``
+class DeltaSourceOptions(LakeSourceOptions):
+    """:class:`LakeSourceOptions` plus the pinned version of a Delta table (``location``
     is the table's URI: a local path or ``s3://...``)."""
 
     delta_version: int = option("deltaVersion", integer())

@@ -2,7 +2,7 @@
 unbounded stream, one bounded event-time slice per micro-batch.
 
 The offsets, manifests, slice sizing, end-of-input markers and the routing of rows no slice
-can place are the Hive source's (:class:`~kappaplus.connectors.hive.source.ListedFilesStreamReader`
+can place are the lake layer's (:class:`~kappaplus.connectors.lake.source.ListedFilesStreamReader`
 over the format-free planner of :mod:`kappaplus.slicing`); what differs is the file lister
 (:mod:`~kappaplus.connectors.delta.lister`: the log of the pinned version) and where the
 partition columns come from (the log's partition values, filled in by ``deliver``). Use
@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from kappaplus.connectors.delta.lister import DeltaFileLister, read_delta_file
 from kappaplus.connectors.delta.options import DeltaSourceOptions
-from kappaplus.connectors.hive.jvm_reader import lake_file_uri
-from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
+from kappaplus.connectors.lake.jvm_reader import lake_file_uri
+from kappaplus.connectors.lake.source import ListedFilesDataSource, ListedFilesStreamReader
 from kappaplus.slicing.manifest import ManifestEntry
 
 

@@ -35,12 +35,13 @@ from pyspark.sql.types import StructType
 from kappaplus.connectors.delta.log import open_delta
 from kappaplus.connectors.delta.names import resolve_delta_location
 from kappaplus.connectors.delta.options import DeltaSourceOptions
-from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
+from kappaplus.connectors.lake.options import range_options
+from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.core.settings import state_dir
 
 if TYPE_CHECKING:
-    from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +230,6 @@ def read_delta_stream(
     event_time_column: str,
     storage_options: dict[str, str] | None = None,
     version: int | None = None,
-    start: Any = None,
-    end: Any = None,
-    max_event_time_per_trigger: str | None = None,
-    watermark_delay: str | None = None,
-    manifest_dir: str | None = None,
     **options: Any,
 ) -> DataFrame:
     """Open a Delta table's pinned version as a streaming DataFrame, one event-time slice
@@ -257,11 +253,6 @@ def read_delta_stream(
         event_time_column=event_time_column,
         storage_options=storage_options,
         version=version,
-        start=start,
-        end=end,
-        max_event_time_per_trigger=max_event_time_per_trigger,
-        watermark_delay=watermark_delay,
-        manifest_dir=manifest_dir,
         **options,
     ).df
 
@@ -271,75 +262,54 @@ def open_delta_stream(
     path: str,
     *,
     event_time_column: str,
-    storage_options: dict[str, str] | None = None,
-    version: int | None = None,
-    start: Any = None,
-    end: Any = None,
-    max_event_time_per_trigger: str | None = None,
-    watermark_delay: str | None = None,
-    manifest_dir: str | None = None,
     count_delivered: CountDelivered | None = None,
+    watermark_delay: str | None = None,
     **options: Any,
 ) -> LakeStream:
     """:func:`read_delta_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    reader = str(options.pop("reader", None) or "auto")
-    resolved = delta_lake_options(
+    return open_lake_stream(
+        spark,
+        delta_format(),
         path,
-        storage_options,
-        version,
-        event_time_column=event_time_column,
-        start=start,
-        end=end,
-        max_event_time_per_trigger=max_event_time_per_trigger,
-        watermark_delay=watermark_delay,
-        manifestDir=manifest_dir,
-        **options,
-    )
-    from kappaplus.connectors.delta.jvm_path import jvm_unsupported_delta
-    from kappaplus.connectors.delta.log import open_delta
-    from kappaplus.connectors.delta.options import DeltaSourceOptions
-    from kappaplus.connectors.delta.source import DeltaStreamDataSource
-    from kappaplus.connectors.hive.jvm_reader import (
-        choose_reader,
-        jvm_has_file_system,
-        load_lake_stream,
-    )
-
-    parsed = DeltaSourceOptions.parse(resolved)
-
-    def unsupported() -> str | None:
-        protocol = open_delta(
-            parsed.location, parsed.storage_options, parsed.delta_version
-        ).protocol()
-        features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
-        return jvm_unsupported_delta(parsed, features, jvm_has_file_system(spark))
-
-    source, extra, why_python = choose_reader(
-        spark,
-        parsed,
-        reader,
-        data_source=DeltaStreamDataSource,
-        unsupported=unsupported,
-    )
-    log.info(
-        "streaming Delta table %r version %s by %s slices of %s (statistics from the log), "
-        "with the %s reader%s",
-        resolved["table"],
-        resolved["deltaVersion"],
-        event_time_column,
-        max_event_time_per_trigger
-        or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
-        "JVM" if source == "kappa_hive_jvm" else "Python",
-        f" ({why_python})" if why_python else "",
-    )
-    if source == DeltaStreamDataSource.format_name:
-        spark.dataSource.register(DeltaStreamDataSource)
-    return load_lake_stream(
-        spark,
-        source,
-        {**resolved, **extra},
         event_time_column=event_time_column,
         watermark_delay=watermark_delay,
         count_delivered=count_delivered,
+        **options,
+    )
+
+
+def _resolve(
+    spark: SparkSession,
+    path: str,
+    *,
+    storage_options: dict[str, str] | None = None,
+    version: int | None = None,
+    manifest_dir: str | None = None,
+    **options: Any,
+) -> dict[str, str]:
+    return delta_lake_options(path, storage_options, version, manifestDir=manifest_dir, **options)
+
+
+def _unsupported(spark: SparkSession, parsed: DeltaSourceOptions) -> str | None:
+    from kappaplus.connectors.delta.jvm_path import jvm_unsupported_delta
+    from kappaplus.connectors.lake.jvm_reader import jvm_has_file_system
+
+    protocol = open_delta(parsed.location, parsed.storage_options, parsed.delta_version).protocol()
+    features = set(protocol.reader_features or ()) | set(protocol.writer_features or ())
+    return jvm_unsupported_delta(parsed, features, jvm_has_file_system(spark))
+
+
+def delta_format() -> LakeFormat:
+    """The Delta format of :func:`~kappaplus.connectors.lake.stream.open_lake_stream` (made
+    on use: the sink, which shares this module's log access, needs no reader)."""
+    from kappaplus.connectors.delta.source import DeltaStreamDataSource
+
+    return LakeFormat(
+        data_source=DeltaStreamDataSource,
+        resolve=_resolve,
+        unsupported=_unsupported,
+        describe=lambda parsed: (
+            f"Delta table {parsed.table!r} version {parsed.delta_version} (statistics from the log)"
+        ),
     )

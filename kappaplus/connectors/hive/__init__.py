@@ -1,9 +1,6 @@
-"""Hive: the Kappa+ streaming source -- a Hive table read as an unbounded, event-time-ordered
-stream, one bounded slice of event time per micro-batch -- and the exactly-once table sink
-(:mod:`kappaplus.connectors.hive.sink`).
-
-Driver side: ``options``, ``catalog``, ``layout``, ``files``, ``planner``, ``sizing``,
-``manifest``, ``source``. Executor side: ``reader``. The sink: ``sink``.
+"""Hive: a Hive table read as an unbounded, event-time-ordered stream (its lister, file reader
+and the catalog lookup over the lake layer, :mod:`kappaplus.connectors.lake`) and the
+exactly-once table sink (:mod:`kappaplus.connectors.hive.sink`).
 
 >>> from kappaplus.connectors.hive import read_hive_stream
 >>> df = read_hive_stream(spark, "rides", event_time_column="ts",
@@ -11,8 +8,11 @@ Driver side: ``options``, ``catalog``, ``layout``, ``files``, ``planner``, ``siz
 """
 
 from kappaplus.connectors.hive.catalog import HiveTable, read_hive_stream, resolve_table
-from kappaplus.connectors.hive.options import HiveSourceOptions
-from kappaplus.connectors.hive.source import HiveStreamDataSource, HiveStreamReader
+from kappaplus.connectors.hive.datasource import HiveStreamDataSource, HiveStreamReader
+from kappaplus.connectors.lake.options import LakeSourceOptions
+
+HiveSourceOptions = LakeSourceOptions
+"""The Hive source's options: the lake layer's (the name kept for callers)."""
 
 __all__ = [
     "HiveSourceOptions",

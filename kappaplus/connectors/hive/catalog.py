@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -19,23 +18,14 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from kappaplus.connectors.hive.jvm_reader import (
-    CountDelivered,
-    LakeStream,
-    choose_reader,
-    load_lake_stream,
-)
+from kappaplus.connectors.hive.datasource import HiveStreamDataSource
 from kappaplus.connectors.hive.layout import infer_layout
-from kappaplus.connectors.hive.options import (
-    DEFAULT_TARGET_ROWS,
-    HiveSourceOptions,
-    range_options,
-)
+from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream, jvm_unsupported
+from kappaplus.connectors.lake.options import LakeSourceOptions, range_options
+from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import TableError, TableNotFound
 from kappaplus.core.settings import state_dir
 from kappaplus.core.table.catalogs import described
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,7 +55,7 @@ def resolution_scope() -> Iterator[None]:
 
     Binding a job's Hive input resolves its table three times (the job's mapping, the files'
     schemas, the source's options), and ``kappa run`` binds twice when the slice size
-    follows the job's plan: 60-120 ms per catalog answer, ~0.5 s before the first
+    follows the job's plan: each catalog answer is a metastore round trip before the first
     micro-batch. The scope lasts one run's preparation, so a later run (or a long-lived
     session) sees the table as it is then. Failures are not kept.
     """
@@ -160,7 +150,7 @@ def hive_stream_options(
     if layout:
         resolved["partitionTimeFormat"] = layout
     resolved.update({k: str(v) for k, v in options.items() if v is not None})
-    HiveSourceOptions.parse(resolved)  # fail here, in the caller, with a clear message
+    LakeSourceOptions.parse(resolved)  # fail here, in the caller, with a clear message
     return resolved
 
 
@@ -207,6 +197,27 @@ def read_hive_stream(
     ).df
 
 
+def _resolve(
+    spark: SparkSession, table: str, *, event_time_column: str, **options: Any
+) -> dict[str, str]:
+    return hive_stream_options(
+        resolve_table(spark, table), event_time_column=event_time_column, **options
+    )
+
+
+HIVE = LakeFormat(
+    data_source=HiveStreamDataSource,
+    resolve=_resolve,
+    unsupported=lambda spark, parsed: jvm_unsupported(parsed),
+)
+"""The Hive format of :func:`~kappaplus.connectors.lake.stream.open_lake_stream`."""
+
+
+def hive_format() -> LakeFormat:
+    """:data:`HIVE` (as the other formats give theirs)."""
+    return HIVE
+
+
 def open_hive_stream(
     spark: SparkSession,
     table: str,
@@ -218,32 +229,12 @@ def open_hive_stream(
 ) -> LakeStream:
     """:func:`read_hive_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    reader = str(options.pop("reader", None) or "auto")
-    resolved = hive_stream_options(
-        resolve_table(spark, table),
-        event_time_column=event_time_column,
-        watermark_delay=watermark_delay,
-        **options,
-    )
-    log.info(
-        "streaming table %r by %s slices of %s",
-        table,
-        event_time_column,
-        options.get("max_event_time_per_trigger")
-        or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
-    )
-    source, extra, why_python = choose_reader(spark, HiveSourceOptions.parse(resolved), reader)
-    log.info(
-        "reading table %r with the %s reader%s",
-        table,
-        "JVM" if source == "kappa_hive_jvm" else "Python",
-        f" ({why_python})" if why_python else "",
-    )
-    return load_lake_stream(
+    return open_lake_stream(
         spark,
-        source,
-        {**resolved, **extra},
+        HIVE,
+        table,
         event_time_column=event_time_column,
         watermark_delay=watermark_delay,
         count_delivered=count_delivered,
+        **options,
     )

@@ -12,19 +12,19 @@ import numpy as np
 
 from kappaplus.connectors.hive.files import event_times, file_stats, list_data_files
 from kappaplus.connectors.hive.layout import PartitionTimeLayout
-from kappaplus.connectors.hive.options import HiveSourceOptions, PartitionTimeKind
+from kappaplus.connectors.lake.options import LakeSourceOptions, PartitionTimeKind
 from kappaplus.slicing.files import DataFile, RowGroupStats
 from kappaplus.slicing.manifest import ManifestEntry
-from kappaplus.slicing.planner import SlicePlanner as _CorePlanner
+from kappaplus.slicing.planner import SlicePlanner
 
-__all__ = ["HiveFileLister", "SlicePlanner"]
+__all__ = ["HiveFileLister", "HiveSlicePlanner"]
 
 
 class HiveFileLister:
     """A Hive table's files, partition ranges and footer statistics (a
     :class:`~kappaplus.slicing.planner.FileLister`)."""
 
-    def __init__(self, options: HiveSourceOptions) -> None:
+    def __init__(self, options: LakeSourceOptions) -> None:
         self.options = options
         pattern = options.partition_time_format
         self.layout = PartitionTimeLayout(pattern) if pattern else None
@@ -80,13 +80,13 @@ class HiveFileLister:
         return newest
 
 
-class SlicePlanner(_CorePlanner):
-    """The slice planner over a Hive table (``SlicePlanner(options)``, as before the
-    planner left this package)."""
+class HiveSlicePlanner(SlicePlanner):
+    """The slice planner over a Hive table's lister, with the table's partition-time
+    layout at hand."""
 
-    options: HiveSourceOptions
+    options: LakeSourceOptions
 
-    def __init__(self, options: HiveSourceOptions) -> None:
+    def __init__(self, options: LakeSourceOptions) -> None:
         lister = HiveFileLister(options)
         super().__init__(options, lister)
         self.layout = lister.layout

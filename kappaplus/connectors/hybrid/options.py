@@ -27,7 +27,6 @@ from pyspark.sql.types import DataType, StructType
 
 from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.delta.options import DeltaSourceOptions
-from kappaplus.connectors.hive.options import HiveSourceOptions
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
 from kappaplus.connectors.kafka.options import (
     ENDING_OFFSETS,
@@ -35,6 +34,7 @@ from kappaplus.connectors.kafka.options import (
     STARTING_TIMESTAMP,
     KafkaSourceOptions,
 )
+from kappaplus.connectors.lake.options import LakeSourceOptions
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.options import (
@@ -139,7 +139,7 @@ class HybridSourceOptions:
     Times are integer microseconds since the epoch (UTC).
     """
 
-    lake: HiveSourceOptions
+    lake: LakeSourceOptions
     kafka: KafkaSourceOptions
     cutoff: int = option("cutoff", TIMESTAMP)
     lateness: int = option("lateness", MICROS, default=0)
@@ -221,7 +221,7 @@ class HybridSourceOptions:
             # an Iceberg table's pinned snapshot (kappaplus.connectors.iceberg), a Delta
             # table's pinned version (kappaplus.connectors.delta) or a Hive table
             keys = {k.lower() for k in lake_raw}
-            kind: type[HiveSourceOptions] = HiveSourceOptions
+            kind: type[LakeSourceOptions] = LakeSourceOptions
             if "metadatalocation" in keys:
                 kind = IcebergSourceOptions
             elif "deltaversion" in keys:
@@ -255,7 +255,7 @@ class HybridSourceOptions:
         return out
 
     @staticmethod
-    def _unify(lake: HiveSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
+    def _unify(lake: LakeSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
         """Check that decoded Kafka events can be made into lake rows (schema unification).
 
         Every lake column must be an event field of a compatible type, or a time-partition
@@ -317,7 +317,7 @@ def mapped_schema(lake_schema: StructType, decoder: DecoderSpec) -> StructType:
 HYBRID_KEYS = tuple(o.key for o in options_of(HybridSourceOptions))
 """The hybrid's own options; ``lake.*`` go to the lake, the rest to Kafka."""
 LAKE_ONLY_KEYS = (
-    option_keys(HiveSourceOptions)
+    option_keys(LakeSourceOptions)
     - option_keys(KafkaSourceOptions, STARTING_OFFSETS, STARTING_TIMESTAMP, ENDING_OFFSETS)
     - option_keys(HybridSourceOptions)
 )

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from kappaplus.codecs import (
     ERROR_COL,
@@ -38,12 +37,14 @@ from kappaplus.codecs import (
     dead_letter_arrow,
     decode_batches,
 )
-from kappaplus.connectors.hive.files import TS_UTC, filesystem_for
-from kappaplus.connectors.hive.reader import output_arrow_schema
 from kappaplus.connectors.hybrid.options import HybridSourceOptions, safe_file_part
 from kappaplus.connectors.kafka.reader import OffsetRange, read_range
+from kappaplus.connectors.lake.delivery import output_arrow_schema
+from kappaplus.connectors.lake.filesystems import filesystem_for
 from kappaplus.core.event_time import bound_violation, far_ahead_reasons
 from kappaplus.core.timeutil import iso
+from kappaplus.dead_letters.staging import stage
+from kappaplus.slicing.files import TS_UTC
 
 COUNTS_DIR = "_counts"
 
@@ -123,7 +124,7 @@ def read_kafka_range(
         if rows.num_rows:
             yield from rows.to_batches()
     if dead:
-        write_dead_letters(options, rng, pa.concat_tables(dead))
+        stage_range_dead_letters(options, rng, pa.concat_tables(dead))
     write_counts(options, rng, counts)
 
 
@@ -279,15 +280,12 @@ def _write_atomically(
     fs.move(tmp, f"{root}/{name}")
 
 
-def write_dead_letters(options: HybridSourceOptions, rng: OffsetRange, dead: pa.Table) -> None:
+def stage_range_dead_letters(
+    options: HybridSourceOptions, rng: OffsetRange, dead: pa.Table
+) -> None:
     """One Parquet file per range (a replay overwrites it)."""
     fs, root = filesystem_for(options.dead_letter_path)
-    _write_atomically(
-        fs,
-        root,
-        f"{range_name(options, rng)}.parquet",
-        lambda path: pq.write_table(dead, path, filesystem=fs),
-    )
+    stage(dead, root, f"{range_name(options, rng)}.parquet", fs)
 
 
 def write_counts(options: HybridSourceOptions, rng: OffsetRange, counts: HybridCounts) -> None:

@@ -62,6 +62,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -78,8 +79,7 @@ from kappaplus.codecs import DecoderSpec
 from kappaplus.connectors.delta.options import DeltaSourceOptions
 from kappaplus.connectors.delta.source import DeltaStreamReader
 from kappaplus.connectors.hive.catalog import hive_stream_options, resolve_table
-from kappaplus.connectors.hive.reader import SlicePartition
-from kappaplus.connectors.hive.source import HiveStreamReader, source_schema
+from kappaplus.connectors.hive.datasource import HiveStreamReader
 from kappaplus.connectors.hybrid.options import (
     DEFAULT_LATENESS,
     KAFKA_FIELD_PREFIX,
@@ -102,6 +102,8 @@ from kappaplus.connectors.iceberg.source import IcebergStreamReader
 from kappaplus.connectors.kafka.offsets import PARTITION_EOF, from_json
 from kappaplus.connectors.kafka.reader import report_data_loss
 from kappaplus.connectors.kafka.source import KafkaInputPartition, KafkaStreamReader, spark_options
+from kappaplus.connectors.lake.delivery import SlicePartition
+from kappaplus.connectors.lake.source import ListedFilesStreamReader, source_schema
 from kappaplus.core.draining import drain_requested
 from kappaplus.core.settings import state_dir
 from kappaplus.core.timeutil import iso, parse_duration
@@ -143,7 +145,7 @@ class HybridStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: HybridSourceOptions) -> None:
         self.options = options
-        self.lake: HiveStreamReader
+        self.lake: ListedFilesStreamReader
         if isinstance(options.lake, IcebergSourceOptions):
             self.lake = IcebergStreamReader(options.lake)
         elif isinstance(options.lake, DeltaSourceOptions):
@@ -344,8 +346,8 @@ def _batch_counts(options: HybridSourceOptions, parts: list[KafkaInputPartition]
     """Sum the counts files of the ranges of one batch (missing files count as zero)."""
     import json
 
-    from kappaplus.connectors.hive.files import filesystem_for
     from kappaplus.connectors.hybrid.reader import COUNTS_DIR
+    from kappaplus.connectors.lake.filesystems import filesystem_for
 
     fs, root = filesystem_for(options.dead_letter_path)
     total = HybridCounts()
@@ -426,6 +428,51 @@ def hybrid_stream_options(
     to the lake; everything else (``bootstrap``, ``subscribe``, ``maxOffsetsPerTrigger``,
     ``failOnDataLoss``, ``kafka.*``) to Kafka.
     """
+    lake_extra, kafka_extra = _route_options(options)
+    lake = _lake_options(
+        spark,
+        table,
+        iceberg,
+        delta,
+        event_time_column=event_time_column,
+        start=start,
+        end=cutoff,
+        max_event_time_per_trigger=max_event_time_per_trigger,
+        **lake_extra,
+    )
+    lake.pop("endingTimestamp", None)
+    resolved = {f"lake.{k}": v for k, v in lake.items()}
+    resolved.update(spark_options(kafka_extra))
+    resolved.update(
+        {
+            "cutoff": str(cutoff),
+            "lateness": str(lateness),
+            "decoder": decoder_to_json(decoder),
+            "deadLetterPath": str(dead_letter_path or _default_dead_letter_path(table)),
+        }
+    )
+    given = {
+        "jobName": job_name or None,
+        "mapped": "true" if mapped else None,
+        "eventTimeMin": event_time_min,
+        "eventTimeMax": event_time_max,
+        "maxFuture": max_future,
+        "maxAhead": max_ahead,
+    }
+    resolved.update({key: str(value) for key, value in given.items() if value is not None})
+    HybridSourceOptions.parse(resolved)  # fail here, with the option's name
+    return resolved
+
+
+def _default_dead_letter_path(table: str) -> Path:
+    """Where a bootstrap's dead letters go by default: under the state directory, named
+    after the table (a Delta lake is named by its path: never a path inside the table)."""
+    return state_dir() / "hybrid-source" / "dead-letters" / safe_file_part(table.replace(".", "_"))
+
+
+def _route_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(lake options, Kafka options)``: ``lake.``-prefixed names and the lake's own
+    (:data:`LAKE_ONLY_KEYS`) to the lake, the rest to Kafka."""
     lake_extra: dict[str, Any] = {}
     kafka_extra: dict[str, Any] = {}
     for key, value in options.items():
@@ -435,73 +482,30 @@ def hybrid_stream_options(
             lake_extra[key] = value
         else:
             kafka_extra[key] = value
+    return lake_extra, kafka_extra
+
+
+def _lake_options(
+    spark: SparkSession,
+    table: str,
+    iceberg: dict[str, Any] | None,
+    delta: dict[str, Any] | None,
+    **options: Any,
+) -> dict[str, str]:
+    """The lake side's validated options: a Delta, an Iceberg or a Hive table."""
     if delta is not None:
         from kappaplus.connectors.delta.table import delta_lake_options
 
-        lake = delta_lake_options(
-            table,
-            delta.get("storage_options"),
-            delta.get("version"),
-            event_time_column=event_time_column,
-            start=start,
-            end=cutoff,
-            max_event_time_per_trigger=max_event_time_per_trigger,
-            **lake_extra,
+        return delta_lake_options(
+            table, delta.get("storage_options"), delta.get("version"), **options
         )
-    elif iceberg is not None:
+    if iceberg is not None:
         from kappaplus.connectors.iceberg.catalog import iceberg_lake_options
 
-        lake = iceberg_lake_options(
-            table,
-            iceberg.get("catalog"),
-            iceberg.get("snapshot"),
-            event_time_column=event_time_column,
-            start=start,
-            end=cutoff,
-            max_event_time_per_trigger=max_event_time_per_trigger,
-            **lake_extra,
+        return iceberg_lake_options(
+            table, iceberg.get("catalog"), iceberg.get("snapshot"), **options
         )
-    else:
-        lake = hive_stream_options(
-            resolve_table(spark, table),
-            event_time_column=event_time_column,
-            start=start,
-            end=cutoff,
-            max_event_time_per_trigger=max_event_time_per_trigger,
-            **lake_extra,
-        )
-    lake.pop("endingTimestamp", None)
-    resolved = {f"lake.{k}": v for k, v in lake.items()}
-    resolved.update(spark_options(kafka_extra))
-    resolved.update(
-        {
-            "cutoff": str(cutoff),
-            "lateness": str(lateness),
-            "decoder": decoder_to_json(decoder),
-            "deadLetterPath": str(
-                dead_letter_path
-                # a Delta lake is named by its path: never a path inside the table
-                or state_dir()
-                / "hybrid-source"
-                / "dead-letters"
-                / safe_file_part(table.replace(".", "_"))
-            ),
-        }
-    )
-    if job_name:
-        resolved["jobName"] = job_name
-    if mapped:
-        resolved["mapped"] = "true"
-    for key, value in (
-        ("eventTimeMin", event_time_min),
-        ("eventTimeMax", event_time_max),
-        ("maxFuture", max_future),
-        ("maxAhead", max_ahead),
-    ):
-        if value is not None:
-            resolved[key] = str(value)
-    HybridSourceOptions.parse(resolved)  # fail here, with the option's name
-    return resolved
+    return hive_stream_options(resolve_table(spark, table), **options)
 
 
 def read_hybrid_stream(

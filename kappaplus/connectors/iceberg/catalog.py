@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from kappaplus.connectors.hive.options import DEFAULT_TARGET_ROWS, range_options
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+from kappaplus.connectors.lake.options import range_options
+from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import ConfigError, TableError, TableNotFound
 from kappaplus.core.settings import state_dir
 
 if TYPE_CHECKING:
-    from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -267,11 +268,6 @@ def read_iceberg_stream(
     event_time_column: str,
     catalog: dict[str, str] | None = None,
     snapshot: int | None = None,
-    start: Any = None,
-    end: Any = None,
-    max_event_time_per_trigger: str | None = None,
-    watermark_delay: str | None = None,
-    manifest_dir: str | None = None,
     **options: Any,
 ) -> DataFrame:
     """Open an Iceberg table's pinned snapshot as a streaming DataFrame, one event-time
@@ -295,11 +291,6 @@ def read_iceberg_stream(
         event_time_column=event_time_column,
         catalog=catalog,
         snapshot=snapshot,
-        start=start,
-        end=end,
-        max_event_time_per_trigger=max_event_time_per_trigger,
-        watermark_delay=watermark_delay,
-        manifest_dir=manifest_dir,
         **options,
     ).df
 
@@ -309,69 +300,58 @@ def open_iceberg_stream(
     table: str,
     *,
     event_time_column: str,
-    catalog: dict[str, str] | None = None,
-    snapshot: int | None = None,
-    start: Any = None,
-    end: Any = None,
-    max_event_time_per_trigger: str | None = None,
-    watermark_delay: str | None = None,
-    manifest_dir: str | None = None,
     count_delivered: CountDelivered | None = None,
+    watermark_delay: str | None = None,
     **options: Any,
 ) -> LakeStream:
     """:func:`read_iceberg_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    reader = str(options.pop("reader", None) or "auto")
-    resolved = iceberg_lake_options(
-        table,
-        catalog,
-        snapshot,
-        event_time_column=event_time_column,
-        start=start,
-        end=end,
-        max_event_time_per_trigger=max_event_time_per_trigger,
-        watermark_delay=watermark_delay,
-        manifestDir=manifest_dir,
-        **options,
-    )
-    from kappaplus.connectors.hive.jvm_reader import (
-        choose_reader,
-        jvm_has_file_system,
-        load_lake_stream,
-    )
-    from kappaplus.connectors.iceberg.jvm_path import (
-        jvm_field_id_options,
-        jvm_unsupported_iceberg,
-    )
-    from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
-
-    parsed = IcebergSourceOptions.parse(resolved)
-    source, extra, why_python = choose_reader(
+    return open_lake_stream(
         spark,
-        parsed,
-        reader,
-        data_source=IcebergStreamDataSource,
-        unsupported=lambda: jvm_unsupported_iceberg(parsed, jvm_has_file_system(spark)),
-    )
-    log.info(
-        "streaming Iceberg table %r snapshot %d by %s slices of %s, with the %s reader%s",
+        iceberg_format(),
         table,
-        parsed.snapshot_id,
-        event_time_column,
-        max_event_time_per_trigger
-        or f"about {resolved.get('targetRowsPerTrigger', DEFAULT_TARGET_ROWS)} rows",
-        "JVM" if source == "kappa_hive_jvm" else "Python",
-        f" ({why_python})" if why_python else "",
-    )
-    if source == IcebergStreamDataSource.format_name:
-        spark.dataSource.register(IcebergStreamDataSource)
-    else:  # the JVM reader, matching columns by field id as pyiceberg does
-        extra = jvm_field_id_options(extra, parsed)
-    return load_lake_stream(
-        spark,
-        source,
-        {**resolved, **extra},
         event_time_column=event_time_column,
         watermark_delay=watermark_delay,
         count_delivered=count_delivered,
+        **options,
+    )
+
+
+def _resolve(
+    spark: SparkSession,
+    table: str,
+    *,
+    catalog: dict[str, str] | None = None,
+    snapshot: int | None = None,
+    manifest_dir: str | None = None,
+    **options: Any,
+) -> dict[str, str]:
+    return iceberg_lake_options(table, catalog, snapshot, manifestDir=manifest_dir, **options)
+
+
+def _unsupported(spark: SparkSession, parsed: IcebergSourceOptions) -> str | None:
+    from kappaplus.connectors.iceberg.jvm_path import jvm_unsupported_iceberg
+    from kappaplus.connectors.lake.jvm_reader import jvm_has_file_system
+
+    return jvm_unsupported_iceberg(parsed, jvm_has_file_system(spark))
+
+
+def _jvm_options(extra: dict[str, str], parsed: IcebergSourceOptions) -> dict[str, str]:
+    """The JVM reader's options, matching columns by field id as pyiceberg does."""
+    from kappaplus.connectors.iceberg.jvm_path import jvm_field_id_options
+
+    return jvm_field_id_options(extra, parsed)
+
+
+def iceberg_format() -> LakeFormat:
+    """The Iceberg format of :func:`~kappaplus.connectors.lake.stream.open_lake_stream`
+    (made on use: the sink, which shares this module's catalog, needs no reader)."""
+    from kappaplus.connectors.iceberg.source import IcebergStreamDataSource
+
+    return LakeFormat(
+        data_source=IcebergStreamDataSource,
+        resolve=_resolve,
+        unsupported=_unsupported,
+        describe=lambda parsed: f"Iceberg table {parsed.table!r} snapshot {parsed.snapshot_id}",
+        jvm_options=_jvm_options,
     )

@@ -7,7 +7,7 @@ field's id, :func:`with_field_ids`), as pyiceberg's Arrow scan (the Python reade
 renamed column, or a name dropped and added again, reads right across old files and a column
 added later is null in them. Both readers plan the same slices with the same planner (served
 to the JVM source from the driver's Python process,
-:mod:`kappaplus.connectors.hive.planner_server`, here over the Iceberg lister). The JVM path
+:mod:`kappaplus.connectors.lake.planner_server`, here over the Iceberg lister). The JVM path
 is taken when:
 
 - every data file of the snapshot is Parquet and no delete file (position or equality)
@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import ArrayType, DataType, StructField, StructType
 from pyspark.sql.types import MapType as SparkMapType
 
-from kappaplus.connectors.hive.jvm_reader import unreachable_file_system
-from kappaplus.connectors.hive.options import NullEventTimePolicy
 from kappaplus.connectors.iceberg.lister import _io_key, scan_tasks, static_table
+from kappaplus.connectors.lake.jvm_reader import unreachable_file_system
+from kappaplus.connectors.lake.options import NullEventTimePolicy
 
 if TYPE_CHECKING:
     from kappaplus.connectors.iceberg.options import IcebergSourceOptions

@@ -1,7 +1,7 @@
 """Typed, validated options of the Iceberg streaming source (``kappa_iceberg``).
 
 Every option of the Hive source applies (slicing targets and caps, bounds, the watermark,
-dead letters, manifests: :class:`~kappaplus.connectors.hive.options.HiveSourceOptions`),
+dead letters, manifests: :class:`~kappaplus.connectors.lake.options.LakeSourceOptions`),
 plus where the pinned snapshot is: the metadata file and snapshot id resolved in the
 caller's process (:func:`~kappaplus.connectors.iceberg.catalog.read_iceberg_stream`), so
 the source's workers read the table without a catalog.
@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kappaplus.connectors.hive.options import HiveSourceOptions
+from kappaplus.connectors.lake.options import LakeSourceOptions
 from kappaplus.core.options import TEXT, integer, json_value, option, options_class
 
 
@@ -29,8 +29,8 @@ IO_PROPERTIES = json_value(_props, lambda props: props, "a JSON object of string
 
 
 @options_class(kw_only=True)
-class IcebergSourceOptions(HiveSourceOptions):
-    """:class:`HiveSourceOptions` plus the pinned snapshot of an Iceberg table."""
+class IcebergSourceOptions(LakeSourceOptions):
+    """:class:`LakeSourceOptions` plus the pinned snapshot of an Iceberg table."""
 
     metadata_location: str = option("metadataLocation", TEXT)
     """The table metadata file that holds the pinned snapshot."""

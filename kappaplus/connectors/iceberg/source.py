@@ -2,7 +2,7 @@
 as an unbounded stream, one bounded event-time slice per micro-batch.
 
 The offsets, manifests, slice sizing, end-of-input markers and the routing of rows no slice
-can place are the Hive source's (:class:`~kappaplus.connectors.hive.source.ListedFilesStreamReader`
+can place are the lake layer's (:class:`~kappaplus.connectors.lake.source.ListedFilesStreamReader`
 over the format-free planner of :mod:`kappaplus.slicing`); what differs is the file lister
 (:mod:`~kappaplus.connectors.iceberg.lister`: manifests of the pinned snapshot) and how a
 file is read: through pyiceberg's Arrow scan, which matches columns by field id and applies
@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from kappaplus.connectors.hive.jvm_reader import lake_file_uri
-from kappaplus.connectors.hive.source import ListedFilesDataSource, ListedFilesStreamReader
 from kappaplus.connectors.iceberg.lister import IcebergFileLister, read_task
 from kappaplus.connectors.iceberg.options import IcebergSourceOptions
+from kappaplus.connectors.lake.jvm_reader import lake_file_uri
+from kappaplus.connectors.lake.source import ListedFilesDataSource, ListedFilesStreamReader
 from kappaplus.slicing.manifest import ManifestEntry
 
 

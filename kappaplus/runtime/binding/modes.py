@@ -29,6 +29,7 @@ from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import Mode
 from kappaplus.runtime.binding import inputs as bind
+from kappaplus.runtime.binding.pinned_inputs import pinned_backfill, pinned_bootstrap
 from kappaplus.runtime.binding.pinned_lakes import pinned_lake_of
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ class BackfillMode(RunMode):
         pinned = pinned_lake_of(ctx.binding)
         if pinned is not None:
             lake_format, lake = pinned
-            return bind.pinned_backfill(
+            return pinned_backfill(
                 ctx.spark,
                 ctx.spec,
                 lake_format,
@@ -223,7 +224,7 @@ class BootstrapMode(RunMode):
     def read_input(self, ctx: InputContext) -> tuple[DataFrame, str]:
         pinned = pinned_lake_of(ctx.binding)
         if pinned is not None:
-            return bind.pinned_bootstrap(
+            return pinned_bootstrap(
                 ctx.spark,
                 ctx.spec,
                 pinned[0],

@@ -2,7 +2,7 @@
 table version), as data: what one binding differs from the other in.
 
 A backfill or bootstrap of either is the same steps (``pinned_backfill`` and
-``pinned_bootstrap`` in :mod:`kappaplus.runtime.binding.inputs`); only the binding's
+``pinned_bootstrap`` in :mod:`kappaplus.runtime.binding.pinned_inputs`); only the binding's
 section, the field that locates the table, the two settings that pin what is read, how
 its schema is resolved and which stream opens it differ. Hive is not one of them: it has
 no version to pin and its own options (unplaceable rows, the planner's file listing).
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from kappaplus.config import DeltaInput, IcebergInput, ResolvedInput
-    from kappaplus.connectors.hive.jvm_reader import LakeStream
+    from kappaplus.connectors.lake.jvm_reader import LakeStream
     from kappaplus.jobs import InputSpec
     from kappaplus.mapping import Resolution
 

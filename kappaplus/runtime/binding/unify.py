@@ -99,7 +99,7 @@ def hive_resolution(
 
     Within a :func:`~kappaplus.connectors.hive.catalog.resolution_scope` it is computed once
     per input and binding whatever its slice size: ``kappa run`` binds a second time with
-    larger slices, and reading every file's footer again cost ~0.5 s at 4,320 files."""
+    larger slices, and reading every file's footer again is a cost paid for nothing."""
     from kappaplus.connectors.hive import resolve_table
     from kappaplus.connectors.hive.catalog import within_scope
 
@@ -147,7 +147,7 @@ def lake_resolution(
     """A lake binding's mapping (Hive, Iceberg, Delta alike) checked against its table's
     schema: ``columns`` and the ``mappings`` per date range, and the stored event time's
     type (epoch numbers need an integer column, a format a string one, else a timestamp)."""
-    from kappaplus.connectors.hive.options import stored_type_ok
+    from kappaplus.connectors.lake.options import stored_type_ok
     from kappaplus.slicing.stored_time import storage_of
 
     binding = f"inputs.{spec.name}.{kind}"
@@ -256,15 +256,16 @@ def _file_schemas(
     import pyarrow.parquet as pq
 
     from kappaplus.connectors.hive.catalog import hive_stream_options
-    from kappaplus.connectors.hive.files import filesystem_for, list_data_files
-    from kappaplus.connectors.hive.options import HiveSourceOptions
+    from kappaplus.connectors.hive.files import list_data_files
     from kappaplus.connectors.hive.planner import HiveFileLister
+    from kappaplus.connectors.lake.filesystems import filesystem_for
+    from kappaplus.connectors.lake.options import LakeSourceOptions
 
     if source_options is None:
         partitions = tuple(table.partition_columns)
         files = list_data_files(table.location, partitions, None, 0, False, table.name)
     else:
-        options = HiveSourceOptions.parse(hive_stream_options(table, **source_options))
+        options = LakeSourceOptions.parse(hive_stream_options(table, **source_options))
         lo = options.starting_timestamp
         hi = options.ending_timestamp
         files = [

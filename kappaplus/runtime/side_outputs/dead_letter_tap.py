@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -170,13 +169,10 @@ def stage_dead_letters(
     plan: DeadLetterPlan, batch_id: int, partition: int, dead: list[pa.Table]
 ) -> Path:
     """Write one task's dead letters (atomically: a retried task replaces its file whole)."""
+    from kappaplus.dead_letters.staging import stage
+
     directory = plan.batch_dir(batch_id)
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"part-{partition}.parquet"
-    tmp = directory / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(pa.concat_tables(dead), tmp)
-    os.replace(tmp, directory / name)
-    return directory / name
+    return Path(stage(pa.concat_tables(dead), str(directory), f"part-{partition}.parquet"))
 
 
 def tap_dead_letters(decoded: DataFrame, plan: DeadLetterPlan) -> DataFrame:

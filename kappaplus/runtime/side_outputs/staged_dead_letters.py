@@ -8,7 +8,7 @@ the micro-batch that reads them (:mod:`kappaplus.runtime.side_outputs.dead_lette
 **Backfill** (a Hive input with ``unplaceable = "dead_letter"``): the Hive source stages
 the rows no event-time slice can place, with their reason, as Parquet under a directory
 beside the run's checkpoints (one file per source file and row groups, so a replayed slice
-overwrites rather than duplicates; see :mod:`kappaplus.connectors.hive.reader`). When the
+overwrites rather than duplicates; see :mod:`kappaplus.connectors.lake.delivery`). When the
 run ends, :func:`publish_staged` moves them into the binding's dead-letter Hive table with
 :func:`kappaplus.dead_letters.targets.write_dead_letters`, in the same layout as a Kafka
 input's dead letters (:data:`kappaplus.dead_letters.targets.HIVE_COLUMNS`): ``value`` is
@@ -31,12 +31,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,51 +44,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_STAGED_COLUMNS = ("_kappa_reason", "_kappa_table", "_kappa_source_file", "_kappa_dead_letter_time")
 
+def as_dead_letters(staging: str | Path, job: str) -> pa.Table:
+    """The dead letters staged under ``staging`` (:mod:`kappaplus.dead_letters.staging`),
+    named after ``job``."""
+    from kappaplus.dead_letters.staging import read_staged
 
-def staged_rows(staging: str | Path) -> list[dict[str, Any]]:
-    """Every staged unplaceable row under ``staging`` as a dict (empty if none)."""
-    root = Path(staging)
-    if not root.is_dir():
-        return []
-    rows: list[dict[str, Any]] = []
-    for file in sorted(root.glob("*.parquet")):
-        rows.extend(pq.read_table(file).to_pylist())
-    return rows
-
-
-def as_dead_letters(rows: list[dict[str, Any]], job: str) -> pa.Table:
-    """Staged rows in the dead-letter schema (:data:`kappaplus.codecs.DLQ_ARROW_SCHEMA`)."""
-    from kappaplus.dead_letters.targets import dead_letter_batch
-
-    values: list[bytes | None] = []
-    reasons: list[str] = []
-    topics: set[Any] = set()
-    partitions: list[int | None] = []
-    offsets: list[int | None] = []
-    for row in rows:
-        data = {k: v for k, v in row.items() if k not in _STAGED_COLUMNS}
-        values.append(json.dumps(data, default=str, sort_keys=True).encode())
-        reasons.append(
-            f"{row.get('_kappa_reason')} (table {row.get('_kappa_table')}, file "
-            f"{row.get('_kappa_source_file')})"
-        )
-        topics.add(row.get("kafka_topic"))
-        partitions.append(row.get("kafka_partition"))
-        offsets.append(row.get("kafka_offset"))
-    topic = topics.pop() if len(topics) == 1 else None
-    times = [row.get("_kappa_dead_letter_time") for row in rows]
-    when = max((t for t in times if t is not None), default=None) or datetime.now(UTC)
-    return dead_letter_batch(
-        values=values,
-        reasons=reasons,
-        job=job,
-        topic=topic if isinstance(topic, str) else None,
-        partitions=partitions if topic is not None else None,
-        offsets=offsets if topic is not None else None,
-        dead_letter_time=when,
-    )
+    staged = read_staged(str(staging))
+    index = staged.schema.get_field_index("job")
+    jobs = pa.array([job] * staged.num_rows, pa.string())
+    return staged.set_column(index, staged.schema.field(index), jobs)
 
 
 def batch_key(job: str, input_name: str, start: str | None, end: str | None) -> str:
@@ -115,11 +78,11 @@ def publish_staged(
     (replacing what an earlier run of the same range published); the number of rows."""
     from kappaplus.dead_letters.targets import DeadLetterTarget, write_dead_letters
 
-    rows = staged_rows(staging)
-    if not rows and not spark.catalog.tableExists(table):
+    dead = as_dead_letters(staging, job)
+    if not dead.num_rows and not spark.catalog.tableExists(table):
         return 0
     counts = write_dead_letters(
-        as_dead_letters(rows, job),
+        dead,
         DeadLetterTarget(hive_table=table),
         spark=spark,
         batch_key=batch_key(job, input_name, start, end),

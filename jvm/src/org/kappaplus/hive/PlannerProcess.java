@@ -22,8 +22,8 @@ import org.slf4j.LoggerFactory;
  * The Python slice planner for the life of a query: served by the driver's own Python
  * process when the options name it ({@code plannerAddress} and {@code plannerSecret}, set by
  * kappaplus's {@code jvm_options}: a loopback connection, see
- * {@code kappaplus.connectors.hive.planner_server}), otherwise one long-lived child process
- * of the driver ({@code python -m kappaplus.connectors.hive.plan_service}).
+ * {@code kappaplus.connectors.lake.planner_server}), otherwise one long-lived child process
+ * of the driver ({@code python -m kappaplus.connectors.lake.plan_service}).
  *
  * <p>One JSON request per line, one JSON answer per line (the connection, or the child's
  * stdin and stdout; the child's stderr, its log, goes to the driver's). An answer is {@code {"ok": value}} or
@@ -72,7 +72,7 @@ final class PlannerProcess implements AutoCloseable {
     List<String> command = new ArrayList<>();
     command.add(python);
     command.add("-m");
-    command.add("kappaplus.connectors.hive.plan_service");
+    command.add("kappaplus.connectors.lake.plan_service");
     ProcessBuilder builder = new ProcessBuilder(command);
     builder.redirectError(ProcessBuilder.Redirect.INHERIT);
     try {

@@ -1,7 +1,7 @@
-"""Typed, validated options of the Hive streaming source.
+"""Typed, validated options of the lake streaming sources (Hive, Iceberg, Delta).
 
 Spark hands a Python data source its options as strings. They are parsed once, here, into
-:class:`HiveSourceOptions`; every error names the option and the bad value.
+:class:`LakeSourceOptions`; every error names the option and the bad value.
 """
 
 from __future__ import annotations
@@ -36,12 +36,16 @@ DEFAULT_ROWS_PER_PARTITION = 1_000_000
 """Rows of one input partition (Spark task) of a slice at most."""
 PLANNER_SOURCE = "plannerSource"
 """The JVM reader's option naming the data source class whose reader plans the slices
-(``module:Class``, a :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource`);
-absent: the Hive one (read by :mod:`kappaplus.connectors.hive.plan_service`)."""
+(``module:Class``, a :class:`~kappaplus.connectors.lake.source.ListedFilesDataSource`);
+absent: the Hive one, :data:`HIVE_PLANNER_SOURCE` (read by
+:mod:`kappaplus.connectors.lake.plan_service`)."""
+HIVE_PLANNER_SOURCE = "kappaplus.connectors.hive.datasource:HiveStreamDataSource"
+"""The data source whose planner answers when :data:`PLANNER_SOURCE` is absent (named, not
+imported: the lake layer imports no format)."""
 __all__ = [
     "DEFAULT_TARGET_ROWS",
     "MARKER_COLUMN",
-    "HiveSourceOptions",
+    "LakeSourceOptions",
     "NullEventTimePolicy",
     "PartitionTimeKind",
 ]
@@ -94,7 +98,7 @@ class NullEventTimePolicy(StrEnum):
 
 
 @options_class(kw_only=True)
-class HiveSourceOptions:
+class LakeSourceOptions:
     """Everything the source needs, resolved in the caller's process and validated here.
 
     Times are integer microseconds since the epoch (UTC); durations are microseconds.
@@ -125,6 +129,9 @@ class HiveSourceOptions:
         "nullEventTimePolicy", choice(NullEventTimePolicy), default=NullEventTimePolicy.FAIL
     )
     dead_letter_path: str | None = option("deadLetterPath", default=None)
+    job_name: str | None = option("jobName", TEXT, default=None)
+    """The job named in the dead letters the source stages (default ``lake:<table>``; a
+    run's publishing names its job)."""
     manifest_dir: str = option("manifestDir")
     watermark_delay: int | None = option("watermarkDelay", MICROS, default=None)
     rows_per_partition: int = option(
@@ -200,7 +207,7 @@ class HiveSourceOptions:
         return [f.name for f in self.schema.fields if f.name not in self.partition_columns]
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> HiveSourceOptions:
+    def parse(cls, options: Mapping[str, str]) -> LakeSourceOptions:
         """Validate Spark's string options; raise :class:`ConfigError` naming the culprit."""
         read = read_options(cls, options)
         table = read["table"] or read["location"]

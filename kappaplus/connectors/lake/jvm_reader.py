@@ -1,8 +1,8 @@
-"""Which read path a Hive stream takes: the JVM one (``kappa_hive_jvm``) or the Python one.
+"""Which read path a lake stream takes: the JVM one (``kappa_hive_jvm``) or the Python one.
 
 Both plan the same event-time slices with the same Python planner (the JVM source asks the
-driver's Python process, :mod:`kappaplus.connectors.hive.planner_server`, or without it runs
-a child process, :mod:`kappaplus.connectors.hive.plan_service`) and deliver the same rows; the
+driver's Python process, :mod:`kappaplus.connectors.lake.planner_server`, or without it runs
+a child process, :mod:`kappaplus.connectors.lake.plan_service`) and deliver the same rows; the
 JVM one reads a slice's Parquet files with Spark's own vectorized reader instead of sending
 Arrow batches from Python workers, which is what limits the Python path's read rate
 (``docs/benchmarks.md``). ``reader`` = ``auto`` (default) takes the JVM path when it can
@@ -33,19 +33,19 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kappaplus.connectors.hive.options import (
+from kappaplus.connectors.lake.delivery import unplaceable_advice
+from kappaplus.connectors.lake.options import (
     MARKER_COLUMN,
     PLANNER_SOURCE,
-    HiveSourceOptions,
+    LakeSourceOptions,
     NullEventTimePolicy,
 )
-from kappaplus.connectors.hive.reader import unplaceable_advice
 from kappaplus.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from kappaplus.connectors.hive.source import ListedFilesDataSource
+    from kappaplus.connectors.lake.source import ListedFilesDataSource
 
 READERS = ("auto", "jvm", "python")
 JVM_SOURCE_CLASS = "org.kappaplus.hive.KappaHiveSource"
@@ -121,8 +121,9 @@ def unreachable_file_system(paths: Iterable[str], reachable: Callable[[str], boo
     return None
 
 
-def jvm_unsupported(options: HiveSourceOptions) -> str | None:
-    """Why the JVM path cannot read this table, or None when it can."""
+def jvm_unsupported(options: LakeSourceOptions) -> str | None:
+    """Why the JVM path cannot read this table, or None when it can: the reasons of every
+    format (a format adds its own, e.g. :mod:`kappaplus.connectors.iceberg.jvm_path`)."""
     if options.format != "parquet":
         return f"the table is stored as {options.format}; the JVM reader reads parquet"
     if options.storage:
@@ -157,8 +158,8 @@ class CountDelivered:
 
 @dataclass(frozen=True)
 class LakeStream:
-    """A lake table opened as a stream (``open_hive_stream``, ``open_iceberg_stream``,
-    ``open_delta_stream``): the DataFrame, and whether its reader counts the rows it
+    """A lake table opened as a stream (:func:`~kappaplus.connectors.lake.stream.open_lake_stream`):
+    the DataFrame, and whether its reader counts the rows it
     delivers (:class:`CountDelivered`, the JVM reader only): the caller then observes no
     histogram of its own."""
 
@@ -190,14 +191,14 @@ def load_lake_stream(
     return LakeStream(df, counts is not None)
 
 
-def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -> dict[str, str]:
+def jvm_options(options: LakeSourceOptions, planner_source: str | None = None) -> dict[str, str]:
     """The options ``kappa_hive_jvm`` takes beyond those of ``kappa_hive`` (``planner_source``:
     another format's data source whose lister plans the slices, e.g. Iceberg's).
 
     They include the address and secret of this process's planner server
-    (:mod:`~kappaplus.connectors.hive.planner_server`), started here on first use, so the
+    (:mod:`~kappaplus.connectors.lake.planner_server`), started here on first use, so the
     JVM asks this process instead of spawning a planner process per query."""
-    from kappaplus.connectors.hive.planner_server import in_process_options
+    from kappaplus.connectors.lake.planner_server import in_process_options
 
     output: StructType = options.output_schema
     if options.emits_end_marker:
@@ -217,21 +218,20 @@ def jvm_options(options: HiveSourceOptions, planner_source: str | None = None) -
 
 def choose_reader(
     spark: SparkSession,
-    options: HiveSourceOptions,
+    options: LakeSourceOptions,
     reader: str,
     *,
-    data_source: type[ListedFilesDataSource] | None = None,
+    data_source: type[ListedFilesDataSource],
     unsupported: Callable[[], str | None] | None = None,
 ) -> tuple[str, dict[str, str], str | None]:
     """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python).
 
-    Another lake format passes its Python data source (``data_source``: its format is the
+    The lake format passes its Python data source (``data_source``: its format is the
     Python path, its reader plans the JVM path's slices) and why the JVM reader cannot read
-    its table (``unsupported``, asked only when the JVM path is wanted)."""
-    python_format = "kappa_hive" if data_source is None else data_source.format_name
-    planner_source = (
-        None if data_source is None else f"{data_source.__module__}:{data_source.__name__}"
-    )
+    its table (``unsupported``, asked only when the JVM path is wanted; default the reasons
+    of :func:`jvm_unsupported`)."""
+    python_format = data_source.format_name
+    planner_source = f"{data_source.__module__}:{data_source.__name__}"
     if reader not in READERS:
         raise ConfigError("reader", reader, f"expected one of {', '.join(READERS)}")
     if reader == "python":

@@ -1,16 +1,16 @@
 """The slice planner of the JVM reader, served from the driver's own Python process.
 
 The JVM source (``kappa_hive_jvm``) needs the Python slice planner for every query. Without
-help it starts ``python -m kappaplus.connectors.hive.plan_service`` as a child process per
-query, which costs a Python interpreter with pyspark and pyarrow imported (about 100 MB PSS)
-and its start-up inside the query's start. When the driver is a Python process with kappaplus
+help it starts ``python -m kappaplus.connectors.lake.plan_service`` as a child process per
+query, which costs a Python interpreter with pyspark and pyarrow imported and its start-up
+inside the query's start. When the driver is a Python process with kappaplus
 loaded -- always the case when a kappaplus reading function chose the JVM reader -- this
 module serves the same planner from that process instead: a loopback TCP server, one thread
 per connection, one connection per query, speaking the same JSON-line protocol through
-:func:`~kappaplus.connectors.hive.plan_service.serve`.
+:func:`~kappaplus.connectors.lake.plan_service.serve`.
 
 The JVM finds it through two source options (:data:`PLANNER_ADDRESS`, :data:`PLANNER_SECRET`)
-that :func:`~kappaplus.connectors.hive.jvm_reader.jvm_options` adds. A connection is
+that :func:`~kappaplus.connectors.lake.jvm_reader.jvm_options` adds. A connection is
 served only after its first line is the process's random secret (as pyspark authenticates
 its own sockets); the option name contains ``secret``, which Spark redacts in plans and UIs.
 The planner always runs where the ``MicroBatchStream`` calls run, on the driver, so the
@@ -28,7 +28,7 @@ import socket
 import threading
 from typing import Any
 
-from kappaplus.connectors.hive.plan_service import serve
+from kappaplus.connectors.lake.plan_service import serve
 
 log = logging.getLogger(__name__)
 

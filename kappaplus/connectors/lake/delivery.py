@@ -1,4 +1,5 @@
-"""Executor side: read one input partition of a slice into Arrow batches of the exact schema.
+"""Executor side, every lake format: the rows a format's ``read_file`` read, delivered as
+Arrow batches of the source's exact schema.
 
 Rows are delivered when their event time is in the slice ``[lo, hi)`` *and* in the range
 their partition admits. The slice that owns a file also scans it for rows no slice can
@@ -9,27 +10,21 @@ null-event-time policy: fail with a clear error, or write them to the dead-lette
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import InputPartition
 
-from kappaplus.connectors.hive.files import (
-    TS_UTC,
-    UNBOUNDED_HI,
-    filesystem_for,
-    read_columns,
-)
-from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions, NullEventTimePolicy
+from kappaplus.connectors.lake.filesystems import filesystem_for
+from kappaplus.connectors.lake.options import MARKER_COLUMN, LakeSourceOptions, NullEventTimePolicy
 from kappaplus.core.errors import DataError
 from kappaplus.core.table import HIVE_DEFAULT_PARTITION as HIVE_DEFAULT
 from kappaplus.core.timeutil import iso
+from kappaplus.dead_letters.staging import lake_dead_letters, stage
+from kappaplus.slicing.files import TS_UTC, UNBOUNDED_HI
 from kappaplus.slicing.manifest import ManifestEntry
 from kappaplus.slicing.stored_time import column_micros
 
@@ -45,7 +40,7 @@ class SlicePartition(InputPartition):
     marker_time: int | None = None
 
 
-def output_arrow_schema(options: HiveSourceOptions) -> pa.Schema:
+def output_arrow_schema(options: LakeSourceOptions) -> pa.Schema:
     """The Arrow schema of every batch: the delivered columns (+ the marker column)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -55,7 +50,7 @@ def output_arrow_schema(options: HiveSourceOptions) -> pa.Schema:
     return schema
 
 
-def marker_batch(options: HiveSourceOptions, marker_time: int) -> pa.RecordBatch:
+def marker_batch(options: LakeSourceOptions, marker_time: int) -> pa.RecordBatch:
     """One row with every column null but the event time (+ marker flag)."""
     schema = output_arrow_schema(options)
     arrays = []
@@ -69,41 +64,8 @@ def marker_batch(options: HiveSourceOptions, marker_time: int) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def read_partition(options: HiveSourceOptions, part: SlicePartition) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``part`` as record batches of :func:`output_arrow_schema`."""
-    if part.marker_time is not None:
-        yield marker_batch(options, part.marker_time)
-        return
-    schema = output_arrow_schema(options)
-    fs, _ = filesystem_for(options.location)
-    for entry in part.entries:
-        yield from _read_entry(options, part, entry, fs, schema)
-
-
-def _read_entry(
-    options: HiveSourceOptions,
-    part: SlicePartition,
-    entry: ManifestEntry,
-    fs: pafs.FileSystem,
-    schema: pa.Schema,
-) -> Iterator[pa.RecordBatch]:
-    info = fs.get_file_info(entry.path)
-    if info.type != pafs.FileType.File or info.size != entry.size:
-        raise DataError(
-            f"table {options.table!r}: file {entry.path!r} of slice [{iso(part.lo)}, "
-            f"{iso(part.hi)}) was removed or rewritten after the slice was planned; the batch "
-            "cannot be replayed exactly"
-        )
-    groups = sorted(set(entry.row_groups) | set(entry.route_row_groups))
-    # rows routed to dead letters keep every column, whatever the query reads
-    owner = bool(entry.route_row_groups)
-    columns = options.table_data_columns if owner else options.data_columns
-    batches = read_columns(fs, entry.path, options.format, groups, columns)
-    yield from deliver(options, part, entry, batches, schema)
-
-
 def deliver(
-    options: HiveSourceOptions,
+    options: LakeSourceOptions,
     part: SlicePartition,
     entry: ManifestEntry,
     batches: Iterable[pa.RecordBatch],
@@ -117,6 +79,7 @@ def deliver(
     end = options.ending_timestamp if options.ending_timestamp is not None else UNBOUNDED_HI
     ts_name = options.event_time_column
     routed: list[pa.Table] = []
+    reasons: list[str] = []
     for batch in batches:
         table = pa.Table.from_batches([batch])
         if ts_name not in table.column_names:
@@ -142,13 +105,14 @@ def deliver(
             route = pc.fill_null(route, False)
             bad = table.filter(route)
             if bad.num_rows:
-                routed.append(_with_reasons(bad, micros.filter(route), entry))
+                routed.append(bad)
+                reasons += _reasons(micros.filter(route), entry)
     if routed:
-        _route(options, entry, pa.concat_tables(routed, promote_options="default"))
+        _route(options, entry, pa.concat_tables(routed, promote_options="default"), reasons)
 
 
 def _conform(
-    table: pa.Table, entry: ManifestEntry, schema: pa.Schema, options: HiveSourceOptions
+    table: pa.Table, entry: ManifestEntry, schema: pa.Schema, options: LakeSourceOptions
 ) -> pa.Table:
     arrays = []
     for f in schema:
@@ -167,7 +131,7 @@ def _conform(
 
 
 def _widen(
-    column: pa.ChunkedArray, field: pa.Field, entry: ManifestEntry, options: HiveSourceOptions
+    column: pa.ChunkedArray, field: pa.Field, entry: ManifestEntry, options: LakeSourceOptions
 ) -> pa.ChunkedArray:
     """``column`` of one file as the type the table reads it as: a widening (int to
     bigint, float to double, a finer timestamp unit truncated to microseconds) casts; a value
@@ -203,8 +167,8 @@ def partition_scalar(value: str, kind: pa.DataType, path: str, column: str) -> p
         ) from exc
 
 
-def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.Table:
-    reasons = [
+def _reasons(micros: pa.Array, entry: ManifestEntry) -> list[str]:
+    return [
         "event time is null"
         if t is None
         else f"event time {iso(t)} is outside the range its partition admits "
@@ -212,10 +176,9 @@ def _with_reasons(bad: pa.Table, micros: pa.Array, entry: ManifestEntry) -> pa.T
         f"{iso(entry.admissible_hi) if entry.admissible_hi < 2**61 else '+inf'})"
         for t in micros.to_pylist()
     ]
-    return bad.append_column("_kappa_reason", pa.array(reasons, type=pa.string()))
 
 
-def unplaceable_advice(options: HiveSourceOptions) -> str:
+def unplaceable_advice(options: LakeSourceOptions) -> str:
     """The settings that admit rows no slice can place or route them to dead letters, named
     as the user set the source up: job configuration keys or source options."""
     if options.advice_prefix:
@@ -230,27 +193,26 @@ def unplaceable_advice(options: HiveSourceOptions) -> str:
     )
 
 
-def _route(options: HiveSourceOptions, entry: ManifestEntry, bad: pa.Table) -> None:
-    reasons = sorted(set(bad.column("_kappa_reason").to_pylist()))
+def _route(
+    options: LakeSourceOptions, entry: ManifestEntry, bad: pa.Table, reasons: list[str]
+) -> None:
     if options.null_event_time_policy is NullEventTimePolicy.FAIL:
+        shown = sorted(set(reasons))[:3]
         raise DataError(
             f"table {options.table!r}: {bad.num_rows} rows of file {entry.path!r} cannot be "
-            f"placed in any event-time slice ({'; '.join(reasons[:3])}). "
-            + unplaceable_advice(options)
+            f"placed in any event-time slice ({'; '.join(shown)}). " + unplaceable_advice(options)
         )
     assert options.dead_letter_path is not None
-    now = datetime.now(tz=UTC)
-    n = bad.num_rows
-    bad = bad.append_column("_kappa_table", pa.array([options.table] * n, type=pa.string()))
-    bad = bad.append_column("_kappa_source_file", pa.array([entry.path] * n, type=pa.string()))
-    bad = bad.append_column("_kappa_dead_letter_time", pa.array([now] * n, type=TS_UTC))
+    dead = lake_dead_letters(
+        bad,
+        reasons,
+        table=options.table,
+        source_file=entry.path,
+        job=options.job_name or f"lake:{options.table}",
+        now=datetime.now(tz=UTC),
+    )
     # One file per source file and row groups: a replayed slice overwrites it, no duplicates.
     identity = f"{entry.path}|{entry.size}|{entry.mtime_ns}|{sorted(entry.route_row_groups)}"
     key = hashlib.sha256(identity.encode()).hexdigest()[:24]
     fs, root = filesystem_for(options.dead_letter_path)
-    fs.create_dir(root, recursive=True)
-    target = f"{root}/{key}.parquet"
-    tmp = f"{root}/.{key}.{os.getpid()}.tmp"
-    # The source file's Spark schema footer would hide the added columns from Spark readers.
-    pq.write_table(bad.replace_schema_metadata(None), tmp, filesystem=fs)
-    fs.move(tmp, target)
+    stage(dead, root, f"{key}.parquet", fs)

@@ -1,10 +1,11 @@
-"""The Spark Python data source ``kappa_hive``: a Hive table read as an unbounded stream.
+"""The Python data source of every lake format: a table's listed data files read as an
+unbounded stream, one half-open event-time slice ``[lo, hi)`` per micro-batch.
 
-Each micro-batch covers one half-open event-time slice ``[lo, hi)``. Offsets are event
-times, so slices never overlap, never go backwards, and Spark's checkpoint makes every
-row with event time in ``[start, end)`` arrive exactly once. Use
-:func:`kappaplus.connectors.hive.read_hive_stream` rather than this class directly: it
-resolves the table through the catalog and hides the end-of-input marker.
+Offsets are event times, so slices never overlap, never go backwards, and Spark's checkpoint
+makes every row with event time in ``[start, end)`` arrive exactly once. A format
+(``kappa_hive``, ``kappa_iceberg``, ``kappa_delta``) subclasses :class:`ListedFilesStreamReader`
+with its file lister and ``read_file``, and :class:`ListedFilesDataSource` with its name and
+options class; open a table through its format's ``read_*_stream``.
 """
 
 from __future__ import annotations
@@ -23,45 +24,23 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BooleanType, StructField, StructType
 
-from kappaplus.connectors.hive.files import file_uri
-from kappaplus.connectors.hive.options import MARKER_COLUMN, HiveSourceOptions
-from kappaplus.connectors.hive.planner import SlicePlanner
-from kappaplus.connectors.hive.reader import (
+from kappaplus.connectors.lake.delivery import (
     SlicePartition,
     deliver,
     marker_batch,
     output_arrow_schema,
-    read_partition,
 )
+from kappaplus.connectors.lake.options import MARKER_COLUMN, LakeSourceOptions
 from kappaplus.core.draining import drain_requested
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
-from kappaplus.slicing.planner import FileLister
-from kappaplus.slicing.planner import SlicePlanner as CorePlanner
+from kappaplus.slicing.planner import FileLister, SlicePlanner
 
 TARGET_PARTITIONS = 8
 MIN_PARTITION_ROWS = 20_000
 
 
-class HiveStreamDataSource(DataSource):
-    """``spark.readStream.format("kappa_hive")``; see :class:`HiveSourceOptions` for options."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.parsed = HiveSourceOptions.parse(options)
-
-    @classmethod
-    def name(cls) -> str:
-        return "kappa_hive"
-
-    def schema(self) -> StructType:
-        return source_schema(self.parsed)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return HiveStreamReader(self.parsed)
-
-
-def source_schema(options: HiveSourceOptions) -> StructType:
+def source_schema(options: LakeSourceOptions) -> StructType:
     """The delivered columns, all nullable (marker rows are null but for the event time)."""
     delivered = options.output_schema.fields
     fields = [StructField(f.name, f.dataType, True, f.metadata) for f in delivered]
@@ -70,22 +49,44 @@ def source_schema(options: HiveSourceOptions) -> StructType:
     return StructType(fields)
 
 
-class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Plans event-time slices on the driver and reads their files on executors."""
+class ListedFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans event-time slices on the driver and reads their files on executors: the
+    offsets, manifests, slice sizing, markers and routing of unplaceable rows of every lake
+    format, which says only how its files are listed (:meth:`file_lister`), read
+    (:meth:`read_file`) and named for the JVM reader (:meth:`data_file_uri`)."""
 
-    def __init__(self, options: HiveSourceOptions) -> None:
+    def __init__(self, options: LakeSourceOptions) -> None:
         self.options = options
-        self._planner: CorePlanner | None = None
+        self._planner: SlicePlanner | None = None
 
     def __getstate__(self) -> dict:
         # Executors need the options only; the planner's caches stay on the driver.
         return {"options": self.options, "_planner": None}
 
+    @abstractmethod
+    def file_lister(self) -> FileLister:
+        """The lister of the table's data files with their statistics (driver side)."""
+
+    @abstractmethod
+    def read_file(
+        self, entry: ManifestEntry, columns: list[str], lo: int | None, hi: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of one data file in the source's columns, those with event time in
+        ``[lo, hi)`` where the bounds are given (executor side)."""
+
+    @abstractmethod
+    def data_file_uri(self, path: str) -> str:
+        """The Hadoop URI of a manifest entry's path (what the JVM reader opens)."""
+
     @property
-    def planner(self) -> CorePlanner:
+    def planner(self) -> SlicePlanner:
         if self._planner is None:
-            self._planner = SlicePlanner(self.options)
+            self._planner = self.make_planner()
         return self._planner
+
+    def make_planner(self) -> SlicePlanner:
+        """The slice planner over :meth:`file_lister` (driver side)."""
+        return SlicePlanner(self.options, self.file_lister())
 
     def initialOffset(self) -> dict:
         return self.planner.initial_offset()
@@ -127,42 +128,10 @@ class HiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return [*data, *markers]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SlicePartition)
-        yield from read_partition(self.options, partition)
-
-    def data_file_uri(self, path: str) -> str:
-        """The Hadoop URI of a manifest entry's path (what the JVM reader opens)."""
-        return file_uri(self.options.location, path)
-
     def commit(self, end: dict) -> None:
         """Nothing to release (manifests are kept for replays from older checkpoints); the
         batch's duration sizes the next slice under ``targetBatchDuration``."""
         self.planner.batch_committed(end)
-
-
-class ListedFilesStreamReader(HiveStreamReader):
-    """The Hive source's reader over another format's files: a lake format that lists its
-    data files with event-time statistics (Iceberg manifests, the Delta log) gets the same
-    offsets, manifests, slice sizing, markers and routing of unplaceable rows, and says
-    only how its files are listed (:meth:`file_lister`) and read (:meth:`read_file`)."""
-
-    @abstractmethod
-    def file_lister(self) -> FileLister:
-        """The lister of the table's data files with their statistics (driver side)."""
-
-    @abstractmethod
-    def read_file(
-        self, entry: ManifestEntry, columns: list[str], lo: int | None, hi: int | None
-    ) -> Iterator[pa.RecordBatch]:
-        """The rows of one data file in the source's columns, those with event time in
-        ``[lo, hi)`` where the bounds are given (executor side)."""
-
-    @property
-    def planner(self) -> CorePlanner:
-        if self._planner is None:
-            self._planner = CorePlanner(self.options, self.file_lister())
-        return self._planner
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The rows of one input partition of a slice, as record batches of the source
@@ -187,7 +156,7 @@ class ListedFilesDataSource(DataSource):
     parsed once by ``options_class``, the reader made by ``reader_class``."""
 
     format_name: ClassVar[str]
-    options_class: ClassVar[type[HiveSourceOptions]]
+    options_class: ClassVar[type[LakeSourceOptions]]
     reader_class: ClassVar[type[ListedFilesStreamReader]]
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -210,8 +179,8 @@ def split_slice(
     lo: int,
     hi: int,
     origin: int,
-    options: HiveSourceOptions,
-    planner: CorePlanner,
+    options: LakeSourceOptions,
+    planner: SlicePlanner,
 ) -> list[InputPartition]:
     """Input partitions of whole files or runs of row groups, read in parallel.
 

@@ -1,11 +1,13 @@
-"""The slice planner as a child process of the JVM reader (``kappa_hive_jvm``).
+"""The slice planner as a child process of the JVM reader (``kappa_hive_jvm``), for any lake
+format.
 
 The JVM source (``jvm/src/org/kappaplus/hive``) starts ``python -m
-kappaplus.connectors.hive.plan_service`` once per query and asks it, one JSON line at a time,
-what the Python data source ``kappa_hive`` would answer: offsets (as the same JSON text, so
-checkpoints are interchangeable), admission control, available-now, and for each micro-batch
-the slice's files (:func:`jvm_partitions`). The first line is the source's options. Answers
-are ``{"ok": value}`` or ``{"error": {"type", "message"}}``; logs go to stderr.
+kappaplus.connectors.lake.plan_service`` once per query and asks it, one JSON line at a time,
+what the format's Python data source (``kappa_hive``, ``kappa_iceberg``, ``kappa_delta``)
+would answer: offsets (as the same JSON text, so checkpoints are interchangeable), admission
+control, available-now, and for each micro-batch the slice's files (:func:`jvm_partitions`).
+The first line is the source's options. Answers are ``{"ok": value}`` or
+``{"error": {"type", "message"}}``; logs go to stderr.
 """
 
 from __future__ import annotations
@@ -19,26 +21,24 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from kappaplus.connectors.hive.files import UNBOUNDED_HI, file_uri  # noqa: F401 (re-exported)
-from kappaplus.connectors.hive.options import PLANNER_SOURCE, HiveSourceOptions
-from kappaplus.connectors.hive.reader import partition_scalar
-from kappaplus.connectors.hive.source import HiveStreamReader, ListedFilesDataSource
+from kappaplus.connectors.lake.delivery import partition_scalar
+from kappaplus.connectors.lake.options import HIVE_PLANNER_SOURCE, PLANNER_SOURCE, LakeSourceOptions
+from kappaplus.connectors.lake.source import ListedFilesDataSource, ListedFilesStreamReader
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.table import HIVE_DEFAULT_PARTITION
+from kappaplus.slicing.files import UNBOUNDED_HI
 from kappaplus.slicing.manifest import ManifestStore
 from kappaplus.slicing.offsets import PHASE_DATA, Position
 
 log = logging.getLogger(__name__)
 
 
-def make_reader(options: dict[str, str]) -> HiveStreamReader:
-    """The stream reader whose planner answers: the Hive source's, or that of the data
-    source class named by ``plannerSource`` (``module:Class``, a
-    :class:`~kappaplus.connectors.hive.source.ListedFilesDataSource` of kappaplus: another
-    lake format's lister, e.g. Iceberg's manifests)."""
-    named = options.get(PLANNER_SOURCE)
-    if not named:
-        return HiveStreamReader(HiveSourceOptions.parse(options))
+def make_reader(options: dict[str, str]) -> ListedFilesStreamReader:
+    """The stream reader whose planner answers: that of the data source class named by
+    ``plannerSource`` (``module:Class``, a
+    :class:`~kappaplus.connectors.lake.source.ListedFilesDataSource` of kappaplus: a lake
+    format's lister, e.g. Iceberg's manifests), the Hive source's when absent."""
+    named = options.get(PLANNER_SOURCE) or HIVE_PLANNER_SOURCE
     module, _, name = named.partition(":")
     source = None
     if module.startswith("kappaplus.connectors."):
@@ -63,7 +63,7 @@ def partition_value(value: str | None, kind: pa.DataType, path: str, column: str
     return scalar.as_py()
 
 
-def jvm_partitions(reader: HiveStreamReader, start: dict, end: dict) -> dict[str, Any]:
+def jvm_partitions(reader: ListedFilesStreamReader, start: dict, end: dict) -> dict[str, Any]:
     """What the micro-batch ``(start, end]`` reads: the slice bounds, its files (one entry
     per file, owner when it routes rows of the file) and the end-of-input marker times."""
     options = reader.options
@@ -108,7 +108,7 @@ def jvm_partitions(reader: HiveStreamReader, start: dict, end: dict) -> dict[str
     return plan
 
 
-def _arrow_fields(options: HiveSourceOptions) -> list[pa.Field]:
+def _arrow_fields(options: LakeSourceOptions) -> list[pa.Field]:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return list(to_arrow_schema(options.output_schema, timezone="UTC"))
@@ -119,7 +119,7 @@ def _offset(value: dict | None) -> str | None:
     return None if value is None else json.dumps(value)
 
 
-def handle(reader: HiveStreamReader, request: dict[str, Any]) -> Any:
+def handle(reader: ListedFilesStreamReader, request: dict[str, Any]) -> Any:
     """One request's answer."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -149,7 +149,7 @@ def handle(reader: HiveStreamReader, request: dict[str, Any]) -> Any:
 def serve(requests: TextIO, answers: TextIO) -> None:
     """Answer requests until ``requests`` ends."""
     first = requests.readline()
-    reader: HiveStreamReader | None = None
+    reader: ListedFilesStreamReader | None = None
     setup_error: dict[str, str] | None = None
     try:
         reader = make_reader(json.loads(first))
