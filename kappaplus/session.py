@@ -33,9 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from kappaplus.core.class_archive import archive_option
-from kappaplus.core.jvm import spark_home
 from kappaplus.core.settings import state_dir
+from kappaplus.driver_jvm import (
+    cluster_driver_java_options,
+    local_defaults,
+    spark_defaults,
+)
 from kappaplus.jars import jvm_jar
 
 if TYPE_CHECKING:
@@ -60,10 +63,6 @@ def with_task_retries(master: str, retries: int = LOCAL_TASK_RETRIES) -> str:
         return f"local[1,{retries}]"
     match = _LOCAL.match(master.strip())
     return f"local[{match[1]},{retries}]" if match else master
-
-
-LOG4J_CONFIG = Path(__file__).parent / "conf" / "log4j2.properties"
-"""Driver logging: Spark's defaults at WARN without the warnings every run triggers by design."""
 
 
 EMBEDDED_DATABASE = "metastore_db"
@@ -252,139 +251,6 @@ def is_local_master(master: str) -> bool:
     return local_cores(master) is not None
 
 
-#: Up to this many local cores the driver JVM runs the serial garbage collector (unless
-#: ``KAPPA_DRIVER_JAVA_OPTIONS`` picks one): G1, the JVM's choice from 2 cores up, grew the
-#: heap of a 30-day backfill to 1.8 GB peak PSS where the serial collector stayed at 1.4 GB in
-#: the same time (and the batch query's 1.0 -> 0.8 GB); with two task threads a parallel
-#: collector has no spare core to run on (docs/benchmarks.md).
-SERIAL_GC_MAX_CORES = 2
-
-SERIAL_GC = "-XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
-"""The serial collector, and a heap sized closer to its live data after each full
-collection (10-30% free instead of 40-70%): a backfill's live heap peaks mid-slice and the
-default ratios kept that peak's room for the rest of the run. Side by side: 30 days 1,412 ->
-1,228 MB peak PSS, 90 days 1,538 -> 1,294 MB, in the same time (38.4 / 38.8 s, 70.6 / 72.9 s);
-no change at 7 days (docs/benchmarks.md)."""
-
-
-def collector_options(cores: int, java_options: str) -> str:
-    """The garbage collector options kappaplus adds for a local master of ``cores`` cores:
-    :data:`SERIAL_GC` up to :data:`SERIAL_GC_MAX_CORES`, nothing when ``java_options``
-    already choose a collector (the JVM refuses two) or on more cores (G1 stays).
-
-    >>> collector_options(2, "").split()[0], collector_options(8, "")
-    ('-XX:+UseSerialGC', '')
-    >>> collector_options(1, "-XX:+UseG1GC -Xss2m")
-    ''
-    """
-    if cores > SERIAL_GC_MAX_CORES or re.search(r"-XX:\+Use\w*GC\b", java_options):
-        return ""
-    return SERIAL_GC
-
-
-DRIVER_JAVA_OPTION_KEYS = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
-"""The settings whose JVM options Spark's launcher gives the driver JVM (the first is
-prepended to the second)."""
-
-
-def spark_defaults() -> dict[str, str]:
-    """The settings of the ``spark-defaults.conf`` Spark's launcher reads for a driver this
-    process starts (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else pyspark's own
-    ``conf``); empty when there is none. A Java properties file: ``key value`` or
-    ``key=value``, ``#`` and ``!`` comments."""
-    conf_dir = os.environ.get("SPARK_CONF_DIR")
-    path = (Path(conf_dir) if conf_dir else spark_home() / "conf") / "spark-defaults.conf"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    settings: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"(\S+?)\s*(?:[=:]\s*|\s+)(.*)$", line)
-        if match:
-            settings[match.group(1)] = match.group(2).strip()
-        else:
-            settings[line] = ""
-    return settings
-
-
-def driver_cores() -> int:
-    """The cores this process may run on (where a driver it starts runs, in client mode)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
-def cluster_driver_java_options(
-    conf: Mapping[str, str] | None, defaults: Mapping[str, str], cores: int | None = None
-) -> str | None:
-    """``spark.driver.extraJavaOptions`` for a cluster session whose driver JVM this process
-    starts: the serial collector (:func:`collector_options`) on a driver machine of up to
-    :data:`SERIAL_GC_MAX_CORES` cores, before the options the caller (``conf``) or
-    ``spark-defaults.conf`` (``defaults``) already give, which stay; None when either
-    chooses a collector itself or the machine has more cores (``cores``, default
-    :func:`driver_cores`).
-
-    The driver of a cluster application runs the scheduler and the streaming engine, not
-    tasks; with G1 a backfill's driver heap grew with the range. Alternating runs on the
-    2-worker cluster at 90 days, the backfill's peak PSS against the batch query's (which
-    gets the same): median 1.32x of three with G1, 1.21x of six with it (1.03-1.26x;
-    docs/benchmarks.md).
-
-    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"}, 2)
-    >>> cluster_driver_java_options({}, {"spark.driver.extraJavaOptions": "-Da=1"}, 2).split()
-    ['-XX:+UseSerialGC', '-XX:MinHeapFreeRatio=10', '-XX:MaxHeapFreeRatio=30', '-Da=1']
-    >>> cluster_driver_java_options({}, {}, 8)
-    """
-    conf = conf or {}
-    chosen = " ".join(conf.get(k) or defaults.get(k) or "" for k in DRIVER_JAVA_OPTION_KEYS)
-    collector = collector_options(driver_cores() if cores is None else cores, chosen)
-    if not collector:
-        return None
-    key = "spark.driver.extraJavaOptions"
-    existing = conf.get(key) or defaults.get(key) or ""
-    return f"{collector} {existing}".strip()
-
-
-def local_defaults(home: Path, cores: int = 2) -> dict[str, str]:
-    """Settings for a local-mode session of ``cores`` cores: small, quiet, this interpreter
-    for Python workers, the serial collector on up to 2 cores (:func:`collector_options`),
-    the driver JVM started from its class archive when one was built
-    (:mod:`kappaplus.core.class_archive`: ``kappa jvm-archive``, ``make setup``).
-    ``KAPPA_DRIVER_MEMORY`` (default ``2g``) and ``KAPPA_DRIVER_JAVA_OPTIONS`` (added to the
-    driver JVM's options) tune the driver.
-
-    Never applied on a cluster, where they would override ``spark-defaults.conf`` (a
-    cluster driver's collector: :func:`cluster_driver_java_options`).
-    """
-    java_options = os.environ.get("KAPPA_DRIVER_JAVA_OPTIONS", "").strip()
-    return {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.python.worker.reuse": "true",
-        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.memory": os.environ.get("KAPPA_DRIVER_MEMORY", "2g"),
-        "spark.driver.extraJavaOptions": " ".join(
-            option
-            for option in (
-                f"-Dderby.system.home={home}",
-                f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
-                collector_options(cores, java_options),
-                archive_option(java_options),
-                # e.g. the test suite's quick JIT tier and serial GC (tests/conftest.py)
-                java_options,
-            )
-            if option
-        ),
-    }
-
-
 def builder_settings(
     master: str,
     home: Path,
@@ -462,7 +328,7 @@ STATE_STORE_SETTINGS: dict[str, str] = {
     # retained version in executor memory) and is what transformWithState requires.
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     # Each commit writes a changelog of the batch's changes instead of uploading a snapshot
-    # of the store's files: state commit time about halved per stateful micro-batch
+    # of the store's files: a shorter state commit per stateful micro-batch
     # (docs/benchmarks.md). Spark moves an existing checkpoint between the two either way.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
@@ -613,14 +479,13 @@ def create_session(
 
 
 def warm_catalog(spark: SparkSession) -> None:
-    """Start the session's Hive client in a background thread, so the ~3-4 s of its first
+    """Start the session's Hive client in a background thread, so the cost of its first
     call (Hive's classes, the metastore's connection and schema check) overlap what follows
     (registering the data sources, resolving the job's configuration) instead of coming after.
 
     The first catalog call of the caller then waits for it to finish (Spark starts the client
     once, under a lock). A failure here is only logged at DEBUG: the caller's own call fails
-    with the error to show (measured: the first slice of a 7-day backfill planned ~0.75 s
-    sooner, three pairs).
+    with the error to show.
     """
     import threading
 
@@ -684,9 +549,8 @@ def skip_static_source_lookup(spark: SparkSession) -> bool:
     interpreter has none (:func:`static_source_modules`); True if it did.
 
     Spark runs that lookup once per JVM, at the first data source registration, in a Python
-    worker daemon started for it alone: 1.2-1.5 s of every session's start and two idle
-    processes (~75 MB PSS) kept for the session's life (measured side by side: registering
-    kappaplus's sources 2.16 / 1.77 s with the lookup, 0.68 / 0.58 s without). With any
+    worker daemon started for it alone: time in every session's start and two idle
+    processes kept for the session's life (docs/benchmarks.md). With any
     ``pyspark_*`` module installed, or a Spark whose internals differ, Spark looks as it
     always does.
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -47,67 +48,86 @@ def _json_object(text: str | None, option: str) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in value.items()}
 
 
+_TOPIC = typer.Argument(..., help="The Kafka topic to archive.")
+_TABLE = typer.Option(
+    ...,
+    "--table",
+    "-t",
+    help="The table to write: db.table (Hive, Iceberg); for Delta its location or a "
+    "registered name.",
+)
+_EVENT_TIME = typer.Option(
+    ..., "--event-time", "-e", help="The event-time column (a timestamp field)."
+)
+_SCHEMA = typer.Option(
+    None, "--schema", help="Event schema as DDL, e.g. 'id string, event_time timestamp'."
+)
+_BOOTSTRAP = typer.Option(
+    None, "--bootstrap", "-b", help="Kafka bootstrap servers (default: the embedded broker)."
+)
+_PARTITION_BY = typer.Option(
+    "event",
+    "--partition-by",
+    help="'event' (dt/hr of the event time) or 'arrival' (dt/hr of the Kafka timestamp).",
+)
+_DAILY = typer.Option(False, "--daily", help="Partition by dt only (no hr level).")
+_STARTING_OFFSETS = typer.Option(
+    "earliest", "--starting-offsets", help="earliest, latest or per-partition JSON."
+)
+_MAX_OFFSETS = typer.Option(
+    None, "--max-offsets-per-trigger", help="Records read per micro-batch at most."
+)
+_DEAD_LETTER_TABLE = typer.Option(
+    None, "--dlq-table", help="Undecodable records go here (default <table>_dead_letters)."
+)
+_TRIGGER = typer.Option(
+    None, "--trigger", help="available-now, once or an interval (default '10 seconds')."
+)
+_UNTIL_IDLE = typer.Option(
+    None, "--until-idle", help="Stop once no record was read for this many seconds."
+)
+_TIMEOUT = typer.Option(None, "--timeout", help="Stop after this many seconds.")
+_PROGRESS = typer.Option(True, "--progress/--no-progress", help="Live progress table.")
+_TABLE_FORMAT = typer.Option(
+    "hive",
+    "--table-format",
+    help="hive (Parquet partitions), iceberg (one snapshot per micro-batch, pyiceberg) "
+    "or delta (one version per micro-batch, delta-rs application transactions).",
+)
+_ICEBERG_CATALOG = typer.Option(
+    None,
+    "--iceberg-catalog",
+    help="Iceberg catalog properties as JSON (default: the embedded SQL catalog).",
+)
+_DELTA_STORAGE_OPTIONS = typer.Option(
+    None,
+    "--delta-storage-options",
+    help="delta-rs storage options as JSON (AWS_ENDPOINT_URL...), for --table-format delta.",
+)
+
+
 def archive_command(
-    topic: str = typer.Argument(..., help="The Kafka topic to archive."),
-    table: str = typer.Option(
-        ...,
-        "--table",
-        "-t",
-        help="The table to write: db.table (Hive, Iceberg); for Delta its location or a "
-        "registered name.",
-    ),
-    event_time: str = typer.Option(
-        ..., "--event-time", "-e", help="The event-time column (a timestamp field)."
-    ),
-    schema: str = typer.Option(
-        None, "--schema", help="Event schema as DDL, e.g. 'id string, event_time timestamp'."
-    ),
+    topic: str = _TOPIC,
+    table: str = _TABLE,
+    event_time: str = _EVENT_TIME,
+    schema: str = _SCHEMA,
     avro_schema: Path = _AVRO,
-    bootstrap: str = typer.Option(
-        None, "--bootstrap", "-b", help="Kafka bootstrap servers (default: the embedded broker)."
-    ),
-    partition_by: str = typer.Option(
-        "event",
-        "--partition-by",
-        help="'event' (dt/hr of the event time) or 'arrival' (dt/hr of the Kafka timestamp).",
-    ),
-    daily: bool = typer.Option(False, "--daily", help="Partition by dt only (no hr level)."),
-    starting_offsets: str = typer.Option(
-        "earliest", "--starting-offsets", help="earliest, latest or per-partition JSON."
-    ),
-    max_offsets: int = typer.Option(
-        None, "--max-offsets-per-trigger", help="Records read per micro-batch at most."
-    ),
-    dead_letter_table: str = typer.Option(
-        None, "--dlq-table", help="Undecodable records go here (default <table>_dead_letters)."
-    ),
-    trigger: str = typer.Option(
-        None, "--trigger", help="available-now, once or an interval (default '10 seconds')."
-    ),
-    until_idle: float = typer.Option(
-        None, "--until-idle", help="Stop once no record was read for this many seconds."
-    ),
-    timeout: float = typer.Option(None, "--timeout", help="Stop after this many seconds."),
+    bootstrap: str = _BOOTSTRAP,
+    partition_by: str = _PARTITION_BY,
+    daily: bool = _DAILY,
+    starting_offsets: str = _STARTING_OFFSETS,
+    max_offsets: int = _MAX_OFFSETS,
+    dead_letter_table: str = _DEAD_LETTER_TABLE,
+    trigger: str = _TRIGGER,
+    until_idle: float = _UNTIL_IDLE,
+    timeout: float = _TIMEOUT,
     checkpoint: Path = _CHECKPOINT,
     master: str = MASTER,
     metastore_uri: str = METASTORE_URI,
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
-    table_format: str = typer.Option(
-        "hive",
-        "--table-format",
-        help="hive (Parquet partitions), iceberg (one snapshot per micro-batch, pyiceberg) "
-        "or delta (one version per micro-batch, delta-rs application transactions).",
-    ),
-    iceberg_catalog: str = typer.Option(
-        None,
-        "--iceberg-catalog",
-        help="Iceberg catalog properties as JSON (default: the embedded SQL catalog).",
-    ),
-    delta_storage_options: str = typer.Option(
-        None,
-        "--delta-storage-options",
-        help="delta-rs storage options as JSON (AWS_ENDPOINT_URL...), for --table-format delta.",
-    ),
+    progress: bool = _PROGRESS,
+    table_format: str = _TABLE_FORMAT,
+    iceberg_catalog: str = _ICEBERG_CATALOG,
+    delta_storage_options: str = _DELTA_STORAGE_OPTIONS,
 ) -> None:
     """Archive TOPIC into a Hive table (or an Iceberg or Delta table: --table-format),
     exactly once, keeping each record's Kafka topic, partition, offset and timestamp; bad
@@ -117,42 +137,12 @@ def archive_command(
     idle (--until-idle) or, with --trigger available-now, until the topic is drained.
     Run it again to resume from its checkpoint.
     """
-    from kappaplus.archive import ArchiveOptions, archive_job, archive_partition_format
     from kappaplus.cli.run import print_summary
-    from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
     from kappaplus.runtime.state.records import exit_code
     from kappaplus.session import stop_session
 
-    try:
-        options = ArchiveOptions(
-            topic=topic,
-            bootstrap_servers=bootstrap or default_bootstrap(),
-            table=table,
-            event_time_column=event_time,
-            schema=schema,
-            format="avro" if avro_schema is not None else "json",
-            schema_file=avro_schema,
-            partition_by=partition_by,  # type: ignore[arg-type]
-            hourly=not daily,
-            starting_offsets=starting_offsets,
-            max_offsets_per_trigger=max_offsets,
-            dead_letter_table=dead_letter_table,
-            checkpoint_dir=checkpoint,
-            table_format=table_format,  # type: ignore[arg-type]
-            iceberg_catalog=_json_object(iceberg_catalog, "--iceberg-catalog"),
-            delta_storage_options=_json_object(delta_storage_options, "--delta-storage-options"),
-        )
-        job, config = archive_job(options)
-        run = RunOptions(
-            mode=Mode.STREAM,
-            trigger=trigger,
-            until_idle=until_idle,
-            timeout=timeout,
-            progress=progress,
-        )
-    except KappaError as exc:
-        raise error_exit(_console, exc) from exc
+    options, job, config, run = _prepare_archive(dict(locals()))
     spark = command_session(f"kappa-{job.name}", master=master, metastore_uri=metastore_uri)
     try:
         result = run_job(spark, job, config, run, job_path="kappaplus.archive", console=_console)
@@ -161,7 +151,57 @@ def archive_command(
     finally:
         stop_session(spark)
     print_summary(result.record)
-    kind = "arrival" if partition_by == "arrival" else "event"
+    _print_backfill_binding(options)
+    code = exit_code(result.record)
+    if code:
+        raise typer.Exit(code)
+
+
+def _prepare_archive(given: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(archive options, job, config, run options)`` of the command line; a user error
+    exits 2 naming the option."""
+    from kappaplus.archive import ArchiveOptions, archive_job
+    from kappaplus.runtime.options import RunOptions
+
+    try:
+        options = ArchiveOptions(
+            topic=given["topic"],
+            bootstrap_servers=given["bootstrap"] or default_bootstrap(),
+            table=given["table"],
+            event_time_column=given["event_time"],
+            schema=given["schema"],
+            format="avro" if given["avro_schema"] is not None else "json",
+            schema_file=given["avro_schema"],
+            partition_by=given["partition_by"],
+            hourly=not given["daily"],
+            starting_offsets=given["starting_offsets"],
+            max_offsets_per_trigger=given["max_offsets"],
+            dead_letter_table=given["dead_letter_table"],
+            checkpoint_dir=given["checkpoint"],
+            table_format=given["table_format"],
+            iceberg_catalog=_json_object(given["iceberg_catalog"], "--iceberg-catalog"),
+            delta_storage_options=_json_object(
+                given["delta_storage_options"], "--delta-storage-options"
+            ),
+        )
+        job, config = archive_job(options)
+        run = RunOptions(
+            mode=Mode.STREAM,
+            trigger=given["trigger"],
+            until_idle=given["until_idle"],
+            timeout=given["timeout"],
+            progress=given["progress"],
+        )
+    except KappaError as exc:
+        raise error_exit(_console, exc) from exc
+    return options, job, config, run
+
+
+def _print_backfill_binding(options: Any) -> None:
+    """How a backfill's configuration binds the archive (one line)."""
+    from kappaplus.archive import archive_partition_format
+
+    table, event_time, table_format = options.table, options.event_time_column, options.table_format
     if table_format in ("iceberg", "delta"):
         key = "table" if table_format == "iceberg" else "path"
         _console.print(
@@ -169,19 +209,14 @@ def archive_command(
             f"event_time_column = {event_time!r}",
             markup=False,
         )
-        code = exit_code(result.record)
-        if code:
-            raise typer.Exit(code)
         return
+    kind = "arrival" if options.partition_by == "arrival" else "event"
     _console.print(
         f"backfills read it with: [inputs.<name>.hive] table = {table!r}, "
         f"partition_format = {archive_partition_format(options)!r}, partition_time = {kind!r}"
         + (", max_lateness = '<how late events arrive>'" if kind == "arrival" else ""),
         markup=False,
     )
-    code = exit_code(result.record)
-    if code:
-        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -85,21 +85,27 @@ def _plan(job: str, config: Path | None, input_name: str | None, checkpoint: Pat
     return loaded, input_name, build_plan, target, ledger
 
 
+_JOB = typer.Argument(..., help="Dotted path 'package.module:JOB' or a reference job.")
+_REASON = typer.Option(None, "--reason", help="Only dead letters whose reason contains this text.")
+_SINCE = typer.Option(None, "--since", help="Dead-letter time from (ISO-8601, UTC).")
+_UNTIL = typer.Option(None, "--until", help="Dead-letter time before (exclusive).")
+_DRY_RUN = typer.Option(
+    False, "--dry-run", help="Decode again and say what would happen; produce nothing."
+)
+_AS_JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
 @app.command("replay")
 def replay_command(
-    job: str = typer.Argument(..., help="Dotted path 'package.module:JOB' or a reference job."),
+    job: str = _JOB,
     input_name: str = _INPUT,
     config: Path = _CONFIG,
-    reason: str = typer.Option(
-        None, "--reason", help="Only dead letters whose reason contains this text."
-    ),
-    since: str = typer.Option(None, "--since", help="Dead-letter time from (ISO-8601, UTC)."),
-    until: str = typer.Option(None, "--until", help="Dead-letter time before (exclusive)."),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Decode again and say what would happen; produce nothing."
-    ),
+    reason: str = _REASON,
+    since: str = _SINCE,
+    until: str = _UNTIL,
+    dry_run: bool = _DRY_RUN,
     checkpoint: Path = _CHECKPOINT,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = _AS_JSON,
     metastore_uri: str = METASTORE_URI,
 ) -> None:
     """Decode the dead letters of JOB's Kafka input again with the config's CURRENT decoder
@@ -141,10 +147,17 @@ def replay_command(
     if as_json:
         print(json.dumps({**result.as_json(), "dry_run": dry_run, "ledger": str(ledger.path)}))
         return
+    _print_replay(result, name=name, topic=plan.topic, dry_run=dry_run)
+    if not dry_run:
+        _console.print(f"ledger: {ledger.path} (kappa dlq trail {job})", soft_wrap=True)
+
+
+def _print_replay(result: Any, *, name: str, topic: str, dry_run: bool) -> None:
+    """The replay's counts, and the first reasons of those still failing."""
     verb = "would replay" if dry_run else "replayed"
     _console.print(
         f"{name}: {result.selected} dead letters selected; {verb} {result.replayed} to "
-        f"{plan.topic}; {result.failed_again} failed again; {result.already} replayed "
+        f"{topic}; {result.failed_again} failed again; {result.already} replayed "
         f"before (not again)"
         + (
             f"; {result.recovered_after_crash} found produced by a replay cut short"
@@ -155,8 +168,6 @@ def replay_command(
     )
     for coordinate, why in list(result.reasons.items())[:5]:
         _console.print(f"  still failing {coordinate}: {why}", soft_wrap=True, markup=False)
-    if not dry_run:
-        _console.print(f"ledger: {ledger.path} (kappa dlq trail {job})", soft_wrap=True)
 
 
 @app.command("trail")

@@ -20,9 +20,9 @@ def jvm_archive_command(
 ) -> None:
     """Build the class archive local runs start their driver JVM from (Java's class data
     sharing): Spark's, Hive's and the state store's classes parsed and verified once, so a
-    local `kappa run` reaches its first micro-batch about 5 s sooner. One training run on a
-    temporary catalog (about a minute), checked before it is put in place; kept in
-    $XDG_CACHE_HOME/kappaplus (~/.cache/kappaplus), one file (~220 MB) per Java and Spark
+    local `kappa run` reaches its first micro-batch sooner (docs/benchmarks.md). One
+    training run on a temporary catalog, checked before it is put in place; kept in
+    $XDG_CACHE_HOME/kappaplus (~/.cache/kappaplus), one file per Java and Spark
     installation. `make setup` runs it; does nothing when the archive exists.
 
     KAPPA_JVM_ARCHIVE=off turns archives off; a path there uses that file. Exit status 1 when

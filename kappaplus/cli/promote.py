@@ -33,13 +33,30 @@ def _load(job: str, config: Path | None) -> tuple[Any, Any]:
     return loaded, load_config(config_file)
 
 
-def _stream_free(job: Any, config: Any, output: str, checkpoint: Path | None) -> None:
-    """Refuse while the production stream runs: its sink writes the production name."""
-    from kappaplus.runtime.state.checkpoints import LOCK_FILE, stream_checkpoint
-    from kappaplus.runtime.state.locks import check_free
+def _print_journal(job: Any, config: Any, output: str | None, checkpoint: Path | None) -> None:
+    """``--status``: the output's promotion journal as JSON (``{}`` when none)."""
+    from kappaplus.promote.plan import promote_plan
+    from kappaplus.promote.swap import read_journal
 
-    run = stream_checkpoint(job, config, output, checkpoint).parent
-    check_free(run / LOCK_FILE, f"the production stream (checkpoint {run}); stop it, promote")
+    journal = read_journal(promote_plan(job, config, output, checkpoint).production)
+    print(json.dumps(journal, indent=1) if journal else "{}")
+
+
+_JOB = typer.Argument(..., help="Dotted path 'package.module:JOB' or a reference job.")
+_OUTPUT = typer.Option(None, "--output", "-o", help="The output (if several).")
+_FORCE = typer.Option(
+    False,
+    "--force",
+    help="Promote although reconcile does not explain every difference, backfill "
+    "windows are still open in production, or production has rows outside the "
+    "backfill's range; undo although another run wrote to the promoted table since.",
+)
+_UNDO = typer.Option(
+    False,
+    "--undo",
+    help="Put the previous production table back (and the backfill table back under its own name).",
+)
+_STATUS = typer.Option(False, "--status", help="Print the output's promotion journal and exit.")
 
 
 def register(app: typer.Typer) -> None:
@@ -47,26 +64,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def promote(
-        job: str = typer.Argument(..., help="Dotted path 'package.module:JOB' or a reference job."),
-        output: str = typer.Option(None, "--output", "-o", help="The output (if several)."),
+        job: str = _JOB,
+        output: str = _OUTPUT,
         config: Path = _CONFIG,
         checkpoint: Path = _CHECKPOINT,
-        force: bool = typer.Option(
-            False,
-            "--force",
-            help="Promote although reconcile does not explain every difference, backfill "
-            "windows are still open in production, or production has rows outside the "
-            "backfill's range; undo although another run wrote to the promoted table since.",
-        ),
-        undo: bool = typer.Option(
-            False,
-            "--undo",
-            help="Put the previous production table back (and the backfill "
-            "table back under its own name).",
-        ),
-        status: bool = typer.Option(
-            False, "--status", help="Print the output's promotion journal and exit."
-        ),
+        force: bool = _FORCE,
+        undo: bool = _UNDO,
+        status: bool = _STATUS,
         metastore_uri: str = METASTORE_URI,
     ) -> None:
         """Swap the finished backfill table of JOB's output in as the production table:
@@ -79,93 +83,31 @@ def register(app: typer.Typer) -> None:
         $KAPPA_HOME/promotions/<table>.json and as table properties
         (kappa.promote.*). Run again after a crash to finish; --undo takes it back. Exit
         status 2 when refused."""
-        from kappaplus.promote.checks import check_ready, check_tables, writers_since_promotion
-        from kappaplus.promote.plan import PromoteError, check_backfill_finished, promote_plan
-        from kappaplus.promote.swap import (
-            DONE,
-            PROMOTING,
-            UNDOING,
-            UNDONE,
-            journal_path,
-            new_record,
-            read_journal,
-        )
-        from kappaplus.promote.swap import promote as run_promotion
-        from kappaplus.promote.swap import undo as run_undo
+        from kappaplus.promote.command import carry_out, outcome_lines, prepare_promotion
         from kappaplus.session import stop_session
 
         try:
             loaded, cfg = _load(job, config)
-            plan = promote_plan(loaded, cfg, output, checkpoint)
-            journal = read_journal(plan.production)
             if status:
-                print(json.dumps(journal, indent=1) if journal else "{}")
+                _print_journal(loaded, cfg, output, checkpoint)
                 return
-            if undo:
-                if journal is None or journal.get("status") == UNDONE:
-                    raise PromoteError(
-                        f"no promotion into {plan.production} to undo "
-                        f"({journal_path(plan.production)})"
-                    )
-            elif journal is not None and journal.get("status") == UNDOING:
-                raise PromoteError(
-                    f"promotion {journal['id']} stopped while being undone: finish with "
-                    f"kappa promote {job} --output {plan.output} --undo"
-                )
-            resuming = not undo and journal is not None and journal.get("status") == PROMOTING
-            if not undo and not resuming:
-                given = f" -c {config}" if config is not None else ""
-                plan = check_backfill_finished(plan, f"kappa run {job}{given}")
-                _stream_free(loaded, cfg, plan.output, checkpoint)
+            step = prepare_promotion(
+                loaded,
+                cfg,
+                job_name=job,
+                output=output,
+                config_given=config,
+                checkpoint=checkpoint,
+                undo=undo,
+            )
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
         spark = command_session("kappa-promote", metastore_uri=metastore_uri)
         try:
-            if undo:
-                assert journal is not None
-                writers = writers_since_promotion(spark, journal) if not force else []
-                if journal.get("status") == DONE and writers:
-                    raise PromoteError(
-                        f"{plan.production} has batches of {', '.join(writers)} written since "
-                        f"promotion {journal['id']}: undoing would move them out of readers' "
-                        f"sight (to {plan.backfill}); stop that run first, or pass --force"
-                    )
-                record = run_undo(spark, journal)
-            elif resuming:
-                assert journal is not None
-                steps = [s["step"] for s in journal.get("steps", [])]
-                _console.print(
-                    f"resuming promotion {journal['id']} (stopped after: "
-                    f"{steps[-1] if steps else 'start'})"
-                )
-                record = run_promotion(spark, journal)
-            else:
-                check_tables(spark, plan)
-                readiness = check_ready(spark, loaded, cfg, plan)
-                if readiness.problems and not force:
-                    raise PromoteError(
-                        f"not promoting {plan.backfill}: {'; '.join(readiness.problems)}; "
-                        "pass --force to promote anyway"
-                    )
-                record = new_record(plan, journal, force)
-                record["checks"] = readiness.summary()
-                record = run_promotion(spark, record)
+            record = carry_out(spark, step, force=force, say=_console.print)
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
         finally:
             stop_session(spark)
-        where = journal_path(record["production_table"])
-        production, backfill = record["production_table"], record["backfill_table"]
-        if record["status"] == DONE:
-            _console.print(
-                f"promoted: {production} is now the backfill of "
-                f"{record.get('backfill_range')} (run {record.get('backfill_run')}); the "
-                f"previous production table is {record['previous_table']}"
-            )
-            _console.print(f"undo: kappa promote {job} --output {record['output']} --undo")
-        else:
-            _console.print(
-                f"undone: {production} is the previous production table again; the backfill "
-                f"is back in {backfill}"
-            )
-        _console.print(f"journal: {where}")
+        for line in outcome_lines(record, job):
+            _console.print(line)

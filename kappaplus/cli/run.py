@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,91 +97,108 @@ def _stop_quietly(spark: Any) -> None:
     shutdown_jvm()
 
 
+_JOB = typer.Argument(
+    None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
+)
+_MODE = typer.Option(
+    None,
+    "--mode",
+    "-m",
+    help="stream (Kafka), backfill (the lake over [start, end)) or bootstrap (the lake "
+    "up to --cutoff, then Kafka). Required but with --list.",
+    show_default=False,
+)
+_START = typer.Option(None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive).")
+_END = typer.Option(
+    None,
+    "--end",
+    help="Backfill end (ISO-8601, exclusive; default the binding's `end`, else none: "
+    "available-now reads to the lake's last event time, an interval follows new data).",
+)
+_CUTOFF = typer.Option(
+    None,
+    "--cutoff",
+    help="Bootstrap: the lake owns event times before this (ISO-8601), Kafka the rest.",
+)
+_LATENESS = typer.Option(
+    None,
+    "--lateness",
+    help="Bootstrap: read Kafka from cutoff minus this (e.g. '1 hour'; default the Hive "
+    "binding's max_lateness, else 1 hour).",
+)
+_TRIGGER = typer.Option(
+    None,
+    "--trigger",
+    help="available-now, once, or an interval like '10 seconds' "
+    "(default: available-now for backfill, the config's trigger_interval for stream).",
+)
+_UNTIL_IDLE = typer.Option(
+    None, "--until-idle", help="Stop once no query has read a row for this many seconds."
+)
+_CATCH_UP = typer.Option(
+    True,
+    "--catch-up/--no-catch-up",
+    help="Stream/bootstrap with an interval trigger: while more than one trigger behind "
+    "the head, run micro-batches back to back (available-now rounds), then the trigger.",
+)
+_TIMEOUT = typer.Option(
+    None,
+    "--timeout",
+    help="Stop after this many seconds (the micro-batch under way is committed first, "
+    "waiting at most 60 s more).",
+)
+_FRESH = typer.Option(
+    False,
+    "--fresh",
+    help="Start over: this run's checkpoint is set aside and deleted once the run's "
+    "checks pass (a refused run leaves it in place).",
+)
+_APPEND = typer.Option(
+    False,
+    "--append",
+    help="Write even where an output table or topic holds another run's rows over this "
+    "run's event times (deliberately: both stay). Without it such a run is refused "
+    "(exit 2).",
+)
+_REPLACE_RANGE = typer.Option(
+    False,
+    "--replace-range",
+    help="Backfill: replace the rows other runs wrote to the output Hive tables over "
+    "this run's [start, end) with this run's, in one step for readers when it finishes "
+    "(not for topics: records cannot be taken out of one).",
+)
+_PROGRESS = typer.Option(True, "--progress/--no-progress", help="Live progress table.")
+_METRICS_PORT = typer.Option(
+    None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
+)
+_AUDIT = typer.Option(
+    True, "--audit/--no-audit", help="Write per-bucket stage counts to the audit table."
+)
+_LIST_JOBS = typer.Option(False, "--list", help="List the reference jobs and exit.")
+
+
 def run_command(
-    job: str = typer.Argument(
-        None, help="Dotted path 'package.module:JOB' or a reference job name (see --list)."
-    ),
-    mode: str = typer.Option(
-        None,
-        "--mode",
-        "-m",
-        help="stream (Kafka), backfill (the lake over [start, end)) or bootstrap (the lake "
-        "up to --cutoff, then Kafka). Required but with --list.",
-        show_default=False,
-    ),
-    start: str = typer.Option(
-        None, "--start", help="Backfill/bootstrap start (ISO-8601, inclusive)."
-    ),
-    end: str = typer.Option(
-        None,
-        "--end",
-        help="Backfill end (ISO-8601, exclusive; default the binding's `end`, else none: "
-        "available-now reads to the lake's last event time, an interval follows new data).",
-    ),
-    cutoff: str = typer.Option(
-        None,
-        "--cutoff",
-        help="Bootstrap: the lake owns event times before this (ISO-8601), Kafka the rest.",
-    ),
-    lateness: str = typer.Option(
-        None,
-        "--lateness",
-        help="Bootstrap: read Kafka from cutoff minus this (e.g. '1 hour'; default the Hive "
-        "binding's max_lateness, else 1 hour).",
-    ),
+    job: str = _JOB,
+    mode: str = _MODE,
+    start: str = _START,
+    end: str = _END,
+    cutoff: str = _CUTOFF,
+    lateness: str = _LATENESS,
     config: Path = _CONFIG,
-    trigger: str = typer.Option(
-        None,
-        "--trigger",
-        help="available-now, once, or an interval like '10 seconds' "
-        "(default: available-now for backfill, the config's trigger_interval for stream).",
-    ),
-    until_idle: float = typer.Option(
-        None, "--until-idle", help="Stop once no query has read a row for this many seconds."
-    ),
-    catch_up: bool = typer.Option(
-        True,
-        "--catch-up/--no-catch-up",
-        help="Stream/bootstrap with an interval trigger: while more than one trigger behind "
-        "the head, run micro-batches back to back (available-now rounds), then the trigger.",
-    ),
-    timeout: float = typer.Option(
-        None,
-        "--timeout",
-        help="Stop after this many seconds (the micro-batch under way is committed first, "
-        "waiting at most 60 s more).",
-    ),
+    trigger: str = _TRIGGER,
+    until_idle: float = _UNTIL_IDLE,
+    catch_up: bool = _CATCH_UP,
+    timeout: float = _TIMEOUT,
     checkpoint: Path = _CHECKPOINT,
-    fresh: bool = typer.Option(
-        False,
-        "--fresh",
-        help="Start over: this run's checkpoint is set aside and deleted once the run's "
-        "checks pass (a refused run leaves it in place).",
-    ),
-    append: bool = typer.Option(
-        False,
-        "--append",
-        help="Write even where an output table or topic holds another run's rows over this "
-        "run's event times (deliberately: both stay). Without it such a run is refused "
-        "(exit 2).",
-    ),
-    replace_range: bool = typer.Option(
-        False,
-        "--replace-range",
-        help="Backfill: replace the rows other runs wrote to the output Hive tables over "
-        "this run's [start, end) with this run's, in one step for readers when it finishes "
-        "(not for topics: records cannot be taken out of one).",
-    ),
+    fresh: bool = _FRESH,
+    append: bool = _APPEND,
+    replace_range: bool = _REPLACE_RANGE,
     master: str = MASTER,
     metastore_uri: str = METASTORE_URI,
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress table."),
-    metrics_port: int = typer.Option(
-        None, "--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."
-    ),
-    audit: bool = typer.Option(
-        True, "--audit/--no-audit", help="Write per-bucket stage counts to the audit table."
-    ),
-    list_jobs: bool = typer.Option(False, "--list", help="List the reference jobs and exit."),
+    progress: bool = _PROGRESS,
+    metrics_port: int = _METRICS_PORT,
+    audit: bool = _AUDIT,
+    list_jobs: bool = _LIST_JOBS,
 ) -> None:
     """Run JOB in one mode: `stream` reads Kafka, `backfill` reads the lake (Hive, Iceberg or
     Delta tables) over [start, end), `bootstrap` reads the lake up to --cutoff and then
@@ -199,62 +217,95 @@ def run_command(
     config, 124 a backfill (or a bootstrap's lake phase) --timeout stopped part way, 130/143
     stopped by Ctrl-C/SIGTERM (also when sent to the whole process group).
     """
-    from kappaplus.config import load_config
-    from kappaplus.core.jvm import shutdown_jvm
-    from kappaplus.jobs import load_job
-    from kappaplus.runtime.failures import explain
-    from kappaplus.runtime.failures import metastore_uri as metastore_of
-    from kappaplus.runtime.options import RunOptions
-    from kappaplus.runtime.runner import run_job
-    from kappaplus.runtime.state.checkpoints import check_before_spark, check_shared_checkpoint
-    from kappaplus.runtime.state.records import exit_code
-    from kappaplus.session import STATE_STORE_SETTINGS
-
     if list_jobs:
         for name, path in REFERENCE_JOBS.items():
             _console.print(f"{name:16} {path}")
         return
-    if job is None:
+    run = _prepare_run(dict(locals()))
+    code = _run_prepared(run, master=master, metastore_uri=metastore_uri)
+    if code:
+        raise typer.Exit(code)
+
+
+_RUN_OPTION_KEYS = (
+    "mode",
+    "start",
+    "end",
+    "cutoff",
+    "lateness",
+    "trigger",
+    "until_idle",
+    "catch_up",
+    "timeout",
+    "fresh",
+    "append",
+    "replace_range",
+    "progress",
+    "metrics_port",
+    "audit",
+)
+"""The options of ``kappa run`` that are :class:`~kappaplus.runtime.options.RunOptions`
+fields of the same name."""
+
+
+@dataclass(frozen=True)
+class _PreparedRun:
+    """A ``kappa run`` checked before Spark starts: the job, its config, its options."""
+
+    path: str
+    job: Any
+    config_file: Path
+    config: Any
+    options: Any
+
+
+def _prepare_run(given: dict[str, Any]) -> _PreparedRun:
+    """The job, config and run options of the command line, checked before Spark starts;
+    a user error exits 2 naming the option."""
+    from kappaplus.config import load_config
+    from kappaplus.jobs import load_job
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.state.checkpoints import check_before_spark, check_shared_checkpoint
+
+    if given["job"] is None:
         raise error_exit(_console, ConfigError("JOB", None, "name the job to run (or --list)"))
-    if mode is None:
+    if given["mode"] is None:
         raise error_exit(
             _console, ConfigError("--mode", None, "choose stream, backfill or bootstrap")
         )
     import_from_cwd()
     try:
-        path = job_path(job)
+        path = job_path(given["job"])
         loaded = load_job(path)
-        config_file = config or default_config(path)
+        config_file = given["config"] or default_config(path)
         if config_file is None:
             raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
         job_config = load_config(config_file)
         options = RunOptions(
-            mode=mode,  # type: ignore[arg-type]
-            start=start,
-            end=end,
-            cutoff=cutoff,
-            lateness=lateness,
-            trigger=trigger,
-            until_idle=until_idle,
-            catch_up=catch_up,
-            timeout=timeout,
-            checkpoint_root=checkpoint,
-            fresh=fresh,
-            append=append,
-            replace_range=replace_range,
-            progress=progress,
-            metrics_port=metrics_port,
-            audit=audit,
+            **{key: given[key] for key in _RUN_OPTION_KEYS},
+            checkpoint_root=given["checkpoint"],
         )
-        named_master = master or os.environ.get("KAPPA_SPARK_MASTER")
+        named_master = given["master"] or os.environ.get("KAPPA_SPARK_MASTER")
         if named_master:  # spark-submit's master is known once the session is up
             check_shared_checkpoint(job_config, options, named_master)
         check_before_spark(loaded, job_config, options)
     except KappaError as exc:
         raise error_exit(_console, exc) from exc
+    return _PreparedRun(path, loaded, Path(config_file), job_config, options)
+
+
+def _run_prepared(run: _PreparedRun, *, master: str | None, metastore_uri: str | None) -> int:
+    """Open the session, run the job, print the summary; the run's exit status."""
+    from kappaplus.core.jvm import shutdown_jvm
+    from kappaplus.runtime.failures import explain
+    from kappaplus.runtime.failures import metastore_uri as metastore_of
+    from kappaplus.runtime.runner import run_job
+    from kappaplus.runtime.state.records import exit_code
+    from kappaplus.session import STATE_STORE_SETTINGS
+
     try:
         spark = command_session(
-            f"kappa-{loaded.name}-{mode}",
+            f"kappa-{run.job.name}-{run.options.mode}",
             master=master,
             metastore_uri=metastore_uri,
             defaults=STATE_STORE_SETTINGS,
@@ -267,11 +318,11 @@ def run_command(
     try:
         result = run_job(
             spark,
-            loaded,
-            job_config,
-            options,
-            job_path=path,
-            config_file=str(Path(config_file).resolve()),
+            run.job,
+            run.config,
+            run.options,
+            job_path=run.path,
+            config_file=str(run.config_file.resolve()),
             console=_console,
         )
     except KappaError as exc:
@@ -285,9 +336,7 @@ def run_command(
     finally:
         _stop_quietly(spark)
     print_summary(result.record)
-    code = exit_code(result.record)
-    if code:
-        raise typer.Exit(code)
+    return exit_code(result.record)
 
 
 def summary_lines(record: Any) -> list[str]:
@@ -362,17 +411,6 @@ def print_summary(record: Any) -> None:
         _console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _dead_letters(inputs: dict[str, dict[str, Any]]) -> int:
-    """Dead letters of a run over its inputs: Kafka decode failures or unplaceable rows."""
-    total = 0
-    for counts in inputs.values():
-        for key in ("dead_letters", "dead_letters_written", "dead"):
-            if isinstance(counts.get(key), int):
-                total += counts[key]
-                break
-    return total
-
-
 def _short_time(epoch: float | None) -> str:
     return "-" if not epoch else time.strftime("%m-%d %H:%M", time.localtime(epoch))
 
@@ -418,23 +456,19 @@ def compact_status_lines(rows: list[dict[str, Any]], width: int = 80) -> list[st
     return [line for line in lines if line]
 
 
-def _latest_users(records: list[Any]) -> dict[str, str]:
-    """Checkpoint path -> the run id of the latest run (by start) that used it."""
-    users: dict[str, tuple[float, str]] = {}
-    for record in records:
-        for path in record.checkpoints.values():
-            if path not in users or record.started_at >= users[path][0]:
-                users[path] = (record.started_at, record.run_id)
-    return {path: run_id for path, (_, run_id) in users.items()}
+_STATUS_COMMAND_JOB = typer.Option(None, "--job", "-j", help="Only runs of this job (name).")
+_AS_JSON = typer.Option(False, "--json", help="Print JSON (every field) for scripts.")
+_WIDE = typer.Option(
+    False, "--wide", "-w", help="A wide table: run ids, ranges and checkpoint positions."
+)
+_LIMIT = typer.Option(20, "--limit", "-n", help="Show the latest N runs.")
 
 
 def status_command(
-    job: str = typer.Option(None, "--job", "-j", help="Only runs of this job (name)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (every field) for scripts."),
-    wide: bool = typer.Option(
-        False, "--wide", "-w", help="A wide table: run ids, ranges and checkpoint positions."
-    ),
-    limit: int = typer.Option(20, "--limit", "-n", help="Show the latest N runs."),
+    job: str = _STATUS_COMMAND_JOB,
+    as_json: bool = _AS_JSON,
+    wide: bool = _WIDE,
+    limit: int = _LIMIT,
 ) -> None:
     """List recorded runs and where they stand (run records + checkpoint offset logs),
     then the local services running (kappa up: broker, metastore server, s3 store).
@@ -443,57 +477,9 @@ def status_command(
     dropped as late and dead letters. --wide adds run ids, ranges and where each
     checkpoint stands; --json prints the runs only, with every field.
     """
-    from kappaplus.runtime.state.records import list_runs, read_checkpoint
+    from kappaplus.runtime.state.run_status import status_rows
 
-    every = list_runs()
-    records = [r for r in every if job is None or r.job == job][-limit:]
-    latest_user = _latest_users(every)
-    rows: list[dict[str, Any]] = []
-    for record in records:
-        checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
-        later = sorted(
-            {latest_user[path] for path in record.checkpoints.values()} - {record.run_id}
-        )
-        # the checkpoints stand where the LAST run over them left them: an earlier run's
-        # fraction done is its own, as its record last said (an interrupted run resumed
-        # later is not 100% done)
-        done = (
-            [] if later else [d for d in (c.done() for c in checkpoints.values()) if d is not None]
-        )
-        rows.append(
-            {
-                "run_id": record.run_id,
-                "job": record.job,
-                "mode": record.mode,
-                "status": record.effective_status(),
-                "stopped_by": record.stopped_by,
-                "range": f"[{record.start or '-'}, {record.end or '-'})",
-                "done": min(done) if done else record.done,
-                "started_at": record.started_at,
-                "ended_at": record.ended_at,
-                "rows": sum(
-                    int(stats.get("rows", stats.get("input_rows", 0)) or 0)
-                    for stats in record.outputs.values()
-                ),
-                "throughput": {
-                    name: stats.get("throughput") for name, stats in record.outputs.items()
-                },
-                "rows_dropped_late": record.rows_dropped_late,
-                "dead_letters": _dead_letters(record.inputs),
-                "checkpoints": {
-                    name: {
-                        "path": state.path,
-                        "last_batch": state.last_offset_batch,
-                        "committed": state.last_commit_batch,
-                        "pending": state.pending,
-                        "position": state.position(),
-                    }
-                    for name, state in checkpoints.items()
-                },
-                "error": record.error,
-                "checkpoints_resumed_by": later,
-            }
-        )
+    rows = status_rows(job, limit)
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return

@@ -160,31 +160,40 @@ UP_HELP = (
 )
 
 
+_BROKER = typer.Option(
+    True, "--broker/--no-broker", help="Start the embedded Kafka-protocol broker."
+)
+_METASTORE = typer.Option(
+    True, "--metastore/--no-metastore", help="Start the Hive metastore server."
+)
+_BROKER_PORT = typer.Option(
+    None, "--broker-port", help="Broker port (default 9092, else a free one)."
+)
+_METASTORE_PORT = typer.Option(
+    None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
+)
+_S3 = typer.Option(
+    False,
+    "--s3/--no-s3",
+    help="Also start the S3-compatible object store (moto_server; objects in memory).",
+)
+_S3_PORT = typer.Option(None, "--s3-port", help="Object store port (default 5000).")
+_PRINT_ENV = typer.Option(
+    False,
+    "--print-env",
+    help='Print only the export lines (for eval "$(kappa up --print-env)").',
+)
+
+
 def up(
     home: Path = _HOME,
-    broker: bool = typer.Option(
-        True, "--broker/--no-broker", help="Start the embedded Kafka-protocol broker."
-    ),
-    metastore: bool = typer.Option(
-        True, "--metastore/--no-metastore", help="Start the Hive metastore server."
-    ),
-    broker_port: int = typer.Option(
-        None, "--broker-port", help="Broker port (default 9092, else a free one)."
-    ),
-    metastore_port: int = typer.Option(
-        None, "--metastore-port", help="Metastore port (default 9083, else a free one)."
-    ),
-    s3: bool = typer.Option(
-        False,
-        "--s3/--no-s3",
-        help="Also start the S3-compatible object store (moto_server; objects in memory).",
-    ),
-    s3_port: int = typer.Option(None, "--s3-port", help="Object store port (default 5000)."),
-    print_env: bool = typer.Option(
-        False,
-        "--print-env",
-        help='Print only the export lines (for eval "$(kappa up --print-env)").',
-    ),
+    broker: bool = _BROKER,
+    metastore: bool = _METASTORE,
+    broker_port: int = _BROKER_PORT,
+    metastore_port: int = _METASTORE_PORT,
+    s3: bool = _S3,
+    s3_port: int = _S3_PORT,
+    print_env: bool = _PRINT_ENV,
 ) -> None:
     """Start (or reuse) the embedded broker and the metastore server; see ``UP_HELP``."""
     if not (broker or metastore or s3):
@@ -194,7 +203,6 @@ def up(
     table = Table("service", "state", "address", "pid")
     logs: list[str] = []
     addresses: dict[str, str] = {}
-    failed = False
     wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer | ObjectStore, str]] = []
     if broker:
         wanted.append(("broker", "kafka broker", EmbeddedBroker(root, broker_port), "the broker"))
@@ -204,6 +212,38 @@ def up(
     store = ObjectStore(root, s3_port)
     if s3:
         wanted.append(("s3", "s3 object store", store, "the object store (moto_server)"))
+    failed = _start_services(wanted, print_env, table, logs, addresses)
+    exports = export_lines(addresses, root)
+    if print_env:
+        print("\n".join(exports))
+        raise typer.Exit(1 if failed else 0)
+    _console.print(table)
+    _console.print(f"state directory: {root}")
+    _print_addresses(addresses, root, store)
+    if exports:
+        _console.print(
+            'for job configs (bootstrap_servers = "${KAPPA_BOOTSTRAP}") and other shells, '
+            'export (or eval "$(kappa up --print-env)"):'
+        )
+        for line in exports:
+            print(f"  {line}")
+    for line in logs:
+        _console.print(line, style="dim")
+    _console.print("stop with: kappa down" + (f" --home {home}" if home else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _start_services(
+    wanted: list[tuple[str, str, EmbeddedBroker | MetastoreServer | ObjectStore, str]],
+    print_env: bool,
+    table: Table,
+    logs: list[str],
+    addresses: dict[str, str],
+) -> bool:
+    """Start (or reuse) each wanted service, noting its address, row and log; whether one
+    failed (each failure printed)."""
+    failed = False
     for key, label, service, what in wanted:
         try:
             was_running = service.status().running
@@ -219,12 +259,11 @@ def up(
             print_error(_console, f"{key}: {exc}")
             table.add_row(label, "[red]failed[/red]", "-", "-")
             failed = True
-    exports = export_lines(addresses, root)
-    if print_env:
-        print("\n".join(exports))
-        raise typer.Exit(1 if failed else 0)
-    _console.print(table)
-    _console.print(f"state directory: {root}")
+    return failed
+
+
+def _print_addresses(addresses: dict[str, str], root: Path, store: ObjectStore) -> None:
+    """Where each started service listens, and how a job config names it."""
     if "broker" in addresses:
         _console.print(
             f"bootstrap servers: [bold]{addresses['broker']}[/bold] "
@@ -239,18 +278,6 @@ def up(
     if "s3" in addresses:
         _console.print(f"s3 endpoint: [bold]{addresses['s3']}[/bold]")
         print_s3_properties(store, addresses["s3"])
-    if exports:
-        _console.print(
-            'for job configs (bootstrap_servers = "${KAPPA_BOOTSTRAP}") and other shells, '
-            'export (or eval "$(kappa up --print-env)"):'
-        )
-        for line in exports:
-            print(f"  {line}")
-    for line in logs:
-        _console.print(line, style="dim")
-    _console.print("stop with: kappa down" + (f" --home {home}" if home else ""))
-    if failed:
-        raise typer.Exit(1)
 
 
 def export_lines(addresses: dict[str, str], home: Path) -> list[str]:

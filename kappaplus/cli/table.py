@@ -38,40 +38,50 @@ def _check_partition_format(partition_format: str | None) -> None:
         raise ConfigError("--partition-format", partition_format, problem) from None
 
 
+_NAME = typer.Argument(..., help="Table name, e.g. lake.rides.")
+_LOCATION = typer.Option(
+    ..., "--location", "-l", help="Directory of the files (with --delta: the table's)."
+)
+_FMT = typer.Option("parquet", "--format", "-f", help="parquet or orc.")
+_PARTITION_FORMAT = typer.Option(
+    None,
+    "--partition-format",
+    help="e.g. 'dt=%Y-%m-%d/hr=%H': checks every directory (default: from the names).",
+)
+_REPLACE = typer.Option(
+    False, "--replace", help="Point an existing table at this location (files are kept)."
+)
+_DELTA = typer.Option(
+    False,
+    "--delta",
+    help="--location is a Delta table: record NAME for it in the state directory "
+    "(no Spark started); the `path` of `inputs.<n>.delta` and describe --delta accept NAME.",
+)
+_ICEBERG = typer.Option(
+    False,
+    "--iceberg",
+    help="--location is an Iceberg table (its directory or metadata file): register it "
+    "as NAME in the Iceberg catalog (no Spark started).",
+)
+_CATALOG = typer.Option(
+    None,
+    "--catalog",
+    help='With --iceberg: catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
+    "(default: the embedded SQL catalog of the state directory).",
+)
+
+
 @app.command("register")
 def register_command(
-    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
-    location: str = typer.Option(
-        ..., "--location", "-l", help="Directory of the files (with --delta: the table's)."
-    ),
-    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or orc."),
-    partition_format: str = typer.Option(
-        None,
-        "--partition-format",
-        help="e.g. 'dt=%Y-%m-%d/hr=%H': checks every directory (default: from the names).",
-    ),
-    replace: bool = typer.Option(
-        False, "--replace", help="Point an existing table at this location (files are kept)."
-    ),
+    name: str = _NAME,
+    location: str = _LOCATION,
+    fmt: str = _FMT,
+    partition_format: str = _PARTITION_FORMAT,
+    replace: bool = _REPLACE,
     metastore_uri: str = METASTORE_URI,
-    delta: bool = typer.Option(
-        False,
-        "--delta",
-        help="--location is a Delta table: record NAME for it in the state directory "
-        "(no Spark started); the `path` of `inputs.<n>.delta` and describe --delta accept NAME.",
-    ),
-    iceberg: bool = typer.Option(
-        False,
-        "--iceberg",
-        help="--location is an Iceberg table (its directory or metadata file): register it "
-        "as NAME in the Iceberg catalog (no Spark started).",
-    ),
-    catalog: str = typer.Option(
-        None,
-        "--catalog",
-        help='With --iceberg: catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
-        "(default: the embedded SQL catalog of the state directory).",
-    ),
+    delta: bool = _DELTA,
+    iceberg: bool = _ICEBERG,
+    catalog: str = _CATALOG,
 ) -> None:
     """Register the directory --location as the external table NAME: columns from the
     files, partition columns (STRING) from the directory names, every partition added.
@@ -87,6 +97,19 @@ def register_command(
     if iceberg or catalog is not None:
         _register_iceberg(name, location, catalog, replace)
         return
+    _register_hive(name, location, fmt, partition_format, replace, metastore_uri)
+
+
+def _register_hive(
+    name: str,
+    location: str,
+    fmt: str,
+    partition_format: str | None,
+    replace: bool,
+    metastore_uri: str | None,
+) -> None:
+    """``kappa table register`` of a Hive table: the partitions listed before Spark starts,
+    then every one added."""
     from rich.progress import Progress
 
     from kappaplus.core.table.catalogs import describe_catalog
@@ -127,37 +150,47 @@ def register_command(
     _console.print(f"see what a backfill reads: kappa table describe {result.table}")
 
 
+_DESCRIBE_COMMAND_NAME = typer.Argument(..., help="Table name, e.g. lake.rides.")
+_EVENT_TIME = typer.Option(
+    None, "--event-time", "-e", help="Event-time column (default: the one timestamp)."
+)
+_DESCRIBE_COMMAND_PARTITION_FORMAT = typer.Option(
+    None, "--partition-format", help="e.g. 'dt=%Y-%m-%d/hr=%H' (default: inferred)."
+)
+_AS_JSON = typer.Option(False, "--json", help="Print JSON.")
+_DESCRIBE_COMMAND_ICEBERG = typer.Option(
+    False, "--iceberg", help="NAME is an Iceberg table (pyiceberg; no Spark started)."
+)
+_DESCRIBE_COMMAND_CATALOG = typer.Option(
+    None,
+    "--catalog",
+    help='Iceberg catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
+    "(default: the embedded SQL catalog under the state directory).",
+)
+_DESCRIBE_COMMAND_DELTA = typer.Option(
+    False,
+    "--delta",
+    help="NAME is a Delta table's location or a name registered with register --delta "
+    "(delta-rs; no Spark started).",
+)
+_STORAGE_OPTIONS = typer.Option(
+    None,
+    "--storage-options",
+    help="With --delta: delta-rs storage options as JSON, e.g. '{\"AWS_ENDPOINT_URL\": ...}'.",
+)
+
+
 @app.command("describe")
 def describe_command(
-    name: str = typer.Argument(..., help="Table name, e.g. lake.rides."),
-    event_time: str = typer.Option(
-        None, "--event-time", "-e", help="Event-time column (default: the one timestamp)."
-    ),
-    partition_format: str = typer.Option(
-        None, "--partition-format", help="e.g. 'dt=%Y-%m-%d/hr=%H' (default: inferred)."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    name: str = _DESCRIBE_COMMAND_NAME,
+    event_time: str = _EVENT_TIME,
+    partition_format: str = _DESCRIBE_COMMAND_PARTITION_FORMAT,
+    as_json: bool = _AS_JSON,
     metastore_uri: str = METASTORE_URI,
-    iceberg: bool = typer.Option(
-        False, "--iceberg", help="NAME is an Iceberg table (pyiceberg; no Spark started)."
-    ),
-    catalog: str = typer.Option(
-        None,
-        "--catalog",
-        help='Iceberg catalog properties as JSON, e.g. \'{"type": "rest", "uri": ...}\' '
-        "(default: the embedded SQL catalog under the state directory).",
-    ),
-    delta: bool = typer.Option(
-        False,
-        "--delta",
-        help="NAME is a Delta table's location or a name registered with register --delta "
-        "(delta-rs; no Spark started).",
-    ),
-    storage_options: str = typer.Option(
-        None,
-        "--storage-options",
-        help="With --delta: delta-rs storage options as JSON, e.g. '{\"AWS_ENDPOINT_URL\": ...}'.",
-    ),
+    iceberg: bool = _DESCRIBE_COMMAND_ICEBERG,
+    catalog: str = _DESCRIBE_COMMAND_CATALOG,
+    delta: bool = _DESCRIBE_COMMAND_DELTA,
+    storage_options: str = _STORAGE_OPTIONS,
 ) -> None:
     """Show what a backfill of NAME will see, from file metadata only: partitions, files,
     rows, the event-time range, null event times, and how far event times sit outside

@@ -39,19 +39,12 @@ from __future__ import annotations
 from kappaplus.config.bindings import (
     DeadLetterQueue,
     DeltaInput,
-    DeltaOutput,
     EventTimeBounds,
     HiveDeadLetters,
     HiveInput,
-    HiveOutput,
     IcebergInput,
-    IcebergOutput,
     InputBinding,
     KafkaInput,
-    KafkaOutput,
-    LateRowsTarget,
-    OutputBinding,
-    ReconcileKeys,
     redact,
 )
 from kappaplus.config.fields import (
@@ -76,6 +69,15 @@ from kappaplus.config.loading import (
 from kappaplus.config.model import (
     JobConfig,
     ModeOverride,
+)
+from kappaplus.config.output_bindings import (
+    DeltaOutput,
+    HiveOutput,
+    IcebergOutput,
+    KafkaOutput,
+    LateRowsTarget,
+    OutputBinding,
+    ReconcileKeys,
 )
 from kappaplus.config.resolution import (
     ResolvedConfig,

@@ -13,7 +13,6 @@ from pydantic import (
 
 from kappaplus.config.bindings import (
     InputBinding,
-    OutputBinding,
     SliceBudgets,
 )
 from kappaplus.config.fields import (
@@ -24,6 +23,9 @@ from kappaplus.config.fields import (
     TableName,
     TopicName,
     TriggerInterval,
+)
+from kappaplus.config.output_bindings import (
+    OutputBinding,
 )
 from kappaplus.core.modes import Mode
 

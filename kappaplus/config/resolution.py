@@ -3,7 +3,7 @@ defaulted, inputs and outputs checked against the job's declared names."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,15 +14,10 @@ from pydantic import (
 
 from kappaplus.config.bindings import (
     DeltaInput,
-    DeltaOutput,
     EventTimeBounds,
     HiveInput,
-    HiveOutput,
     IcebergInput,
-    IcebergOutput,
     KafkaInput,
-    KafkaOutput,
-    LateRowsTarget,
 )
 from kappaplus.config.fields import (
     AVAILABLE_NOW,
@@ -32,6 +27,13 @@ from kappaplus.config.model import (
     JobConfig,
     ModeOverride,
     OutputOverride,
+)
+from kappaplus.config.output_bindings import (
+    DeltaOutput,
+    HiveOutput,
+    IcebergOutput,
+    KafkaOutput,
+    LateRowsTarget,
 )
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import MODES, Mode
@@ -64,7 +66,7 @@ class ResolvedOutput:
     kafka: KafkaOutput | None
     hive: HiveOutput | None
     late: LateRowsTarget | None = None
-    """Stream mode only (:class:`~kappaplus.config.bindings.LateRowsTarget`)."""
+    """Stream mode only (:class:`~kappaplus.config.output_bindings.LateRowsTarget`)."""
     iceberg: IcebergOutput | None = None
     delta: DeltaOutput | None = None
 
@@ -117,65 +119,18 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
     params.update(override.params)
     note(f"mode.{mode}.params", override.params)
 
-    inputs: dict[str, ResolvedInput] = {}
-    for name, binding in config.inputs.items():
-        patch = override.inputs.get(name, InputOverride())
-        kafka = binding.kafka if run_mode.reads_kafka else None
-        hive = binding.hive if run_mode.reads_lake else None
-        iceberg = binding.iceberg if run_mode.reads_lake else None
-        delta = binding.delta if run_mode.reads_lake else None
-        if run_mode.reads_kafka and kafka is None:
-            raise ConfigError(
-                f"inputs.{name}.kafka", None, f"{mode} mode needs a Kafka topic for input {name!r}"
-            )
-        if run_mode.reads_lake and hive is None and iceberg is None and delta is None:
-            raise ConfigError(
-                f"inputs.{name}.hive",
-                None,
-                f"{mode} mode needs a Hive table ([...hive]), an Iceberg table ([...iceberg]) "
-                f"or a Delta table ([...delta]) for input {name!r}",
-            )
-        if kafka is not None and patch.kafka is not None:
-            kafka = _update(kafka, dict(patch.kafka))
-            note(f"mode.{mode}.inputs.{name}.kafka", dict(patch.kafka))
-        if hive is not None and patch.hive is not None:
-            hive = _update(hive, dict(patch.hive))
-            note(f"mode.{mode}.inputs.{name}.hive", dict(patch.hive))
-        inputs[name] = ResolvedInput(
-            name, kafka, hive, binding.event_time_bounds, iceberg=iceberg, delta=delta
+    inputs = {
+        name: _resolve_input(
+            name, binding, override.inputs.get(name, InputOverride()), run_mode, note
         )
-
-    outputs: dict[str, ResolvedOutput] = {}
-    for name, out in config.outputs.items():
-        patch_out = override.outputs.get(name, OutputOverride())
-        kafka_out, hive_out = out.kafka, out.hive
-        if run_mode.writes_backfill_targets:
-            if kafka_out is not None:
-                kafka_out = _update(
-                    kafka_out, {"topic": kafka_out.backfill_topic or f"{kafka_out.topic}_backfill"}
-                )
-            if hive_out is not None:
-                hive_out = _update(
-                    hive_out, {"table": hive_out.backfill_table or f"{hive_out.table}_backfill"}
-                )
-        if kafka_out is not None and patch_out.kafka is not None:
-            kafka_out = _update(kafka_out, dict(patch_out.kafka))
-            note(f"mode.{mode}.outputs.{name}.kafka", dict(patch_out.kafka))
-        if hive_out is not None and patch_out.hive is not None:
-            hive_out = _update(hive_out, dict(patch_out.hive))
-            note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
-        iceberg_out = out.iceberg
-        if run_mode.writes_backfill_targets and iceberg_out is not None:
-            iceberg_out = _update(
-                iceberg_out,
-                {"table": iceberg_out.backfill_table or f"{iceberg_out.table}_backfill"},
-            )
-        delta_out = out.delta
-        if run_mode.writes_backfill_targets and delta_out is not None:
-            backfill = delta_out.backfill_path or delta_out.path.rstrip("/") + "_backfill"
-            delta_out = _update(delta_out, {"path": backfill})
-        late = out.late_target() if run_mode.keeps_late_rows else None
-        outputs[name] = ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out, delta_out)
+        for name, binding in config.inputs.items()
+    }
+    outputs = {
+        name: _resolve_output(
+            name, out, override.outputs.get(name, OutputOverride()), run_mode, note
+        )
+        for name, out in config.outputs.items()
+    }
 
     watermark = override.watermark_delay or config.watermark_delay
     if watermark is None and job is not None:
@@ -201,6 +156,79 @@ def resolve(config: JobConfig, mode: str, job: Job | None = None) -> ResolvedCon
         outputs=MappingProxyType(outputs),
         overridden=tuple(changed),
     )
+
+
+def _resolve_input(
+    name: str,
+    binding: Any,
+    patch: InputOverride,
+    run_mode: Mode,
+    note: Callable[[str, Mapping[str, Any]], None],
+) -> ResolvedInput:
+    """Input ``name``'s bindings that ``run_mode`` reads, with the mode's overrides."""
+    mode = run_mode.value
+    kafka = binding.kafka if run_mode.reads_kafka else None
+    hive = binding.hive if run_mode.reads_lake else None
+    iceberg = binding.iceberg if run_mode.reads_lake else None
+    delta = binding.delta if run_mode.reads_lake else None
+    if run_mode.reads_kafka and kafka is None:
+        raise ConfigError(
+            f"inputs.{name}.kafka", None, f"{mode} mode needs a Kafka topic for input {name!r}"
+        )
+    if run_mode.reads_lake and hive is None and iceberg is None and delta is None:
+        raise ConfigError(
+            f"inputs.{name}.hive",
+            None,
+            f"{mode} mode needs a Hive table ([...hive]), an Iceberg table ([...iceberg]) "
+            f"or a Delta table ([...delta]) for input {name!r}",
+        )
+    if kafka is not None and patch.kafka is not None:
+        kafka = _update(kafka, dict(patch.kafka))
+        note(f"mode.{mode}.inputs.{name}.kafka", dict(patch.kafka))
+    if hive is not None and patch.hive is not None:
+        hive = _update(hive, dict(patch.hive))
+        note(f"mode.{mode}.inputs.{name}.hive", dict(patch.hive))
+    return ResolvedInput(name, kafka, hive, binding.event_time_bounds, iceberg=iceberg, delta=delta)
+
+
+def _resolve_output(
+    name: str,
+    out: Any,
+    patch_out: OutputOverride,
+    run_mode: Mode,
+    note: Callable[[str, Mapping[str, Any]], None],
+) -> ResolvedOutput:
+    """Output ``name``'s targets in ``run_mode`` (the backfill targets in a backfill), with
+    the mode's overrides."""
+    mode = run_mode.value
+    kafka_out, hive_out = out.kafka, out.hive
+    if run_mode.writes_backfill_targets:
+        if kafka_out is not None:
+            kafka_out = _update(
+                kafka_out, {"topic": kafka_out.backfill_topic or f"{kafka_out.topic}_backfill"}
+            )
+        if hive_out is not None:
+            hive_out = _update(
+                hive_out, {"table": hive_out.backfill_table or f"{hive_out.table}_backfill"}
+            )
+    if kafka_out is not None and patch_out.kafka is not None:
+        kafka_out = _update(kafka_out, dict(patch_out.kafka))
+        note(f"mode.{mode}.outputs.{name}.kafka", dict(patch_out.kafka))
+    if hive_out is not None and patch_out.hive is not None:
+        hive_out = _update(hive_out, dict(patch_out.hive))
+        note(f"mode.{mode}.outputs.{name}.hive", dict(patch_out.hive))
+    iceberg_out = out.iceberg
+    if run_mode.writes_backfill_targets and iceberg_out is not None:
+        iceberg_out = _update(
+            iceberg_out,
+            {"table": iceberg_out.backfill_table or f"{iceberg_out.table}_backfill"},
+        )
+    delta_out = out.delta
+    if run_mode.writes_backfill_targets and delta_out is not None:
+        backfill = delta_out.backfill_path or delta_out.path.rstrip("/") + "_backfill"
+        delta_out = _update(delta_out, {"path": backfill})
+    late = out.late_target() if run_mode.keeps_late_rows else None
+    return ResolvedOutput(name, kafka_out, hive_out, late, iceberg_out, delta_out)
 
 
 def check_job(config: JobConfig, job: Job) -> None:

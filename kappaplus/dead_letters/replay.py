@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -395,6 +395,61 @@ def recover(ledger: ReplayLedger, plan: ReplayPlan) -> int:
     return found_total
 
 
+def _produce_again(
+    good: Sequence[DeadLetter],
+    plan: ReplayPlan,
+    replay_id: str,
+    ends: Mapping[int, int],
+    progress: Callable[[int, int], None] | None,
+) -> dict[str, dict[str, int]]:
+    """Produce ``good`` to the input's topic (idempotent producer, each to its original
+    partition when the topic still has it); where each landed, by coordinate.
+    :class:`KafkaError` when one was not acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            **plan.producer_settings,
+            "bootstrap.servers": plan.bootstrap,
+            "enable.idempotence": "true",
+            "acks": "all",
+            "linger.ms": "20",
+            "log_level": "0",
+        }
+    )
+    placed: dict[str, dict[str, int]] = {}
+    failures: list[str] = []
+
+    def report(coordinate: str) -> Callable[[Any, Any], None]:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(f"{coordinate}: {err}")
+            else:
+                placed[coordinate] = {"partition": msg.partition(), "offset": msg.offset()}
+
+        return delivered
+
+    for index, letter in enumerate(good, start=1):
+        headers = [
+            (REPLAY_OF, letter.coordinate.encode()),
+            (REPLAY_ID, replay_id.encode()),
+            (REPLAY_REASON, letter.reason.encode()[:1000]),
+        ]
+        kwargs: dict[str, Any] = {"headers": headers, "on_delivery": report(letter.coordinate)}
+        if letter.partition in ends:
+            kwargs["partition"] = letter.partition
+        producer.produce(plan.topic, value=letter.value, key=letter.key, **kwargs)
+        producer.poll(0)
+        if progress is not None:
+            progress(index, len(good))
+    if producer.flush(60) != 0 or failures:
+        raise KafkaError(
+            f"replaying to topic {plan.topic!r}: {failures[:3] or 'flush timed out'}; run the "
+            "same command again: what was produced is found in the topic, never produced twice"
+        )
+    return placed
+
+
 def replay_dead_letters(
     letters: Sequence[DeadLetter],
     plan: ReplayPlan,
@@ -405,8 +460,6 @@ def replay_dead_letters(
 ) -> ReplayResult:
     """Decode ``letters`` again; produce those that now decode to the input's topic, each
     once (see the module docstring); record those that fail again with their new reason."""
-    from confluent_kafka import Producer
-
     replay_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     result = ReplayResult(replay_id, selected=len(letters))
     if not dry_run:
@@ -449,46 +502,7 @@ def replay_dead_letters(
             "at": at,
         }
     )
-    producer = Producer(
-        {
-            **plan.producer_settings,
-            "bootstrap.servers": plan.bootstrap,
-            "enable.idempotence": "true",
-            "acks": "all",
-            "linger.ms": "20",
-            "log_level": "0",
-        }
-    )
-    placed: dict[str, dict[str, int]] = {}
-    failures: list[str] = []
-
-    def report(coordinate: str) -> Callable[[Any, Any], None]:
-        def delivered(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append(f"{coordinate}: {err}")
-            else:
-                placed[coordinate] = {"partition": msg.partition(), "offset": msg.offset()}
-
-        return delivered
-
-    for index, letter in enumerate(good, start=1):
-        headers = [
-            (REPLAY_OF, letter.coordinate.encode()),
-            (REPLAY_ID, replay_id.encode()),
-            (REPLAY_REASON, letter.reason.encode()[:1000]),
-        ]
-        kwargs: dict[str, Any] = {"headers": headers, "on_delivery": report(letter.coordinate)}
-        if letter.partition in ends:
-            kwargs["partition"] = letter.partition
-        producer.produce(plan.topic, value=letter.value, key=letter.key, **kwargs)
-        producer.poll(0)
-        if progress is not None:
-            progress(index, len(good))
-    if producer.flush(60) != 0 or failures:
-        raise KafkaError(
-            f"replaying to topic {plan.topic!r}: {failures[:3] or 'flush timed out'}; run the "
-            "same command again: what was produced is found in the topic, never produced twice"
-        )
+    placed = _produce_again(good, plan, replay_id, ends, progress)
     if os.environ.get(FAULT_ENV) == "after-produce":
         os._exit(137)  # tests: a kill -9 between producing and recording
     ledger.append(

@@ -290,20 +290,10 @@ def run_demo(
     another) and return what it measured. ``s3``: the Iceberg lake in the embedded object
     store (:class:`~kappaplus.local.s3.ObjectStore`, started or reused), its catalog the
     store's SQL catalog."""
-    from kappaplus.archive import ArchiveOptions, archive_job
-    from kappaplus.examples import sessionization
-    from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events
-    from kappaplus.runtime.options import RunOptions
-    from kappaplus.runtime.runner import run_job
     from kappaplus.session import stop_session
 
     home = state_dir()
-    history = demo_lake(lake, home, catalog={} if s3 else None)  # refused before any start
-    if s3:
-        from kappaplus.local.s3 import ObjectStore
-
-        store = ObjectStore(home)
-        history = demo_lake(lake, home, catalog=store.iceberg_catalog(store.start()))
+    history = _demo_history(lake, home, s3)
     report = DemoReport(lake=history.name)
     began = time.monotonic()
     work = home / "demo"
@@ -311,131 +301,198 @@ def run_demo(
     console.rule(
         f"[bold]kappaplus demo: one job, stream from Kafka and backfill from {history.title}"
     )
-
     with _phase(report, "1. embedded stack"):
-        bootstrap, _uri, spark = _start_stack(home)
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-        for table in (
-            EVENTS_TABLE,
-            f"{EVENTS_TABLE}_dead_letters",
-            SESSIONS_TABLE,
-            f"{SESSIONS_TABLE}_backfill",
-            LATE_TABLE,
-        ):
-            spark.sql(f"DROP TABLE IF EXISTS {table}")
-        history.drop(spark, EVENTS_TABLE)
-
+        bootstrap, spark = _fresh_stack(home, history)
     try:
         with _phase(report, "2. generate and produce"):
-            hours = days * 24
-            events = rider_events(
-                riders=riders,
-                start=START,
-                hours=hours,
-                seed=7,
-                late_fraction=0.3,
-                late_delay=LATE_DELAY,
-            )
-            report.events = len(events)
-            report.late_events = sum(
-                1 for e in events if e["arrival_time"] - e["event_time"] > timedelta(minutes=10)
-            )
-            _produce(bootstrap, events)
-            console.print(
-                f"{len(events):,} rider events over {days} days ({riders} riders) produced to "
-                f"[cyan]{TOPIC}[/] in arrival order: each up to 60 s late, "
-                f"{report.late_events} of them 6-12 hours late; plus 2 undecodable records"
-            )
-
+            events = _generate_and_produce(report, bootstrap, riders, days)
         with _phase(report, f"3. archive Kafka to the lake ({history.title})"):
-            archiver, archive_config = archive_job(
-                ArchiveOptions(
-                    **{
-                        "topic": TOPIC,
-                        "bootstrap_servers": bootstrap,
-                        "table": EVENTS_TABLE,
-                        "event_time_column": "event_time",
-                        "schema": RIDER_EVENT_DDL,
-                        "checkpoint_dir": work / "checkpoints",
-                        **history.archive_options(EVENTS_TABLE),
-                    }
-                )
-            )
-            run_job(
-                spark,
-                archiver,
-                archive_config,
-                RunOptions(Mode.STREAM, trigger="available-now", progress=True),
-                console=console,
-            )
-            report.archived = history.rows(spark, EVENTS_TABLE, "event_time")
-            report.dead_letters = spark.table(f"{EVENTS_TABLE}_dead_letters").count()
-            console.print(
-                f"[cyan]{EVENTS_TABLE}[/] ({history.title}): {report.archived:,} events; "
-                f"[cyan]{EVENTS_TABLE}_dead_letters[/] (Hive): {report.dead_letters} records "
-                "with reasons"
-            )
-
-        per_trigger = max(100, int(len(events) / hours * batch_hours))
+            _archive(report, spark, history, bootstrap, work)
+        per_trigger = max(100, int(len(events) / (days * 24) * batch_hours))
         config = _config(history, bootstrap, work / "checkpoints", slice_hours, per_trigger)
         with _phase(report, "4. stream mode (Kafka)"):
-            console.print(
-                f"sessionization from Kafka, {per_trigger} records (~{batch_hours:g} h of "
-                "arrivals) per micro-batch, watermark 2 minutes"
-            )
-            stream = run_job(
-                spark,
-                sessionization.JOB,
-                config,
-                RunOptions(Mode.STREAM, trigger="available-now", progress=True),
-                console=console,
-            )
+            stream = _stream(spark, config, per_trigger, batch_hours)
         end = START + timedelta(days=days)
         with _phase(report, f"5. backfill mode ({history.title})"):
-            console.print(
-                f"the same job from {EVENTS_TABLE} over [{START:%Y-%m-%d}, {end:%Y-%m-%d}), "
-                f"{slice_hours}-hour event-time slices, watermark 2 hours"
-            )
-            backfill = run_job(
-                spark,
-                sessionization.JOB,
-                config,
-                RunOptions(
-                    Mode.BACKFILL, start=START.isoformat(), end=end.isoformat(), progress=True
-                ),
-                console=console,
-            )
+            backfill = _backfill(spark, config, history, end, slice_hours)
         with _phase(report, "6. reconcile"):
-            reconcile(spark, stream, backfill, report, config)
-            lake_events = history.rows(spark, EVENTS_TABLE, "event_time", START, end)
-            report.lake_events = lake_events
-            accounted = (
-                report.recovered
-                == report.stream_dropped_late
-                == report.audit_dropped_late
-                == report.late_rows_kept
-            )
-            complete = report.backfill_events == lake_events
-            report.ok = (
-                accounted
-                and complete
-                and stream.job.transform is backfill.job.transform
-                and report.dead_letters == 2
-            )
-            console.print(
-                f"backfill counts {report.backfill_events:,} events in sessions; the lake holds "
-                f"{lake_events:,} in the range -> "
-                + ("[green]every event once[/]" if complete else "[red]MISMATCH[/]")
-            )
-            console.print(
-                f"late events recovered by the backfill ({report.recovered}) == late rows the "
-                f"stream reported ({report.stream_dropped_late}) -> "
-                + ("[green]accounted for exactly[/]" if accounted else "[red]NOT accounted[/]")
-            )
+            _reconcile_and_check(report, spark, history, config, stream, backfill, end)
         _where(home, history)
     finally:
         stop_session(spark)
-    total = time.monotonic() - began
+    _print_outcome(report, time.monotonic() - began, down)
+    return report
+
+
+def _demo_history(lake: str, home: Path, s3: bool) -> DemoLake:
+    """The demo's lake format (refused before any start), in the embedded object store when
+    ``s3`` (started or reused)."""
+    history = demo_lake(lake, home, catalog={} if s3 else None)
+    if s3:
+        from kappaplus.local.s3 import ObjectStore
+
+        store = ObjectStore(home)
+        history = demo_lake(lake, home, catalog=store.iceberg_catalog(store.start()))
+    return history
+
+
+def _fresh_stack(home: Path, history: DemoLake) -> tuple[str, Any]:
+    """Step 1: the embedded stack up, the demo's tables dropped; the broker and session."""
+    bootstrap, _uri, spark = _start_stack(home)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    for table in (
+        EVENTS_TABLE,
+        f"{EVENTS_TABLE}_dead_letters",
+        SESSIONS_TABLE,
+        f"{SESSIONS_TABLE}_backfill",
+        LATE_TABLE,
+    ):
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+    history.drop(spark, EVENTS_TABLE)
+    return bootstrap, spark
+
+
+def _generate_and_produce(
+    report: DemoReport, bootstrap: str, riders: int, days: int
+) -> list[dict[str, Any]]:
+    """Step 2: rider events, some of them hours late, produced in arrival order."""
+    from kappaplus.examples.generate import rider_events
+
+    events = rider_events(
+        riders=riders,
+        start=START,
+        hours=days * 24,
+        seed=7,
+        late_fraction=0.3,
+        late_delay=LATE_DELAY,
+    )
+    report.events = len(events)
+    report.late_events = sum(
+        1 for e in events if e["arrival_time"] - e["event_time"] > timedelta(minutes=10)
+    )
+    _produce(bootstrap, events)
+    console.print(
+        f"{len(events):,} rider events over {days} days ({riders} riders) produced to "
+        f"[cyan]{TOPIC}[/] in arrival order: each up to 60 s late, "
+        f"{report.late_events} of them 6-12 hours late; plus 2 undecodable records"
+    )
+    return events
+
+
+def _archive(report: DemoReport, spark: Any, history: DemoLake, bootstrap: str, work: Path) -> None:
+    """Step 3: the topic archived into the lake, bad records to dead letters."""
+    from kappaplus.archive import ArchiveOptions, archive_job
+    from kappaplus.examples.generate import RIDER_EVENT_DDL
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+
+    archiver, archive_config = archive_job(
+        ArchiveOptions(
+            **{
+                "topic": TOPIC,
+                "bootstrap_servers": bootstrap,
+                "table": EVENTS_TABLE,
+                "event_time_column": "event_time",
+                "schema": RIDER_EVENT_DDL,
+                "checkpoint_dir": work / "checkpoints",
+                **history.archive_options(EVENTS_TABLE),
+            }
+        )
+    )
+    run_job(
+        spark,
+        archiver,
+        archive_config,
+        RunOptions(Mode.STREAM, trigger="available-now", progress=True),
+        console=console,
+    )
+    report.archived = history.rows(spark, EVENTS_TABLE, "event_time")
+    report.dead_letters = spark.table(f"{EVENTS_TABLE}_dead_letters").count()
+    console.print(
+        f"[cyan]{EVENTS_TABLE}[/] ({history.title}): {report.archived:,} events; "
+        f"[cyan]{EVENTS_TABLE}_dead_letters[/] (Hive): {report.dead_letters} records "
+        "with reasons"
+    )
+
+
+def _stream(spark: Any, config: Any, per_trigger: int, batch_hours: float) -> Any:
+    """Step 4: the job in stream mode, from Kafka."""
+    from kappaplus.examples import sessionization
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+
+    console.print(
+        f"sessionization from Kafka, {per_trigger} records (~{batch_hours:g} h of "
+        "arrivals) per micro-batch, watermark 2 minutes"
+    )
+    return run_job(
+        spark,
+        sessionization.JOB,
+        config,
+        RunOptions(Mode.STREAM, trigger="available-now", progress=True),
+        console=console,
+    )
+
+
+def _backfill(spark: Any, config: Any, history: DemoLake, end: datetime, slice_hours: int) -> Any:
+    """Step 5: the same job in backfill mode, from the lake."""
+    from kappaplus.examples import sessionization
+    from kappaplus.runtime.options import RunOptions
+    from kappaplus.runtime.runner import run_job
+
+    console.print(
+        f"the same job from {EVENTS_TABLE} over [{START:%Y-%m-%d}, {end:%Y-%m-%d}), "
+        f"{slice_hours}-hour event-time slices, watermark 2 hours"
+    )
+    return run_job(
+        spark,
+        sessionization.JOB,
+        config,
+        RunOptions(Mode.BACKFILL, start=START.isoformat(), end=end.isoformat(), progress=True),
+        console=console,
+    )
+
+
+def _reconcile_and_check(
+    report: DemoReport,
+    spark: Any,
+    history: DemoLake,
+    config: Any,
+    stream: Any,
+    backfill: Any,
+    end: datetime,
+) -> None:
+    """Step 6: the two runs compared; every event once, every late row accounted for."""
+    reconcile(spark, stream, backfill, report, config)
+    lake_events = history.rows(spark, EVENTS_TABLE, "event_time", START, end)
+    report.lake_events = lake_events
+    accounted = (
+        report.recovered
+        == report.stream_dropped_late
+        == report.audit_dropped_late
+        == report.late_rows_kept
+    )
+    complete = report.backfill_events == lake_events
+    report.ok = (
+        accounted
+        and complete
+        and stream.job.transform is backfill.job.transform
+        and report.dead_letters == 2
+    )
+    console.print(
+        f"backfill counts {report.backfill_events:,} events in sessions; the lake holds "
+        f"{lake_events:,} in the range -> "
+        + ("[green]every event once[/]" if complete else "[red]MISMATCH[/]")
+    )
+    console.print(
+        f"late events recovered by the backfill ({report.recovered}) == late rows the "
+        f"stream reported ({report.stream_dropped_late}) -> "
+        + ("[green]accounted for exactly[/]" if accounted else "[red]NOT accounted[/]")
+    )
+
+
+def _print_outcome(report: DemoReport, total: float, down: bool) -> None:
+    """The timings and the verdict."""
     report.timings["total"] = total
     timing = "; ".join(
         f"{name.split('. ', 1)[-1]} {secs:.0f}s" for name, secs in report.timings.items()
@@ -454,7 +511,6 @@ def run_demo(
             else "Services keep running: [bold]kappa down[/] stops them."
         )
     )
-    return report
 
 
 def _where(home: Path, lake: DemoLake) -> None:

@@ -9,5 +9,6 @@ as ``<table>_previous``; ``kappa promote JOB --output O --undo`` puts it back.
   and the run's checkpoint), checked before Spark starts;
 - :mod:`kappaplus.promote.checks`: the checks that need the catalog (tables, reconcile);
 - :mod:`kappaplus.promote.swap`: the journaled catalog steps, resumable after a crash;
-- :mod:`kappaplus.cli.promote`: the command.
+- :mod:`kappaplus.promote.command`: the step asked for, carried out, and its outcome;
+- :mod:`kappaplus.cli.promote`: the command (options, session, printing).
 """

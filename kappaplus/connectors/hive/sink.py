@@ -1,22 +1,13 @@
 """Exactly-once Hive table sink for streaming queries (a ``foreachBatch`` writer).
 
-A plain append writes a replayed micro-batch twice, and dynamic partition overwrite deletes
-what earlier batches wrote to the same partition; a Hive table has no transactions. So the
-sink builds exactly-once from what a Hive table has: an atomic file rename, one
-``ALTER TABLE ... ADD PARTITION`` statement as one metastore transaction, readers that see
-only listed partitions, and Spark ignoring ``_``-prefixed paths. For batch ``b`` of query
-``q``: stage the rows under ``_kappa_staging/q/b`` with a manifest (names derived from
-``(q, b, n)``, so a replay lands on the same names), publish (rename into place; in
-``"batch"`` visibility into new ``kappa_batch=<s>`` partitions registered in one statement,
-so readers see whole batches), then write the commit marker ``_kappa_commits/q/b``, which
-records the run's provenance (job identity, range) and the event-time span of the rows the
-query committed, so no other run (nor this one from a lost checkpoint) writes them twice
-(``kappaplus.runtime.state.target_claims``). With ``hold`` (a range replacement) the partitions
-are not registered: the run swaps them in when it finishes. Every step is idempotent; a
-crash at any step rolls forward on replay.
-
-The whole protocol, the layout, what readers see at each step, batch numbers and the cost
-of ``"batch"`` visibility: ``docs/hive-sink.md``.
+A Hive table has no transactions, so the sink builds exactly-once from what it has: an atomic
+file rename, one ``ALTER TABLE ... ADD PARTITION`` as one metastore transaction, readers that
+see only listed partitions, Spark ignoring ``_``-prefixed paths. Batch ``b`` of query ``q`` is
+staged under ``_kappa_staging/q/b`` with a manifest (names derived from ``(q, b, n)``, so a
+replay lands on the same names), published, then marked committed by ``_kappa_commits/q/b``
+(the run's provenance and the rows' event-time span: ``kappaplus.runtime.state.target_claims``
+refuses a second writer). Every step is idempotent; a crash at any step rolls forward on
+replay. The protocol, the layout and what readers see at each step: ``docs/hive-sink.md``.
 
 >>> sink = HiveTableSink(HiveSinkOptions(table="agg.ride_counts", query_name="ride_counts",
 ...                                      event_time_column="start"))       # doctest: +SKIP
@@ -30,8 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.commits import table_location
@@ -46,6 +36,13 @@ from kappaplus.connectors.hive.sink_options import (
     quote_identifier,
     sql_string,
     table_sql,
+)
+from kappaplus.connectors.hive.sink_slots import PartitionKey, SlotGuess, guessed
+from kappaplus.connectors.hive.sink_span import (
+    event_time_span,
+    observe_event_time,
+    observed_span,
+    widen,
 )
 from kappaplus.connectors.hive.sink_table import create_or_check
 from kappaplus.connectors.hive.staged_files import StagedFile
@@ -65,23 +62,6 @@ FaultHook = Callable[[str, int], None]
 """Called with each protocol step name (``written``, ``staged``, ``registered``,
 ``published:<partition>``, ``published`` (batch mode), ``committed``) and the batch id
 after the step completes; tests raise from it to simulate a crash at that point."""
-
-
-PartitionKey = tuple[tuple[str, str], ...]
-"""A partition as :func:`partition_key` gives it."""
-
-
-@dataclass(frozen=True)
-class _SlotGuess:
-    """What the metastore says about the ``kappa_batch`` number a batch will most likely
-    reserve, asked while Spark writes the batch (:meth:`HiveTableSink._guess_slot`)."""
-
-    slot: int
-    """The number :meth:`HiveTableSink._reserve_slot` tries first."""
-    largest: int | None
-    """The largest registered ``kappa_batch`` when there was no hint (else not asked)."""
-    registered: frozenset[PartitionKey]
-    """The partition keys the metastore lists with ``kappa_batch`` = ``slot``."""
 
 
 class HiveTableSink:
@@ -107,7 +87,7 @@ class HiveTableSink:
     def prepare(self, df: DataFrame) -> None:
         """Create the table for the rows of ``df`` (the query's streaming DataFrame) or check
         it, as the first batch would. ``kappa run`` calls it right after starting the query,
-        so the catalog work (about 1 s for a new table) runs beside the query's first
+        so the catalog work of a new table runs beside the query's first
         planning and reading instead of inside its first batch; the first batch then only
         asks whether the table exists. Errors are the first batch's to raise."""
         self._ensure_table(df.sparkSession, self._with_partition_columns(df))
@@ -171,7 +151,7 @@ class HiveTableSink:
                 self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
         # read only now: Spark reports the observation through its listener bus, which has
         # delivered it by the time the batch is published (asked right after the write, it
-        # cost ~40 ms a batch, bench/bench_sink_span.py); a replay of a staged batch asks
+        # would wait for it: bench/bench_sink_span.py); a replay of a staged batch asks
         # the rows themselves
         event_time = (
             observed_span(observation)
@@ -333,7 +313,6 @@ class HiveTableSink:
     ) -> Any:
         """Stage the batch and write its manifest; the observation of its event-time span
         (:func:`observe_event_time`)."""
-        from pyspark.sql import functions as F
 
         opts = self.options
         slot_file = f"{staging}/_SLOT"
@@ -341,15 +320,48 @@ class HiveTableSink:
         if fs.exists(staging):
             fs.delete(staging)  # a crash before the manifest: nothing was published
         data = f"{staging}/data"
-        # the metastore's answers about the batch's number (~0.3-0.5 s of catalog calls)
-        # come while Spark writes the rows instead of after
+        # the metastore's answers about the batch's number (catalog calls) come while Spark
+        # writes the rows instead of after
         guess = None
         if opts.visibility == "batch" and reserved is None:
             if self._helper is None:
                 self._helper = ThreadPoolExecutor(1, thread_name_prefix="kappa-hive-sink")
             guess = self._helper.submit(self._guess_slot, spark, fs, location)
+        observation = self._write_staged(df, data)
+        staged_dirs = self._staged_partitions(fs, data)
+        known = guessed(guess)
+        slot = None
+        if opts.visibility == "batch" and staged_dirs:
+            # a replay after a crash before the manifest keeps the number it reserved
+            if reserved is not None:
+                slot = reserved
+            else:
+                largest = known.largest if known is not None else None
+                slot = self._reserve_slot(spark, fs, location, largest)
+            fs.write_atomically(slot_file, str(slot))
+        suffix = f"/{BATCH_COLUMN}={slot}" if slot is not None else ""
+        files, partitions = self._staged_files(fs, data, staged_dirs, suffix, batch_id)
+        shared = self._shared_partitions(spark, slot, known, partitions, batch_id)
+        self._step("written", batch_id)
+        manifest = {
+            "version": MANIFEST_VERSION,
+            "visibility": opts.visibility,
+            "slot": slot,
+            "partitions": partitions,
+            "shared": shared,
+            "files": files,
+        }
+        fs.write_atomically(manifest_path, json.dumps(manifest))
+        return observation
+
+    def _write_staged(self, df: DataFrame, data: str) -> Any:
+        """Write the batch's rows under ``data``, partitioned by time, each partition value
+        to ``files_per_partition`` tasks (hence files); the observation of their event-time
+        span."""
+        from pyspark.sql import functions as F
+
+        opts = self.options
         time_columns = opts.time_partition_columns
-        # Each partition value goes to files_per_partition tasks, hence that many files.
         keys = [F.col(c) for c in time_columns]
         if opts.files_per_partition == 1:
             shaped = df.repartition(*keys)
@@ -364,18 +376,13 @@ class HiveTableSink:
             .partitionBy(*time_columns)
             .parquet(data)
         )
-        staged_dirs = self._staged_partitions(fs, data)
-        known = _answer(guess)
-        slot = None
-        if opts.visibility == "batch" and staged_dirs:
-            # a replay after a crash before the manifest keeps the number it reserved
-            if reserved is not None:
-                slot = reserved
-            else:
-                largest = known.largest if known is not None else None
-                slot = self._reserve_slot(spark, fs, location, largest)
-            fs.write_atomically(slot_file, str(slot))
-        suffix = f"/{BATCH_COLUMN}={slot}" if slot is not None else ""
+        return observation
+
+    def _staged_files(
+        self, fs: HadoopFs, data: str, staged_dirs: list[str], suffix: str, batch_id: int
+    ) -> tuple[list[dict[str, str]], list[str]]:
+        """The manifest's files (each staged file and the name it is published under) and
+        partitions."""
         files: list[dict[str, str]] = []
         partitions: list[str] = []
         for staged_dir in staged_dirs:
@@ -393,35 +400,36 @@ class HiveTableSink:
                         "published": published,
                     }
                 )
-        shared: list[str] = []
-        if slot is not None:
-            # The slot is new to the sink, so a registered partition with it was added by
-            # something else (a writer that does not reserve slots, or by hand).
-            if known is not None and known.slot == slot:
-                existing = known.registered
-            else:
-                existing = self._registered_keys(spark, slot)
-            shared = [p for p in partitions if partition_key(p) in existing]
-            if shared:
-                log.warning(
-                    "table %s: batch %d of query %s writes partitions something else already "
-                    "registered (%s); its rows there become visible file by file",
-                    opts.table,
-                    batch_id,
-                    opts.query_name,
-                    ", ".join(shared),
-                )
-        self._step("written", batch_id)
-        manifest = {
-            "version": MANIFEST_VERSION,
-            "visibility": opts.visibility,
-            "slot": slot,
-            "partitions": partitions,
-            "shared": shared,
-            "files": files,
-        }
-        fs.write_atomically(manifest_path, json.dumps(manifest))
-        return observation
+        return files, partitions
+
+    def _shared_partitions(
+        self,
+        spark: SparkSession,
+        slot: int | None,
+        known: SlotGuess | None,
+        partitions: list[str],
+        batch_id: int,
+    ) -> list[str]:
+        """The batch's partitions something else already registered with its ``slot``
+        (a writer that does not reserve slots, or by hand): the slot is new to the sink."""
+        if slot is None:
+            return []
+        if known is not None and known.slot == slot:
+            existing = known.registered
+        else:
+            existing = self._registered_keys(spark, slot)
+        shared = [p for p in partitions if partition_key(p) in existing]
+        if shared:
+            opts = self.options
+            log.warning(
+                "table %s: batch %d of query %s writes partitions something else already "
+                "registered (%s); its rows there become visible file by file",
+                opts.table,
+                batch_id,
+                opts.query_name,
+                ", ".join(shared),
+            )
+        return shared
 
     def _staged_partitions(self, fs: HadoopFs, data: str) -> list[str]:
         """The leaf partition directories Spark wrote under ``data``, e.g. ``dt=.../hr=...``;
@@ -483,7 +491,7 @@ class HiveTableSink:
         except ValueError:
             return None
 
-    def _guess_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> _SlotGuess:
+    def _guess_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> SlotGuess:
         """The number :meth:`_reserve_slot` will try first and what the metastore lists
         for it; asked beside the batch's write, the reservation itself comes after it."""
         slot = self._slot_hint(fs, location)
@@ -491,7 +499,7 @@ class HiveTableSink:
         if slot is None:
             largest = self._largest_registered_slot(spark)
             slot = largest + 1
-        return _SlotGuess(slot, largest, self._registered_keys(spark, slot))
+        return SlotGuess(slot, largest, self._registered_keys(spark, slot))
 
     def _largest_registered_slot(self, spark: SparkSession) -> int:
         """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
@@ -565,75 +573,6 @@ class HiveTableSink:
             spark.sql(statement)
         finally:
             spark.conf.set(ADD_PARTITION_BATCH, str(batch_size))
-
-
-def _answer(asked: Future[_SlotGuess] | None) -> _SlotGuess | None:
-    """What a question asked ahead answered; None if it failed (the sink then asks again
-    itself, and that call raises the error where the protocol expects it)."""
-    if asked is None:
-        return None
-    try:
-        return asked.result()
-    except Exception as exc:  # noqa: BLE001 - asked again in line
-        log.debug("a catalog question asked ahead failed (asked again): %s", exc)
-        return None
-
-
-def _is_timestamp(df: DataFrame, column: str) -> bool:
-    from pyspark.sql.types import TimestampNTZType, TimestampType
-
-    return column in df.columns and isinstance(
-        df.schema[column].dataType, TimestampType | TimestampNTZType
-    )
-
-
-def observe_event_time(df: DataFrame, column: str | None) -> tuple[DataFrame, Any]:
-    """``df`` observed for the min and max of its timestamp ``column`` (epoch microseconds)
-    while the batch is written: no second pass over the rows. ``(df, None)`` when there is
-    no such column."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    if column is None or not _is_timestamp(df, column):
-        return df, None
-    observation = Observation()
-    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
-    observed = df.observe(observation, F.min(micros).alias("lo"), F.max(micros).alias("hi"))
-    return observed, observation
-
-
-def event_time_span(df: DataFrame, column: str | None) -> list[int] | None:
-    """``[min, max]`` of ``df``'s timestamp ``column`` by a query of its own (a replayed
-    batch, whose staging was not observed); None without rows or such a column."""
-    from pyspark.sql import functions as F
-
-    if column is None or not _is_timestamp(df, column):
-        return None
-    micros = F.unix_micros(F.col(quote_identifier(column)).cast("timestamp"))
-    row = df.agg(F.min(micros).alias("lo"), F.max(micros).alias("hi")).collect()[0]
-    return None if row["lo"] is None or row["hi"] is None else [int(row["lo"]), int(row["hi"])]
-
-
-def observed_span(observation: Any) -> list[int] | None:
-    """``[min, max]`` an :func:`observe_event_time` observation saw; None without rows."""
-    if observation is None:
-        return None
-    values = observation.get
-    lo, hi = values.get("lo"), values.get("hi")
-    return None if lo is None or hi is None else [int(lo), int(hi)]
-
-
-def widen(span: list[int] | None, other: list[int] | None) -> list[int] | None:
-    """The smallest ``[min, max]`` holding both spans (None: no rows).
-
-    >>> widen([5, 9], [2, 6]), widen(None, [2, 6]), widen([5, 9], None)
-    ([2, 9], [2, 6], [5, 9])
-    """
-    if span is None:
-        return None if other is None else list(other)
-    if other is None:
-        return list(span)
-    return [min(span[0], other[0]), max(span[1], other[1])]
 
 
 def write_stream(

@@ -266,7 +266,7 @@ class OutputWriter:
     def _claim(self, batch: DataFrame, batch_id: int) -> None:
         """Record this query's claim on its topic widened by the batch's event-time span
         (one aggregate over the persisted batch), before its records are produced."""
-        from kappaplus.connectors.hive.sink import event_time_span
+        from kappaplus.connectors.hive.sink_span import event_time_span
 
         assert self.claimer is not None
         span = event_time_span(batch, self.plan.spec.event_time_column)

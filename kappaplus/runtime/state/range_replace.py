@@ -155,8 +155,8 @@ def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -
         query_markers,
         table_location,
     )
-    from kappaplus.connectors.hive.sink import widen
     from kappaplus.connectors.hive.sink_options import partition_key
+    from kappaplus.connectors.hive.sink_span import widen
     from kappaplus.core.table.hadoop_fs import HadoopFs
 
     assert plan.hive is not None
