@@ -11,7 +11,7 @@ Defining a job (plain PySpark over one streaming DataFrame per logical input)::
     from pyspark.sql import functions as F
     import kappaplus as kp
 
-    def counts(inputs, params):
+    def counts(inputs, params: kp.Params):
         per_window = inputs["rides"].groupBy(F.window("event_time", "10 minutes"), "city").count()
         return {"counts": per_window.select(F.col("window.start").alias("start"), "city", "count")}
 
@@ -63,10 +63,13 @@ from kappaplus.core.errors import (
 
 if TYPE_CHECKING:
     from kappaplus.config import JobConfig, load_config, parse_config
+    from kappaplus.connectors import read_lake_stream
+    from kappaplus.connectors.delta import read_delta_stream
     from kappaplus.connectors.hive import read_hive_stream
     from kappaplus.connectors.hybrid import read_hybrid_stream
+    from kappaplus.connectors.iceberg import read_iceberg_stream
     from kappaplus.connectors.kafka import read_kafka_stream
-    from kappaplus.jobs import InputSpec, Job, OutputSpec, load_job
+    from kappaplus.jobs import InputSpec, Job, OutputSpec, Params, load_job
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import RunResult, run_job
     from kappaplus.session import create_session, stop_session
@@ -78,6 +81,7 @@ _LAZY = {
     "Job": "kappaplus.jobs",
     "InputSpec": "kappaplus.jobs",
     "OutputSpec": "kappaplus.jobs",
+    "Params": "kappaplus.jobs",
     "load_job": "kappaplus.jobs",
     "JobConfig": "kappaplus.config",
     "load_config": "kappaplus.config",
@@ -88,6 +92,9 @@ _LAZY = {
     "create_session": "kappaplus.session",
     "stop_session": "kappaplus.session",
     "read_hive_stream": "kappaplus.connectors.hive",
+    "read_iceberg_stream": "kappaplus.connectors.iceberg",
+    "read_delta_stream": "kappaplus.connectors.delta",
+    "read_lake_stream": "kappaplus.connectors",
     "read_kafka_stream": "kappaplus.connectors.kafka",
     "read_hybrid_stream": "kappaplus.connectors.hybrid",
 }
@@ -97,6 +104,7 @@ __all__ = [
     "Job",
     "InputSpec",
     "OutputSpec",
+    "Params",
     "load_job",
     # its configuration and its run
     "JobConfig",
@@ -109,6 +117,9 @@ __all__ = [
     "stop_session",
     # the sources as streaming DataFrames, without the runtime
     "read_hive_stream",
+    "read_iceberg_stream",
+    "read_delta_stream",
+    "read_lake_stream",
     "read_kafka_stream",
     "read_hybrid_stream",
     # errors

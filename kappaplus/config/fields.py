@@ -99,8 +99,10 @@ Servers = Annotated[str, AfterValidator(_servers)]
 
 
 class StrictModel(BaseModel):
-    """Base of every configuration model: unknown keys rejected, frozen, Spark's camelCase
-    option names accepted as aliases beside the snake_case field names."""
+    """Base of every configuration model: unknown keys rejected, frozen. Key names: every
+    key is snake_case; a key that is also an option of the source it configures (Spark's or
+    a kappaplus source's) is accepted in that source's camelCase spelling too, as an alias
+    (``docs/runtime.md``, "Key names"; ``tests/unit/test_config_key_names.py``)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, populate_by_name=True, validate_default=True

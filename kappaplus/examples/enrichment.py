@@ -15,8 +15,8 @@ from itertools import chain
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappaplus import InputSpec, Job, OutputSpec, Params
 from kappaplus.examples.generate import CITY_OF_AREA, RIDER_EVENT_DDL
-from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 
 
 def enrich(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:

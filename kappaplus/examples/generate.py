@@ -23,8 +23,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.core.timeutil import parse_timestamp
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -47,8 +45,9 @@ DRIVER_EVENT_DDL = "driver_id STRING, area STRING, status STRING, event_time TIM
 
 
 def _start(value: str | datetime) -> datetime:
-    micros = parse_timestamp(value, "start")
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    """``value`` (a datetime or ISO 8601 text) as an aware datetime, UTC when naive."""
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def rider_events(

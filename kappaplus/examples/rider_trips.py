@@ -31,8 +31,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from kappaplus import InputSpec, Job, OutputSpec, Params
 from kappaplus.examples.generate import RIDER_EVENT_DDL
-from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 
 TRIP_COUNT_DDL = "rider_id STRING, event_id STRING, event_time TIMESTAMP, trip_number BIGINT"
 """The schema of the ``trip_counts`` output."""

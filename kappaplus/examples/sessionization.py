@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappaplus import InputSpec, Job, OutputSpec, Params
 from kappaplus.examples.generate import RIDER_EVENT_DDL
-from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 
 
 def sessionize(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:

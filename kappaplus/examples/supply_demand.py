@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappaplus import InputSpec, Job, OutputSpec, Params
 from kappaplus.examples.generate import DRIVER_EVENT_DDL, RIDER_EVENT_DDL
-from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 
 
 def supply_demand(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:

@@ -7,9 +7,11 @@ package starts no Spark (the names load on first use).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import kappaplus
 
@@ -55,3 +57,28 @@ def test_importing_the_package_loads_no_spark() -> None:
     code = "import sys, kappaplus; print('pyspark' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_the_examples_use_only_the_public_package() -> None:
+    # a job author needs nothing but ``kappaplus`` (and the example's own data module)
+    examples = Path(kappaplus.__file__).parent / "examples"
+    private = []
+    for path in sorted(examples.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            private += [
+                f"{path.name}: {m}"
+                for m in modules
+                if m.startswith("kappaplus.") and not m.startswith("kappaplus.examples")
+            ]
+    assert private == []
+
+
+def test_a_program_embedding_a_run_or_reading_a_lake_needs_only_the_package() -> None:
+    wanted = {"Params", "read_hive_stream", "read_iceberg_stream", "read_delta_stream"}
+    assert wanted | {"read_lake_stream", "read_kafka_stream"} <= set(kappaplus.__all__)
