@@ -51,7 +51,7 @@ def ensure_table(spark: SparkSession, table: str | None = None) -> str:
     """Create the audit table (and its database) if missing; return its name.
 
     One catalog question when the table is there (the usual case: every run after the
-    first), where the two ``IF NOT EXISTS`` statements took 0.1-0.4 s at a run's end."""
+    first), instead of two ``IF NOT EXISTS`` statements at every run's end."""
     name = table or audit_table()
     if spark.catalog.tableExists(name):
         return name
@@ -211,7 +211,7 @@ def write_parquet_rows(directory: str, rows: list[tuple[Any, ...]], recorded_at:
 
     The audit table is an unpartitioned Parquet table, so a file in its directory is a
     committed append: no Spark job and no metastore call, which is what a flush in a
-    run's loop used to cost (seconds per flush, measured in docs/benchmarks.md). Used for
+    run's loop would cost (docs/benchmarks.md). Used for
     tables on this machine's filesystem; elsewhere the recorder appends through Spark.
     """
     import uuid

@@ -4,10 +4,8 @@ that makes a local driver start from it.
 Why. A local ``kappa run`` spends seconds before its first micro-batch loading and
 verifying the same ~20,000 classes of Spark, Hive, Derby, Parquet and RocksDB every time.
 A *dynamic class archive* (JDK 13+: ``-XX:ArchiveClassesAtExit`` writes one when a JVM
-exits, ``-XX:SharedArchiveFile`` maps it at start) holds them parsed and verified. Measured
-on 2 cores, three pairs side by side: a 1-day backfill's first micro-batch 17.0 s -> 11.6 s
-after the command, its whole run 20.9 s -> 15.1 s, the same peak memory
-(``docs/benchmarks.md``).
+exits, ``-XX:SharedArchiveFile`` maps it at start) holds them parsed and verified: a run's
+first micro-batch comes sooner, with the same peak memory (``docs/benchmarks.md``).
 
 An archive is only valid for the JVM build and the exact class path it was written with
 (Spark's jars, in their directory order, with their sizes and times). The JVM checks both

@@ -143,7 +143,7 @@ def _wait_group(pgid: int, timeout: float) -> None:
     A zombie counts as gone: it holds no port, file or lock, only its entry in the process
     table until its parent reaps it. When the JVM exits, a child it had not reaped yet
     passes to the machine's init, and an init that reaps slowly (a container's, a
-    microVM's) kept the group alive for 1.2-1.7 s after the JVM had gone."""
+    microVM's) kept the group alive for a while after the JVM had gone."""
     import signal
     import time
 

@@ -95,7 +95,7 @@ def build_archive(target: Path | None = None, *, force: bool = False) -> Path:
 
 KEPT_ARCHIVES = 3
 """Archives kept in the cache directory, the newest first: one per Java, Spark and
-project-jar build (:func:`~kappaplus.core.class_archive.archive_key`), ~230 MB each, so a
+project-jar build (:func:`~kappaplus.core.class_archive.archive_key`), large files, so a
 rebuilt jar or an upgraded Spark does not leave its old archive behind for ever; a few are
 kept for other installations sharing the cache."""
 

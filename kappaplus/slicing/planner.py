@@ -40,7 +40,7 @@ from kappaplus.slicing.sizing import RowDensity, choose_end, row_density
 
 DEFAULT_TARGET_ROWS = 2_000_000
 """Rows per micro-batch that adaptive slicing aims at when no target is set: large enough
-that a micro-batch's fixed cost (~0.5-1 s) is small against its rows, small enough that one
+that a micro-batch's fixed cost is small against its rows, small enough that one
 slice's rows and its shuffle fit a production executor (see ``docs/benchmarks.md``)."""
 
 DEFAULT_FIRST_SLICE_ROWS = 500_000
@@ -51,11 +51,8 @@ sooner, for one more micro-batch in a run that needs two or more (``firstSliceRo
 
 RAMP_SLICES = 1
 """The first slice is smaller only when the range holds more than this many slices' worth
-of rows: a backfill that fits one slice keeps its one micro-batch. Measured on the bench's
-30-day table (15 M rows, 8 M-row slices), alternating runs: first micro-batch 10.8-13.5 s
-after the command with 4 here, 7.5-8.7 s with 1, total 18.7-22.3 s against 17.8-20.9 s; a
-7-day range (one slice) made to start small took 0.4-0.8 s longer for a first micro-batch
-already under 10 s, hence not below one."""
+of rows: a backfill that fits one slice keeps its one micro-batch (a range of one slice
+made to start small only shows its first output later; ``docs/benchmarks.md``)."""
 
 log = logging.getLogger(__name__)
 

@@ -106,8 +106,7 @@ def record_replaced(spark: SparkSession, location: str, query: str, by: str, spa
 def describe_table(spark: SparkSession, table: str) -> tuple[str, list[str]]:
     """The storage location (URI) of ``table`` and its partition columns in order, from one
     catalog call (:func:`~kappaplus.core.table.catalogs.described`; the catalog's
-    ``listColumns`` took ~1 s more on a table of a few columns: one remote call per column
-    attribute)."""
+    ``listColumns`` makes one remote call per column attribute)."""
     partitions, details = described(spark, table_sql(table))
     location = details.get("Location")
     if not location:

@@ -56,7 +56,7 @@ def described(spark: SparkSession, table: str) -> tuple[list[str], dict[str, str
 
     A plain ``[database.]table`` name is asked of the session catalog directly
     (:func:`catalog_sections`): one metastore call. A session's first SQL statement pays
-    the SQL parser's start (0.5-0.9 s measured on the local master), and a run asked its
+    the SQL parser's start, and a run asked its
     input table before its first micro-batch; anything else, or a lookup that fails, goes
     through ``DESCRIBE`` so its error is Spark's own.
     """

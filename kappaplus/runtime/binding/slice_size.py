@@ -1,8 +1,8 @@
 """The default slice size of a job's lake inputs, from what its queries keep in state.
 
 A backfill's micro-batch pays a fixed cost whatever its rows (offset and commit logs,
-planning, the state store's commit, the exactly-once sink commit: ~1-2 s on two cores,
-``docs/benchmarks.md``), so fewer, larger slices make a long backfill cheaper. What bounds
+planning, the state store's commit, the exactly-once sink commit: ``docs/benchmarks.md``),
+so fewer, larger slices make a long backfill cheaper. What bounds
 a slice is what the job holds per row: a session window or a stream-stream join keeps a
 slice's rows in state until the watermark passes them, so its memory grows with the slice,
 and those jobs keep :data:`~kappaplus.slicing.planner.DEFAULT_TARGET_ROWS`. A job whose
