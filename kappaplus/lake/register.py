@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -146,6 +146,77 @@ def _same_place(a: str | None, b: str) -> bool:
     return a.removeprefix("file:").rstrip("/") == b.removeprefix("file:").rstrip("/")
 
 
+def _create_or_keep(
+    spark: SparkSession,
+    table: str,
+    location: str,
+    fmt: str,
+    columns: Sequence[tuple[str, str]],
+    partition_columns: Sequence[str],
+    replace: bool,
+) -> None:
+    """Create the external table over ``location`` unless it is there already (over the same
+    place); with ``replace`` an external table elsewhere is dropped first."""
+    if spark.catalog.tableExists(table):
+        details = described(spark, table)[1]
+        existing = details.get("Location")
+        if replace:
+            if details.get("Type", "").upper() == "MANAGED":
+                raise TableNameTaken(
+                    f"table {table!r} is a managed table (dropping it deletes its files); "
+                    "drop it yourself or register under another name"
+                )
+            spark.sql(f"DROP TABLE {table}")
+        elif not _same_place(existing, location):
+            raise TableNameTaken(
+                f"table {table!r} exists with location {existing}; pass --replace to point "
+                "it at the new location (its files stay where they are)"
+            )
+    if not spark.catalog.tableExists(table):
+        ddl = ", ".join(
+            [f"`{name}` {kind}" for name, kind in columns]
+            + [f"`{name}` STRING" for name in partition_columns]
+        )
+        partitioned = (
+            f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partition_columns)})"
+            if partition_columns
+            else ""
+        )
+        spark.sql(
+            f"CREATE TABLE {table} ({ddl}) USING {fmt}{partitioned} LOCATION '{_quote(location)}'"
+        )
+        log.info("created external table %s over %s", table, location)
+
+
+def _add_partitions(
+    spark: SparkSession,
+    table: str,
+    location: str,
+    listing: Listing,
+    progress: Callable[[int, int], None] | None,
+) -> int:
+    """Add the partition directories the catalog does not list yet, in batches; how many."""
+    added = 0
+    if listing.partition_columns:
+        known = {str(row[0]) for row in spark.sql(f"SHOW PARTITIONS {table}").collect()}
+        missing = []
+        for partition_dir in listing.partition_dirs:
+            values = parse_partition_values(partition_dir)
+            spec_text = "/".join(f"{k}={v}" for k, v in values.items())
+            if spec_text in known:
+                continue
+            spec = ", ".join(f"`{k}` = '{_quote(v)}'" for k, v in values.items())
+            where = _quote(location.rstrip("/") + "/" + partition_dir)
+            missing.append(f"PARTITION ({spec}) LOCATION '{where}'")
+        for start in range(0, len(missing), BATCH):
+            batch = missing[start : start + BATCH]
+            spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(batch)}")
+            added += len(batch)
+            if progress is not None:
+                progress(added, len(missing))
+    return added
+
+
 def register_table(
     spark: SparkSession,
     table: str,
@@ -177,53 +248,8 @@ def register_table(
     columns = infer_columns(spark, fmt, listing.files[0], listing.partition_columns)
     if "." in table:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
-    if spark.catalog.tableExists(table):
-        details = described(spark, table)[1]
-        existing = details.get("Location")
-        if replace:
-            if details.get("Type", "").upper() == "MANAGED":
-                raise TableNameTaken(
-                    f"table {table!r} is a managed table (dropping it deletes its files); "
-                    "drop it yourself or register under another name"
-                )
-            spark.sql(f"DROP TABLE {table}")
-        elif not _same_place(existing, location):
-            raise TableNameTaken(
-                f"table {table!r} exists with location {existing}; pass --replace to point "
-                "it at the new location (its files stay where they are)"
-            )
-    if not spark.catalog.tableExists(table):
-        ddl = ", ".join(
-            [f"`{name}` {kind}" for name, kind in columns]
-            + [f"`{name}` STRING" for name in listing.partition_columns]
-        )
-        partitioned = (
-            f" PARTITIONED BY ({', '.join(f'`{c}`' for c in listing.partition_columns)})"
-            if listing.partition_columns
-            else ""
-        )
-        spark.sql(
-            f"CREATE TABLE {table} ({ddl}) USING {fmt}{partitioned} LOCATION '{_quote(location)}'"
-        )
-        log.info("created external table %s over %s", table, location)
-    added = 0
-    if listing.partition_columns:
-        known = {str(row[0]) for row in spark.sql(f"SHOW PARTITIONS {table}").collect()}
-        missing = []
-        for partition_dir in listing.partition_dirs:
-            values = parse_partition_values(partition_dir)
-            spec_text = "/".join(f"{k}={v}" for k, v in values.items())
-            if spec_text in known:
-                continue
-            spec = ", ".join(f"`{k}` = '{_quote(v)}'" for k, v in values.items())
-            where = _quote(location.rstrip("/") + "/" + partition_dir)
-            missing.append(f"PARTITION ({spec}) LOCATION '{where}'")
-        for start in range(0, len(missing), BATCH):
-            batch = missing[start : start + BATCH]
-            spark.sql(f"ALTER TABLE {table} ADD IF NOT EXISTS {' '.join(batch)}")
-            added += len(batch)
-            if progress is not None:
-                progress(added, len(missing))
+    _create_or_keep(spark, table, location, fmt, columns, listing.partition_columns, replace)
+    added = _add_partitions(spark, table, location, listing, progress)
     note_registration(
         spark,
         table,

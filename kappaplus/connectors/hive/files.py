@@ -123,15 +123,7 @@ def list_data_files(
                 "/".join(f"{c}=..." for c in partition_columns),
             )
             continue
-        lo, hi = UNBOUNDED_LO, UNBOUNDED_HI
-        if layout is not None:
-            lo, hi = layout.range_of(partition_dir)
-            # arrival partitions: events up to max_lateness before the partition, and up to
-            # max_earliness after it (skewed clocks); event partitions the other way round
-            if arrival_time:
-                lo, hi = lo - max_lateness, hi + max_earliness
-            else:
-                lo, hi = lo - max_earliness, hi + max_lateness
+        lo, hi = admissible_range(layout, partition_dir, arrival_time, max_lateness, max_earliness)
         files.append(
             DataFile(
                 path=info.path,
@@ -152,6 +144,24 @@ def list_data_files(
         )
     files.sort(key=lambda f: (f.admissible_lo, f.path))
     return files
+
+
+def admissible_range(
+    layout: PartitionTimeLayout | None,
+    partition_dir: str,
+    arrival_time: bool,
+    max_lateness: int,
+    max_earliness: int,
+) -> tuple[int, int]:
+    """The event times a partition directory admits: its time range widened, for arrival
+    partitions, by ``max_lateness`` before and ``max_earliness`` after (skewed clocks); for
+    event partitions the other way round. Unbounded without a time layout."""
+    if layout is None:
+        return UNBOUNDED_LO, UNBOUNDED_HI
+    lo, hi = layout.range_of(partition_dir)
+    if arrival_time:
+        return lo - max_lateness, hi + max_earliness
+    return lo - max_earliness, hi + max_lateness
 
 
 def _committed_batches(

@@ -221,17 +221,19 @@ def choose_reader(
     options: LakeSourceOptions,
     reader: str,
     *,
-    data_source: type[ListedFilesDataSource],
+    data_source: type[ListedFilesDataSource] | None = None,
     unsupported: Callable[[], str | None] | None = None,
 ) -> tuple[str, dict[str, str], str | None]:
     """``(format, extra options, why not the JVM path)`` for ``reader`` (auto | jvm | python).
 
     The lake format passes its Python data source (``data_source``: its format is the
-    Python path, its reader plans the JVM path's slices) and why the JVM reader cannot read
-    its table (``unsupported``, asked only when the JVM path is wanted; default the reasons
-    of :func:`jvm_unsupported`)."""
-    python_format = data_source.format_name
-    planner_source = f"{data_source.__module__}:{data_source.__name__}"
+    Python path, its reader plans the JVM path's slices; default the Hive source,
+    ``kappa_hive``) and why the JVM reader cannot read its table (``unsupported``, asked
+    only when the JVM path is wanted; default the reasons of :func:`jvm_unsupported`)."""
+    python_format = "kappa_hive" if data_source is None else data_source.format_name
+    planner_source = (
+        None if data_source is None else f"{data_source.__module__}:{data_source.__name__}"
+    )
     if reader not in READERS:
         raise ConfigError("reader", reader, f"expected one of {', '.join(READERS)}")
     if reader == "python":
