@@ -386,6 +386,46 @@ def check_cluster_warehouse(spark: SparkSession) -> None:
     )
 
 
+def _metastore_of(
+    root: Path,
+    local: bool,
+    conf: Mapping[str, str] | None,
+    metastore_uri: str | None,
+    discovery: MetastoreDiscovery | None,
+) -> str | None:
+    """The metastore server a session uses (None: the embedded one, checked free before
+    Spark starts, failing fast instead of a Java stack trace from Derby)."""
+    uri = resolve_metastore_uri(root, metastore_uri, conf, discovery)
+    if (
+        local
+        and uri is None
+        and discovery is not None
+        and not _sets_metastore(conf)
+        and not _has_active_context()
+    ):
+        discovery.check_embedded_free(root)
+    return uri
+
+
+def _settle(
+    spark: SparkSession, *, local: bool, hive: bool, defaults: Mapping[str, str] | None
+) -> None:
+    """A started session's settings, log level, catalog warm-up and data sources."""
+    if not local:
+        if hive:
+            check_cluster_warehouse(spark)
+        apply_session_settings(spark)
+        _python_from_conf(spark)
+    if defaults:
+        apply_session_settings(spark, defaults)
+    level = os.environ.get("KAPPA_SPARK_LOG_LEVEL") or ("WARN" if local else None)
+    if level:
+        spark.sparkContext.setLogLevel(level)
+    if hive:
+        warm_catalog(spark)
+    register_data_sources(spark)
+
+
 def create_session(
     app_name: str = "kappaplus",
     *,
@@ -432,18 +472,7 @@ def create_session(
         master or os.environ.get("KAPPA_SPARK_MASTER") or submitted_master() or DEFAULT_MASTER
     )
     local = is_local_master(master_url)
-    uri = None
-    if hive:
-        uri = resolve_metastore_uri(root, metastore_uri, conf, metastore_discovery)
-        if (
-            local
-            and uri is None
-            and metastore_discovery is not None
-            and not _sets_metastore(conf)
-            and not _has_active_context()
-        ):
-            # fail fast instead of a Java stack trace from Derby
-            metastore_discovery.check_embedded_free(root)
+    uri = _metastore_of(root, local, conf, metastore_uri, metastore_discovery) if hive else None
     settings = builder_settings(master_url, root, conf, hive=hive, metastore_uri=uri)
     if local:
         _python_env()
@@ -459,19 +488,7 @@ def create_session(
     if hive:
         builder = builder.enableHiveSupport()
     spark = builder.getOrCreate()
-    if not local:
-        if hive:
-            check_cluster_warehouse(spark)
-        apply_session_settings(spark)
-        _python_from_conf(spark)
-    if defaults:
-        apply_session_settings(spark, defaults)
-    level = os.environ.get("KAPPA_SPARK_LOG_LEVEL") or ("WARN" if local else None)
-    if level:
-        spark.sparkContext.setLogLevel(level)
-    if hive:
-        warm_catalog(spark)
-    register_data_sources(spark)
+    _settle(spark, local=local, hive=hive, defaults=defaults)
     log.info(
         "SparkSession %s ready (master=%s, home=%s)", app_name, spark.sparkContext.master, root
     )

@@ -37,7 +37,14 @@ from kappaplus.connectors.hive.sink_options import (
     sql_string,
     table_sql,
 )
-from kappaplus.connectors.hive.sink_slots import PartitionKey, SlotGuess, guessed
+from kappaplus.connectors.hive.sink_slots import (
+    SlotGuess,
+    guess_slot,
+    guessed,
+    largest_registered_slot,
+    registered_keys,
+    slot_hint,
+)
 from kappaplus.connectors.hive.sink_span import (
     event_time_span,
     observe_event_time,
@@ -132,23 +139,7 @@ class HiveTableSink:
         partitions: list[str] = manifest["partitions"]
         files = [StagedFile.parse(entry) for entry in manifest["files"]]
         self._step("staged", batch_id)
-        if opts.visibility == "batch":
-            # Files first, into directories the metastore does not list, then every
-            # partition at once: a reader of the table sees the whole batch or none of it.
-            for partition in partitions:
-                fs.mkdirs(f"{location}/{partition}")
-                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
-            self._step("published", batch_id)
-            if not opts.hold:
-                self._register(spark, location, partitions)
-            self._step("registered", batch_id)
-        else:
-            for partition in partitions:
-                fs.mkdirs(f"{location}/{partition}")
-            self._register(spark, location, partitions)
-            self._step("registered", batch_id)
-            for partition in partitions:
-                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+        self._publish_all(spark, fs, location, staging, partitions, files, batch_id)
         # read only now: Spark reports the observation through its listener bus, which has
         # delivered it by the time the batch is published (asked right after the write, it
         # would wait for it: bench/bench_sink_span.py); a replay of a staged batch asks
@@ -179,6 +170,35 @@ class HiveTableSink:
         spark.catalog.refreshTable(opts.table)
         self._timing("refreshed", batch_id)
         return True
+
+    def _publish_all(
+        self,
+        spark: SparkSession,
+        fs: HadoopFs,
+        location: str,
+        staging: str,
+        partitions: list[str],
+        files: list[StagedFile],
+        batch_id: int,
+    ) -> None:
+        """Move the staged files into place and register their partitions: with ``batch``
+        visibility files first, into directories the metastore does not list, then every
+        partition at once (a reader sees the whole batch or none of it)."""
+        manifest_path = f"{staging}/_MANIFEST.json"
+        for partition in partitions:
+            fs.mkdirs(f"{location}/{partition}")
+            if self.options.visibility == "batch":
+                self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
+        if self.options.visibility == "batch":
+            self._step("published", batch_id)
+            if not self.options.hold:
+                self._register(spark, location, partitions)
+            self._step("registered", batch_id)
+            return
+        self._register(spark, location, partitions)
+        self._step("registered", batch_id)
+        for partition in partitions:
+            self._publish(fs, location, staging, manifest_path, partition, files, batch_id)
 
     def _query_span(
         self, fs: HadoopFs, location: str, batch_id: int, batch_span: list[int] | None
@@ -326,7 +346,7 @@ class HiveTableSink:
         if opts.visibility == "batch" and reserved is None:
             if self._helper is None:
                 self._helper = ThreadPoolExecutor(1, thread_name_prefix="kappa-hive-sink")
-            guess = self._helper.submit(self._guess_slot, spark, fs, location)
+            guess = self._helper.submit(guess_slot, spark, fs, location, opts.table)
         observation = self._write_staged(df, data)
         staged_dirs = self._staged_partitions(fs, data)
         known = guessed(guess)
@@ -417,7 +437,7 @@ class HiveTableSink:
         if known is not None and known.slot == slot:
             existing = known.registered
         else:
-            existing = self._registered_keys(spark, slot)
+            existing = registered_keys(spark, self.options.table, slot)
         shared = [p for p in partitions if partition_key(p) in existing]
         if shared:
             opts = self.options
@@ -471,55 +491,16 @@ class HiveTableSink:
         never share a partition.
         """
         base = f"{location}/{SLOTS_DIR}"
-        slot = self._slot_hint(fs, location)
+        slot = slot_hint(fs, location)
         if slot is None:
             fs.mkdirs(base)
-            slot = (self._largest_registered_slot(spark) if largest is None else largest) + 1
+            slot = (
+                largest_registered_slot(spark, self.options.table) if largest is None else largest
+            ) + 1
         while not fs.create_new(f"{base}/{slot}"):
             slot += 1
         fs.write_text(f"{base}/_next", str(slot + 1))
         return slot
-
-    @staticmethod
-    def _slot_hint(fs: HadoopFs, location: str) -> int | None:
-        """The next ``kappa_batch`` value the table's writers left in ``_next``, if any."""
-        hint = f"{location}/{SLOTS_DIR}/_next"
-        if not fs.exists(hint):
-            return None
-        try:
-            return int(fs.read_text(hint).strip())
-        except ValueError:
-            return None
-
-    def _guess_slot(self, spark: SparkSession, fs: HadoopFs, location: str) -> SlotGuess:
-        """The number :meth:`_reserve_slot` will try first and what the metastore lists
-        for it; asked beside the batch's write, the reservation itself comes after it."""
-        slot = self._slot_hint(fs, location)
-        largest = None
-        if slot is None:
-            largest = self._largest_registered_slot(spark)
-            slot = largest + 1
-        return SlotGuess(slot, largest, self._registered_keys(spark, slot))
-
-    def _largest_registered_slot(self, spark: SparkSession) -> int:
-        """The largest ``kappa_batch`` the metastore lists for the table; -1 if none."""
-        rows = spark.sql(f"SHOW PARTITIONS {table_sql(self.options.table)}").collect()
-        values = [
-            int(value)
-            for row in rows
-            for column, value in partition_segments(str(row[0]))
-            if column.lower() == BATCH_COLUMN and value.lstrip("-").isdigit()
-        ]
-        return max(values, default=-1)
-
-    def _registered_keys(self, spark: SparkSession, slot: int) -> frozenset[PartitionKey]:
-        """The keys (:func:`partition_key`) of the partitions the metastore lists with
-        ``kappa_batch`` = ``slot``."""
-        rows = spark.sql(
-            f"SHOW PARTITIONS {table_sql(self.options.table)} "
-            f"PARTITION ({quote_identifier(BATCH_COLUMN)} = {int(slot)})"
-        ).collect()
-        return frozenset(partition_key(str(row[0])) for row in rows)
 
     def _publish(
         self,

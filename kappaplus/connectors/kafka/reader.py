@@ -173,49 +173,22 @@ def read_range(
             stop = False
             if messages and not [m for m in messages if m.error() is not None]:
                 # Fast path: records only, in offset order (one partition per consumer).
-                offsets = [m.offset() for m in messages]
-                first = bisect.bisect_left(offsets, expected)
-                last = bisect.bisect_left(offsets, rng.until_offset)
-                if first < last:
-                    if offsets[first] > expected == rng.from_offset:
-                        _check_gap(consumer, options, rng, expected, offsets[first])
-                    accepted = messages[first:last]
-                    accepted_offsets = offsets[first:last]
-                    expected = accepted_offsets[-1] + 1
-                stop = last < len(offsets)
+                accepted, accepted_offsets, stop = _in_range(
+                    consumer, options, rng, expected, messages
+                )
+                expected = accepted_offsets[-1] + 1 if accepted_offsets else expected
                 messages = []
             for message in messages:
                 error = message.error()
                 if error is not None:
                     code = error.code()
                     if code == PARTITION_EOF:
-                        end = message.offset()
-                        if end >= rng.until_offset:
-                            stop = True  # the tail is gaps (compaction / transaction markers)
-                        elif end <= expected:
-                            report_data_loss(
-                                options,
-                                f"{label}: offsets [{max(end, expected)}, {rng.until_offset}) "
-                                f"of this batch no longer exist (partition ends at {end}; batch "
-                                f"planned [{rng.from_offset}, {rng.until_offset}))",
-                            )
-                            stop = True
+                        stop = _at_partition_end(options, rng, expected, message.offset()) or stop
                         continue
                     if code in (AUTO_OFFSET_RESET, OFFSET_OUT_OF_RANGE):
-                        low, high = consumer.get_watermark_offsets(
-                            TopicPartition(rng.topic, rng.partition), timeout=30
-                        )
-                        report_data_loss(
-                            options,
-                            f"{label}: offset {expected} is out of range (partition now holds "
-                            f"[{low}, {high})); batch planned "
-                            f"[{rng.from_offset}, {rng.until_offset})",
-                        )
-                        if low > expected and low < rng.until_offset:
-                            expected = low
-                            consumer.assign([TopicPartition(rng.topic, rng.partition, low)])
-                            break
-                        stop = True
+                        moved = _out_of_range(consumer, options, rng, expected, label)
+                        stop = stop or moved is None
+                        expected = expected if moved is None else moved
                         break
                     if error.fatal():
                         raise KafkaError(f"{label}: fatal Kafka client error: {error.str()}")
@@ -247,6 +220,61 @@ def read_range(
             yield columns.batch(rng.topic, rng.partition, schema)
     finally:
         consumer.close()
+
+
+def _in_range(
+    consumer: Any, options: KafkaSourceOptions, rng: OffsetRange, expected: int, messages: list[Any]
+) -> tuple[list[Any], list[int], bool]:
+    """``(records, their offsets, whether the range ends in them)`` of error-free
+    ``messages`` in offset order: those at or after ``expected`` and before the range's end
+    (a gap at the range's start is checked)."""
+    offsets = [m.offset() for m in messages]
+    first = bisect.bisect_left(offsets, expected)
+    last = bisect.bisect_left(offsets, rng.until_offset)
+    if first >= last:
+        return [], [], last < len(offsets)
+    if offsets[first] > expected == rng.from_offset:
+        _check_gap(consumer, options, rng, expected, offsets[first])
+    return messages[first:last], offsets[first:last], last < len(offsets)
+
+
+def _at_partition_end(
+    options: KafkaSourceOptions, rng: OffsetRange, expected: int, end: int
+) -> bool:
+    """Whether reaching the partition's end at ``end`` ends the range: its tail is gaps
+    (compaction, transaction markers), or its offsets from ``expected`` on no longer exist
+    (reported as data loss)."""
+    if end >= rng.until_offset:
+        return True
+    if end <= expected:
+        report_data_loss(
+            options,
+            f"{rng.topic}-{rng.partition}: offsets [{max(end, expected)}, {rng.until_offset}) "
+            f"of this batch no longer exist (partition ends at {end}; batch "
+            f"planned [{rng.from_offset}, {rng.until_offset}))",
+        )
+        return True
+    return False
+
+
+def _out_of_range(
+    consumer: Any, options: KafkaSourceOptions, rng: OffsetRange, expected: int, label: str
+) -> int | None:
+    """``expected`` is no longer in the partition: reported as data loss; the offset to go
+    on from (the consumer moved there) when the partition still holds part of the range,
+    else None (the range is done)."""
+    from confluent_kafka import TopicPartition
+
+    low, high = consumer.get_watermark_offsets(TopicPartition(rng.topic, rng.partition), timeout=30)
+    report_data_loss(
+        options,
+        f"{label}: offset {expected} is out of range (partition now holds "
+        f"[{low}, {high})); batch planned [{rng.from_offset}, {rng.until_offset})",
+    )
+    if low > expected and low < rng.until_offset:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, low)])
+        return low
+    return None
 
 
 def _check_gap(

@@ -146,15 +146,33 @@ def _time_partition(partition: str) -> str:
     )
 
 
-def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The journal of one output's replacement: range, affected partitions, moves, adds."""
+def _partitions_in_range(
+    spark: SparkSession, table: str, column: str, start: int | None, end: int | None
+) -> set[tuple[tuple[str, str], ...]]:
+    """The keys of ``table``'s partitions holding rows with ``column`` in ``[start, end)``."""
     from pyspark.sql import functions as F
 
-    from kappaplus.connectors.hive.commits import (
-        partition_columns,
-        query_markers,
-        table_location,
-    )
+    from kappaplus.connectors.hive.commits import partition_columns
+
+    columns = partition_columns(spark, table)
+    time_value = F.unix_micros(F.col(f"`{column}`").cast("timestamp"))
+    in_range = F.lit(True)
+    if start is not None:
+        in_range = in_range & (time_value >= F.lit(start))
+    if end is not None:
+        in_range = in_range & (time_value < F.lit(end))
+    spark.catalog.refreshTable(table)
+    hits = spark.table(table).where(in_range).select(*columns).distinct().collect()
+    return {
+        tuple((name.lower(), str(row[name])) for name in columns)
+        for row in hits
+        if all(row[name] is not None for name in columns)
+    }
+
+
+def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The journal of one output's replacement: range, affected partitions, moves, adds."""
+    from kappaplus.connectors.hive.commits import query_markers, table_location
     from kappaplus.connectors.hive.sink_options import partition_key
     from kappaplus.connectors.hive.sink_span import widen
     from kappaplus.core.table.hadoop_fs import HadoopFs
@@ -183,20 +201,7 @@ def plan_swap(spark: SparkSession, plan: OutputPlan, entry: Mapping[str, Any]) -
                 owned[partition_key(partition)] = partition
         for partition in moved_partitions(spark, location, query):
             owned[partition_key(partition)] = partition
-    columns = partition_columns(spark, table)
-    time_value = F.unix_micros(F.col(f"`{column}`").cast("timestamp"))
-    in_range = F.lit(True)
-    if start is not None:
-        in_range = in_range & (time_value >= F.lit(start))
-    if end is not None:
-        in_range = in_range & (time_value < F.lit(end))
-    spark.catalog.refreshTable(table)
-    hits = spark.table(table).where(in_range).select(*columns).distinct().collect()
-    keys = {
-        tuple((name.lower(), str(row[name])) for name in columns)
-        for row in hits
-        if all(row[name] is not None for name in columns)
-    }
+    keys = _partitions_in_range(spark, table, column, start, end)
     locations = partition_locations(spark, table)
     affected = []
     chosen: dict[str, str] = {}
