@@ -41,7 +41,7 @@ from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.core.settings import state_dir
 
 if TYPE_CHECKING:
-    from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.connectors.lake.jvm_reader import LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -257,26 +257,10 @@ def read_delta_stream(
     ).df
 
 
-def open_delta_stream(
-    spark: SparkSession,
-    path: str,
-    *,
-    event_time_column: str,
-    count_delivered: CountDelivered | None = None,
-    watermark_delay: str | None = None,
-    **options: Any,
-) -> LakeStream:
+def open_delta_stream(spark: SparkSession, path: str, **options: Any) -> LakeStream:
     """:func:`read_delta_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    return open_lake_stream(
-        spark,
-        delta_format(),
-        path,
-        event_time_column=event_time_column,
-        watermark_delay=watermark_delay,
-        count_delivered=count_delivered,
-        **options,
-    )
+    return open_lake_stream(spark, delta_format(), path, **options)
 
 
 def _resolve(

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from kappaplus.connectors.hive.datasource import HiveStreamDataSource
 from kappaplus.connectors.hive.layout import infer_layout
-from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream, jvm_unsupported
+from kappaplus.connectors.lake.jvm_reader import LakeStream, jvm_unsupported
 from kappaplus.connectors.lake.options import LakeSourceOptions, range_options
 from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import TableError, TableNotFound
@@ -218,23 +218,7 @@ def hive_format() -> LakeFormat:
     return HIVE
 
 
-def open_hive_stream(
-    spark: SparkSession,
-    table: str,
-    *,
-    event_time_column: str,
-    count_delivered: CountDelivered | None = None,
-    watermark_delay: str | None = None,
-    **options: Any,
-) -> LakeStream:
+def open_hive_stream(spark: SparkSession, table: str, **options: Any) -> LakeStream:
     """:func:`read_hive_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    return open_lake_stream(
-        spark,
-        HIVE,
-        table,
-        event_time_column=event_time_column,
-        watermark_delay=watermark_delay,
-        count_delivered=count_delivered,
-        **options,
-    )
+    return open_lake_stream(spark, HIVE, table, **options)

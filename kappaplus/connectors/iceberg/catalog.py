@@ -35,7 +35,7 @@ from kappaplus.core.errors import ConfigError, TableError, TableNotFound
 from kappaplus.core.settings import state_dir
 
 if TYPE_CHECKING:
-    from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.connectors.lake.jvm_reader import LakeStream
 
 log = logging.getLogger(__name__)
 
@@ -295,26 +295,10 @@ def read_iceberg_stream(
     ).df
 
 
-def open_iceberg_stream(
-    spark: SparkSession,
-    table: str,
-    *,
-    event_time_column: str,
-    count_delivered: CountDelivered | None = None,
-    watermark_delay: str | None = None,
-    **options: Any,
-) -> LakeStream:
+def open_iceberg_stream(spark: SparkSession, table: str, **options: Any) -> LakeStream:
     """:func:`read_iceberg_stream`, and whether the reader counts the rows it delivers, as
     ``count_delivered`` asks (the JVM reader does)."""
-    return open_lake_stream(
-        spark,
-        iceberg_format(),
-        table,
-        event_time_column=event_time_column,
-        watermark_delay=watermark_delay,
-        count_delivered=count_delivered,
-        **options,
-    )
+    return open_lake_stream(spark, iceberg_format(), table, **options)
 
 
 def _resolve(
