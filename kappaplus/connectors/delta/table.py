@@ -233,8 +233,8 @@ def read_delta_stream(
     **options: Any,
 ) -> DataFrame:
     """Open a Delta table's pinned version as a streaming DataFrame, one event-time slice
-    per micro-batch (see :func:`kappaplus.connectors.hive.read_hive_stream` for the slicing
-    options and the watermark; they are the same).
+    per micro-batch (the slicing options and the watermark are every lake format's:
+    :class:`~kappaplus.connectors.lake.options.LakeSourceOptions`).
 
     ``path``: the table's location (local path, ``s3://...``) or a name registered with
     ``kappa table register --delta``; ``storage_options``: delta-rs storage options;

@@ -271,8 +271,8 @@ def read_iceberg_stream(
     **options: Any,
 ) -> DataFrame:
     """Open an Iceberg table's pinned snapshot as a streaming DataFrame, one event-time
-    slice per micro-batch (see :func:`kappaplus.connectors.hive.read_hive_stream` for the
-    slicing options and the watermark; they are the same).
+    slice per micro-batch (the slicing options and the watermark are every lake format's:
+    :class:`~kappaplus.connectors.lake.options.LakeSourceOptions`).
 
     ``catalog``: pyiceberg catalog properties (default the embedded SQL catalog);
     ``snapshot``: the snapshot to pin on the first start (default the current one);
