@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from kappaplus.connectors.hive import read_hive_stream
     from kappaplus.connectors.hybrid import read_hybrid_stream
     from kappaplus.connectors.iceberg import read_iceberg_stream
-    from kappaplus.connectors.kafka import read_kafka_stream
+    from kappaplus.connectors.kafka import read_kafka, read_kafka_stream
     from kappaplus.jobs import InputSpec, Job, OutputSpec, Params, load_job
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import RunResult, run_job
@@ -96,6 +96,7 @@ _LAZY = {
     "read_delta_stream": "kappaplus.connectors.delta",
     "read_lake_stream": "kappaplus.connectors",
     "read_kafka_stream": "kappaplus.connectors.kafka",
+    "read_kafka": "kappaplus.connectors.kafka",
     "read_hybrid_stream": "kappaplus.connectors.hybrid",
 }
 
@@ -121,6 +122,7 @@ __all__ = [
     "read_delta_stream",
     "read_lake_stream",
     "read_kafka_stream",
+    "read_kafka",
     "read_hybrid_stream",
     # errors
     "KappaError",
