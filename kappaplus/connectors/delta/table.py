@@ -228,8 +228,6 @@ def read_delta_stream(
     path: str,
     *,
     event_time_column: str,
-    storage_options: dict[str, str] | None = None,
-    version: int | None = None,
     **options: Any,
 ) -> DataFrame:
     """Open a Delta table's pinned version as a streaming DataFrame, one event-time slice
@@ -251,8 +249,6 @@ def read_delta_stream(
         spark,
         path,
         event_time_column=event_time_column,
-        storage_options=storage_options,
-        version=version,
         **options,
     ).df
 

@@ -266,8 +266,6 @@ def read_iceberg_stream(
     table: str,
     *,
     event_time_column: str,
-    catalog: dict[str, str] | None = None,
-    snapshot: int | None = None,
     **options: Any,
 ) -> DataFrame:
     """Open an Iceberg table's pinned snapshot as a streaming DataFrame, one event-time
@@ -289,8 +287,6 @@ def read_iceberg_stream(
         spark,
         table,
         event_time_column=event_time_column,
-        catalog=catalog,
-        snapshot=snapshot,
         **options,
     ).df
 
