@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import inspect
 import json
 import textwrap
@@ -45,7 +46,7 @@ VALIDATED_TYPES = {
     "_table": ("table name (`db.table`)", '"lake.rides"'),
     "_topic": ("topic name", '"rides"'),
     "_servers": ("`host:port[,host:port...]`", '"kafka1:9092,kafka2:9092"'),
-    "_duration": ("duration (`\"2 hours\"`)", '"2 hours"'),
+    "_duration": ('duration (`"2 hours"`)', '"2 hours"'),
     "_trigger": ('duration or `"available-now"`', '"10 seconds"'),
     "moment_text": ('timestamp (ISO-8601) or `"none"`', '"2024-03-01T00:00:00Z"'),
     "optional_duration": ('duration or `"none"`', '"1 day"'),
@@ -91,6 +92,7 @@ def _descriptions() -> dict[str, dict[str, str]]:
     return out
 
 
+@functools.cache
 def _attribute_docstrings(model: type) -> dict[str, str]:
     """``field: type = ...`` followed by a string literal, in the class's own source."""
     try:

@@ -25,7 +25,7 @@ def test_help_of_run_and_status() -> None:
         assert option in result.output
     result = runner.invoke(app, ["status", "--help"])
     assert result.exit_code == 0 and "--json" in result.output
-    # `kappa run --list` as the README writes it: no mode needed to list the jobs
+    # `kappa run --list` as docs/concepts/modes.md writes it: no mode needed to list the jobs
     listed = runner.invoke(app, ["run", "--list"])
     assert listed.exit_code == 0, listed.output
     assert "kappaplus.examples.sessionization:JOB" in listed.output

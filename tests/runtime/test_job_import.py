@@ -1,4 +1,5 @@
-"""``kappa run`` imports job modules from the working directory, as the README shows."""
+"""``kappa run`` imports job modules from the working directory, as the getting-started
+guide shows."""
 
 from __future__ import annotations
 

@@ -380,13 +380,14 @@ def test_bootstrap_of_a_mapped_lake_then_a_nested_topic_equals_the_truth_and_bot
 def test_the_readme_step_on_differing_columns_works_as_written(
     spark: SparkSession, scratch: Path
 ) -> None:
-    """The README's "My lake's columns differ from my stream's" binding, taken as written
-    (its TOML block), backfills the lake it describes to the pandas truth."""
+    """The schema-mapping page's binding (``docs/how-to/schema-mapping.md``, "My lake's
+    columns differ from my stream's"), taken as written (its first TOML block), backfills the
+    lake it describes to the pandas truth."""
     import re
     import tomllib
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### My lake's columns differ from my stream's") :]
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schema-mapping.md"
+    section = page.read_text(encoding="utf-8")
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     written = tomllib.loads(block.group(1))
