@@ -126,6 +126,7 @@ def _rst_to_markdown(text: str) -> str:
     import re
 
     text = re.sub(r":(?:class|mod|func|meth|data|attr):`~?([^`]+)`", r"`\1`", text)
+    text = re.sub(r"::$", ":", text, flags=re.M)  # a literal block's marker
     return text.replace("``", "`")
 
 
@@ -473,15 +474,17 @@ def _cell(text: str) -> str:
 
 
 def api_names() -> list[tuple[str, str]]:
-    """(name, module that defines it) of everything ``kappaplus`` exports."""
+    """(name, module that defines it) of everything ``kappaplus`` exports, without importing
+    what it loads lazily (pyspark and the runtime): its ``_LAZY`` table says where those live."""
     import kappaplus
 
+    lazy: dict[str, str] = getattr(kappaplus, "_LAZY", {})
     out = []
     for name in kappaplus.__all__:
         if name.startswith("__"):
             continue
-        value = getattr(kappaplus, name)
-        out.append((name, getattr(value, "__module__", "kappaplus")))
+        module = lazy.get(name) or getattr(getattr(kappaplus, name), "__module__", "kappaplus")
+        out.append((name, module))
     return out
 
 
