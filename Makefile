@@ -16,9 +16,10 @@ test-all: lint docs
 	.venv/bin/python -m pytest -q -m ''
 
 # the documentation site (mkdocs.yml, docs/) into site/: --strict fails on a broken link, a
-# missing page or a reference page that cannot be generated from the code; builds offline
+# missing page or a reference page that cannot be generated from the code (not --quiet: it
+# hides the warnings --strict counts); builds offline
 docs: setup
-	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) .venv/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) .venv/bin/mkdocs build --strict
 
 lint: setup
 	.venv/bin/ruff check kappaplus tests bench
