@@ -179,6 +179,44 @@ def test_a_narrowing_type_is_refused_before_the_queries_start(
     assert not spark.catalog.tableExists(f"{out}_backfill")
 
 
+def test_job_columns_the_lake_lacks_are_all_named_with_the_mapping_that_makes_them_null(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """Issue 47 item 10: a mapped binding whose job columns the lake lacks failed naming the
+    first one; the error names them all and the ``cast(null as <type>)`` mapping, which,
+    given as written, is accepted."""
+    from kappaplus.runtime.binding.unify import describe_bindings
+
+    rows = lake_rows()
+    table, out = f"rides_lacking_{uid()}", f"lacking_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    wider = Job(
+        name="wider-ride-counts",
+        inputs=[InputSpec("rides", SCHEMA + ", driver string, fare decimal(8,2)", "ride_time")],
+        outputs=JOB.outputs,
+        transform=per_window,
+        watermark_delay="10 minutes",
+    )
+    end = (START + timedelta(hours=1)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(
+            spark,
+            wider,
+            config(table, out, scratch),
+            RunOptions("backfill", START.isoformat(), end),
+        )
+    text = str(refused.value)
+    assert "inputs.rides.hive" in text and "driver, fare" in text, text
+    shown = text[text.index("columns = {") :]
+    assert 'driver = "cast(null as string)"' in shown, text
+    assert 'fare = "cast(null as decimal(8,2))"' in shown, text
+    assert not spark.catalog.tableExists(f"{out}_backfill")
+    nulls = {"driver": "cast(null as string)", "fare": "cast(null as decimal(8,2))"}
+    mapped = {"ride_id": "cast(ride_no as string)", "city": "city_name", **nulls}
+    (resolved,) = describe_bindings(spark, wider, config(table, out, scratch, columns=mapped))
+    assert not resolved.mismatches and resolved.reads == ["ride_no", "city_name", "tip", "ts_ms"]
+
+
 def test_check_shows_where_each_column_comes_from_and_run_refuses_a_narrowed_file(
     spark: SparkSession, scratch: Path
 ) -> None:
