@@ -120,10 +120,12 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
 def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 10.0) -> None:
     """Ask the binding's brokers for the topic's metadata before Spark starts, so a wrong or
     unreachable ``bootstrap_servers`` (or refused credentials) is one line naming the key
-    in seconds, not a failed query a minute later. Uses the binding's client settings."""
+    in seconds, not a failed query a minute later, and a topic that does not exist is
+    refused (:class:`TopicNotFound`, exit 2) naming it, the broker and ``kappa topic
+    create``. Uses the binding's client settings."""
     from confluent_kafka import Consumer
 
-    from kappaplus.core.errors import KafkaError
+    from kappaplus.core.errors import KafkaError, TopicNotFound
     from kappaplus.core.kafka_conf import client_conf
     from kappaplus.core.secrets import mask_url
 
@@ -150,9 +152,27 @@ def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 1
     finally:
         consumer.close()
     topic = metadata.topics.get(kafka.topic)
-    if topic is not None and topic.error is not None and topic.error.code() != 3:
-        # 3: UNKNOWN_TOPIC_OR_PART, fine (brokers may create it); others: authorization...
+    unknown = topic is None or (topic.error is not None and topic.error.code() == 3)
+    if not unknown and topic.error is not None:  # authorization, a leader missing...
         raise KafkaError(f"inputs.{input_name}.kafka.topic: {kafka.topic}: {topic.error.str()}")
+    if unknown or not topic.partitions:
+        # a stream subscribed to it would wait for ever, and exit 0 having read nothing
+        broker = mask_url(kafka.bootstrap_servers)
+        raise TopicNotFound(
+            f"inputs.{input_name}.kafka.topic: topic {kafka.topic!r} does not exist at "
+            f"{broker}: create it (kappa topic create {kafka.topic} --bootstrap {broker} "
+            "--partitions N) or fix the name"
+        )
+
+
+def check_kafka_inputs(job: Job, resolved: ResolvedConfig) -> None:
+    """:func:`check_kafka_reachable` for every input the run reads from Kafka (a stream, the
+    Kafka phase of a bootstrap): before Spark starts (``kappa run``) and again before a
+    query starts or a target is made (``run_job``)."""
+    for spec in job.inputs:
+        kafka = resolved.inputs[spec.name].kafka
+        if kafka is not None:
+            check_kafka_reachable(spec.name, kafka)
 
 
 def _reason(exc: BaseException) -> str:
