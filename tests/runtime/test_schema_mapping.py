@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from runtime_helpers import uid
+from typer.testing import CliRunner
 
 from kappaplus.config import config_from_dict
 from kappaplus.core.errors import ConfigError
@@ -623,3 +624,71 @@ def test_mappings_must_rise_and_name_their_range_in_errors(
     with pytest.raises(ConfigError) as refused:
         run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), RENAMED_AT.isoformat()))
     assert line in str(refused.value)
+
+
+def test_an_event_time_mapping_the_decoder_never_applies_is_refused_by_check_and_run(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    new_topic: Any,
+    scratch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 47 item 7: ``columns = { ride_time = "coalesce(ride_time, ts)" }`` on a Kafka
+    binding passed ``kappa check``, but the decoder takes the event time from the records'
+    ``ride_time`` and dead-letters a record where it is null before the mapping runs: the
+    records it was written for were all dead letters. Refused by check and run alike, with
+    the reason and the way out; nothing is created."""
+    import json
+
+    from confluent_kafka import Producer
+
+    import kappaplus.session
+    from kappaplus.cli import app
+
+    topic, out = new_topic(prefix="coalesced"), f"coalesced_counts_{uid()}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(4):  # half without ride_time: what the mapping was meant for
+        at = (START + timedelta(minutes=i)).isoformat()
+        record = {"ride_id": str(i), "city": "sf", "tip": 1.0, "ts": at}
+        record["ride_time"] = at if i % 2 else None
+        producer.produce(topic, json.dumps(record).encode())
+    producer.flush(30)
+    binding = {
+        "topic": topic,
+        "bootstrap_servers": kafka_bootstrap,
+        "starting_offsets": "earliest",
+        "fields": "ride_id string, city string, tip double, ride_time timestamp, ts timestamp",
+        "columns": {"ride_time": "coalesce(ride_time, ts)"},
+    }
+    toml = scratch / "coalesced.toml"
+    toml.write_text(
+        'job = "test_schema_mapping:JOB"\n'
+        f'checkpoint_dir = "{scratch / "checkpoints"}"\n'
+        "[inputs.rides.kafka]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in binding.items() if k != "columns")
+        + 'columns = { ride_time = "coalesce(ride_time, ts)" }\n'
+        f'[outputs.counts.hive]\ntable = "{out}"\n'
+    )
+    monkeypatch.setattr(kappaplus.session, "create_session", lambda *a, **k: spark)
+    monkeypatch.setattr(kappaplus.session, "stop_session", lambda s: None)
+    monkeypatch.setattr("kappaplus.cli.run._stop_quietly", lambda s: None)
+    result = CliRunner().invoke(
+        app, ["check", "test_schema_mapping:JOB", "-c", str(toml)], env={"COLUMNS": "300"}
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "inputs.rides.kafka.columns.ride_time" in text, text
+    assert "dead-letters a record where that is null before any mapping runs" in text, text
+    assert "event_time = { column" in text, text
+
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {"rides": {"kafka": binding}},
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now"))
+    assert "before any mapping runs" in str(refused.value)
+    assert not spark.catalog.tableExists(out)
