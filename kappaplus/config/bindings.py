@@ -230,6 +230,9 @@ class KafkaInput(StrictModel):
     fields: str | None = Field(None, min_length=1)
     columns: Columns = Field(default_factory=dict)
     event_time: StoredEventTime | None = None
+    required: list[str] = Field(default_factory=list)
+    """The records' fields a record must carry, non-null, or be a dead letter with the
+    reason (besides the job's ``NOT NULL`` columns read by their own name)."""
 
     @model_validator(mode="after")
     def _avro_schema(self) -> KafkaInput:

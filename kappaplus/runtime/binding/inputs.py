@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +48,7 @@ from kappaplus.core.event_time import MARKER_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
@@ -91,16 +92,45 @@ def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
 
     event = kafka_event_field(spec, kafka)
     if kafka.format == "avro":
-        return DecoderSpec(
+        avro = DecoderSpec(
             format="avro",
             avro_schema=str(kafka.schema_file),
             event_time=event,
             schema_registry_url=kafka.schema_registry_url,
         )
+        required = required_fields(spec, kafka, avro.event_schema)
+        return avro if not required else replace(avro, required=required)
     unit = kafka.event_time.unit if kafka.event_time is not None else None
+    fields = kafka_fields(spec, kafka)
     return DecoderSpec(
-        format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
+        format="json",
+        schema=fields,
+        event_time=event,
+        event_time_unit=unit,
+        required=required_fields(spec, kafka, fields),
     )
+
+
+def required_fields(spec: InputSpec, kafka: KafkaInput, fields: StructType) -> tuple[str, ...]:
+    """The records' fields that must be present and non-null (besides the event time and
+    the ``NOT NULL`` fields of ``fields``): those the binding lists (``required``) and the
+    job's ``NOT NULL`` columns the records carry under their own name (a column mapped by
+    an expression is the expression's business: list its fields in ``required``)."""
+    names = fields.fieldNames()
+    for name in kafka.required:
+        if name not in names:
+            raise ConfigError(
+                f"inputs.{spec.name}.kafka.required",
+                name,
+                f"not a field of the records ({', '.join(names)})",
+            )
+    mapped = set(kafka.columns)
+    by_name = [
+        f.name
+        for f in spec.struct_type().fields
+        if not f.nullable and f.name in names and f.name not in mapped
+    ]
+    return tuple(dict.fromkeys([*kafka.required, *by_name]))
 
 
 def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
