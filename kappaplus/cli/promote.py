@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ def _load(job: str, config: Path | None) -> tuple[Any, Any]:
     if config_file is None:
         raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
     return loaded, load_config(config_file)
+
+
+def _command(
+    job: str, output: str, config: Path | None, checkpoint: Path | None, metastore_uri: str | None
+) -> str:
+    """This command line again for ``output``, with every option that says where things
+    are (config, checkpoint root, metastore), so it runs as printed from the same folder."""
+    words = ["kappa", "promote", job, "--output", output]
+    if config is not None:
+        words += ["--config", str(config)]
+    if checkpoint is not None:
+        words += ["--checkpoint", str(checkpoint)]
+    if metastore_uri:
+        words += ["--metastore-uri", metastore_uri]
+    return shlex.join(words)
 
 
 def _stream_free(job: Any, config: Any, output: str, checkpoint: Path | None) -> None:
@@ -110,7 +126,7 @@ def register(app: typer.Typer) -> None:
             elif journal is not None and journal.get("status") == UNDOING:
                 raise PromoteError(
                     f"promotion {journal['id']} stopped while being undone: finish with "
-                    f"kappa promote {job} --output {plan.output} --undo"
+                    f"{_command(job, plan.output, config, checkpoint, metastore_uri)} --undo"
                 )
             resuming = not undo and journal is not None and journal.get("status") == PROMOTING
             if not undo and not resuming:
@@ -162,7 +178,9 @@ def register(app: typer.Typer) -> None:
                 f"{record.get('backfill_range')} (run {record.get('backfill_run')}); the "
                 f"previous production table is {record['previous_table']}"
             )
-            _console.print(f"undo: kappa promote {job} --output {record['output']} --undo")
+            undo_command = _command(job, record["output"], config, checkpoint, metastore_uri)
+            # printed whole, on one line and as written, so it runs as printed
+            print(f"undo: {undo_command} --undo")
         else:
             _console.print(
                 f"undone: {production} is the previous production table again; the backfill "

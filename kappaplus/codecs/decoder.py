@@ -20,6 +20,7 @@ from kappaplus.codecs.convert import (
     event_time_converter,
 )
 from kappaplus.codecs.registry import UnknownSchemaId, WriterSchemas
+from kappaplus.codecs.required import required_problems
 from kappaplus.codecs.schema import RECORD_ARROW_TYPE
 from kappaplus.codecs.spec import DecoderSpec
 
@@ -75,13 +76,8 @@ class _Decoder:
             raise _FieldError("invalid JSON: nested too deeply") from None
         if not isinstance(obj, dict):
             raise _FieldError(f"expected a JSON object, got {_shown(obj)}")
-        problems: list[str] = []
+        problems = required_problems(obj, self.required)
         row: dict[str, Any] = {}
-        for name in self.required:
-            if name not in obj:
-                problems.append(f"missing required field {name!r}")
-            elif obj[name] is None:
-                problems.append(f"required field {name!r} is null")
         for name in self.fields:
             try:
                 row[name] = self.converters[name](obj.get(name), name)
@@ -120,10 +116,7 @@ class _Decoder:
                         f"not Confluent wire format / schema mismatch: {what}; "
                         f"as plain Avro: {plain_error}"
                     ) from None
-        problems = []
-        for name in self.required:
-            if record.get(name) is None:
-                problems.append(f"required field {name!r} is null")
+        problems = required_problems(record, self.required)
         if problems:
             raise _FieldError("; ".join(problems))
         row = {}

@@ -219,10 +219,11 @@ class DecoderSpec:
 
     @property
     def required_fields(self) -> tuple[str, ...]:
-        """Fields that must be non-null, in schema order (event time excluded)."""
-        wanted = set(self.required) | {f.name for f in self.event_schema.fields if not f.nullable}
-        wanted.discard(self.event_time)
-        return tuple(n for n in self.event_schema.fieldNames() if n in wanted)
+        """Fields that must be present and non-null, in schema order (event time excluded):
+        :func:`~kappaplus.codecs.required.required_names`."""
+        from kappaplus.codecs.required import required_names
+
+        return required_names(self.event_schema, self.required, event_time=self.event_time)
 
     def decoded_schema(self) -> StructType:
         """Schema of :func:`decode_kafka`'s output: nullable event columns, error, record."""

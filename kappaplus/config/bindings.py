@@ -230,6 +230,9 @@ class KafkaInput(StrictModel):
     fields: str | None = Field(None, min_length=1)
     columns: Columns = Field(default_factory=dict)
     event_time: StoredEventTime | None = None
+    required: list[str] = Field(default_factory=list)
+    """The records' fields a record must carry, non-null, or be a dead letter with the
+    reason (besides the job's ``NOT NULL`` columns read by their own name)."""
 
     @model_validator(mode="after")
     def _avro_schema(self) -> KafkaInput:
@@ -318,7 +321,8 @@ class IcebergInput(SlicedLakeInput):
     """A logical input bound to an Iceberg table, read (backfill, bootstrap) as a stream of
     event-time slices planned from its manifests' statistics, from one snapshot per run.
 
-    ``catalog``: pyiceberg catalog properties: ``type`` (``sql``: a SQLite file, the
+    ``catalog``: pyiceberg catalog properties: ``name`` (default ``kappa``: a SQL catalog
+    keys its tables by it; docs/how-to/iceberg-catalogs.md), ``type`` (``sql``: a SQLite file, the
     embedded default under the state directory; ``rest``; ``hive``: a metastore's thrift URI,
     ``kappa up``'s included), ``uri``, ``warehouse``
     and FileIO settings (``s3.endpoint``...). ``snapshot``: the snapshot a new run pins

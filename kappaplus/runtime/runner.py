@@ -43,7 +43,7 @@ from kappaplus.connectors.hive.catalog import resolution_scope
 from kappaplus.core.draining import DrainSignal
 from kappaplus.core.settings import state_dir
 from kappaplus.runtime.binding.bounds import bounds_metrics_name
-from kappaplus.runtime.binding.inputs import BoundInput, bind_inputs
+from kappaplus.runtime.binding.inputs import BoundInput, bind_inputs, check_kafka_inputs
 from kappaplus.runtime.binding.modes import run_mode
 from kappaplus.runtime.binding.outputs import (
     OutputPlan,
@@ -187,6 +187,7 @@ def _prepare(
     plan the outputs and check their targets: every refusal comes before a query starts
     (and, with ``--fresh``, puts the old checkpoint back: :func:`fresh_start_checked`)."""
     resolved = resolve(config, run.mode, job)
+    check_kafka_inputs(job, resolved)  # a missing topic: refused, not a stream reading nothing
     identity = run_identity(job, resolved, run)
     check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)

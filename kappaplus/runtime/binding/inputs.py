@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +48,7 @@ from kappaplus.core.event_time import MARKER_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
@@ -91,16 +92,45 @@ def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
 
     event = kafka_event_field(spec, kafka)
     if kafka.format == "avro":
-        return DecoderSpec(
+        avro = DecoderSpec(
             format="avro",
             avro_schema=str(kafka.schema_file),
             event_time=event,
             schema_registry_url=kafka.schema_registry_url,
         )
+        required = required_fields(spec, kafka, avro.event_schema)
+        return avro if not required else replace(avro, required=required)
     unit = kafka.event_time.unit if kafka.event_time is not None else None
+    fields = kafka_fields(spec, kafka)
     return DecoderSpec(
-        format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
+        format="json",
+        schema=fields,
+        event_time=event,
+        event_time_unit=unit,
+        required=required_fields(spec, kafka, fields),
     )
+
+
+def required_fields(spec: InputSpec, kafka: KafkaInput, fields: StructType) -> tuple[str, ...]:
+    """The records' fields that must be present and non-null (besides the event time and
+    the ``NOT NULL`` fields of ``fields``): those the binding lists (``required``) and the
+    job's ``NOT NULL`` columns the records carry under their own name (a column mapped by
+    an expression is the expression's business: list its fields in ``required``)."""
+    names = fields.fieldNames()
+    for name in kafka.required:
+        if name not in names:
+            raise ConfigError(
+                f"inputs.{spec.name}.kafka.required",
+                name,
+                f"not a field of the records ({', '.join(names)})",
+            )
+    mapped = set(kafka.columns)
+    by_name = [
+        f.name
+        for f in spec.struct_type().fields
+        if not f.nullable and f.name in names and f.name not in mapped
+    ]
+    return tuple(dict.fromkeys([*kafka.required, *by_name]))
 
 
 def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
@@ -120,10 +150,12 @@ def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
 def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 10.0) -> None:
     """Ask the binding's brokers for the topic's metadata before Spark starts, so a wrong or
     unreachable ``bootstrap_servers`` (or refused credentials) is one line naming the key
-    in seconds, not a failed query a minute later. Uses the binding's client settings."""
+    in seconds, not a failed query a minute later, and a topic that does not exist is
+    refused (:class:`TopicNotFound`, exit 2) naming it, the broker and ``kappa topic
+    create``. Uses the binding's client settings."""
     from confluent_kafka import Consumer
 
-    from kappaplus.core.errors import KafkaError
+    from kappaplus.core.errors import KafkaError, TopicNotFound
     from kappaplus.core.kafka_conf import client_conf
     from kappaplus.core.secrets import mask_url
 
@@ -150,9 +182,27 @@ def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 1
     finally:
         consumer.close()
     topic = metadata.topics.get(kafka.topic)
-    if topic is not None and topic.error is not None and topic.error.code() != 3:
-        # 3: UNKNOWN_TOPIC_OR_PART, fine (brokers may create it); others: authorization...
+    unknown = topic is None or (topic.error is not None and topic.error.code() == 3)
+    if not unknown and topic.error is not None:  # authorization, a leader missing...
         raise KafkaError(f"inputs.{input_name}.kafka.topic: {kafka.topic}: {topic.error.str()}")
+    if unknown or not topic.partitions:
+        # a stream subscribed to it would wait for ever, and exit 0 having read nothing
+        broker = mask_url(kafka.bootstrap_servers)
+        raise TopicNotFound(
+            f"inputs.{input_name}.kafka.topic: topic {kafka.topic!r} does not exist at "
+            f"{broker}: create it (kappa topic create {kafka.topic} --bootstrap {broker} "
+            "--partitions N) or fix the name"
+        )
+
+
+def check_kafka_inputs(job: Job, resolved: ResolvedConfig) -> None:
+    """:func:`check_kafka_reachable` for every input the run reads from Kafka (a stream, the
+    Kafka phase of a bootstrap): before Spark starts (``kappa run``) and again before a
+    query starts or a target is made (``run_job``)."""
+    for spec in job.inputs:
+        kafka = resolved.inputs[spec.name].kafka
+        if kafka is not None:
+            check_kafka_reachable(spec.name, kafka)
 
 
 def _reason(exc: BaseException) -> str:
