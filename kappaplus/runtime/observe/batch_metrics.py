@@ -21,11 +21,14 @@ log = logging.getLogger(__name__)
 
 def current_batch_metrics(spark: SparkSession, query_name: str) -> dict[str, dict[str, int]] | None:
     """The whole-number observed counts of the batch the active query ``query_name`` is
-    writing, by metric name; None when they cannot be read (logged at debug level)."""
+    writing, by metric name; None when they cannot be read (logged at debug level).
+    ``spark``: the session that started the query (a batch's session is a clone that
+    knows no active query)."""
     try:
         jspark: Any = spark._jsparkSession  # type: ignore[attr-defined]
         found = [q for q in jspark.streams().active() if q.name() == query_name]
         if not found:
+            log.debug("query %s: not among the session's active queries", query_name)
             return None
         execution = found[0].streamingQuery().lastExecution()
         if execution is None:
