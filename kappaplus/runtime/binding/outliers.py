@@ -91,12 +91,15 @@ def state_ahead_rule(input_name: str, rule: AheadRule | None) -> None:
         log.info("%s = none: a Kafka record far ahead of its peers is not judged", key)
         return
     what = (
-        f"{rule.reach} plus twice their span behind the median" if rule.spread else str(rule.reach)
+        f"{rule.reach} (the larger of {AUTO_FLOOR} and twice the watermark delay plus the "
+        "trigger interval) plus twice their span behind that median"
+        if rule.spread
+        else str(rule.reach)
     )
     log.info(
-        "inputs.%s: a Kafka record more than %s ahead of its peers (the median event time of "
-        "its partition's records in its micro-batch) is a dead letter, not a watermark mover "
-        '(%s = %s; "none" opts out)',
+        "inputs.%s: a Kafka record further ahead of its peers (the median event time of its "
+        "partition's records in its micro-batch) than %s is a dead letter with its reason, "
+        'not a watermark mover (%s = %s; "none" opts out)',
         input_name,
         what,
         key,
