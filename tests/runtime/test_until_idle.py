@@ -45,23 +45,25 @@ def test_a_finished_bootstrap_run_again_stops_when_idle(  # type: ignore[no-unty
     }
     job_config = config(topic, kafka_bootstrap, scratch, out, late, **hive)
 
-    def bootstrap(until_idle: float) -> RunResult:
+    def bootstrap(until_idle: float, timeout: float) -> RunResult:
         options = RunOptions(
             "bootstrap",
             start=START.isoformat(),
             cutoff=cutoff.isoformat(),
             lateness="1 hour",
             until_idle=until_idle,
-            timeout=120.0,
+            timeout=timeout,
         )
         return run_job(spark, JOB, job_config, options)
 
-    first = bootstrap(4.0)
+    first = bootstrap(4.0, timeout=600.0)
     assert first.status == "finished" and first.record.stopped_by is None
     assert output(spark, out, START + timedelta(hours=23)) == truth(rows)
 
     # the same command again: nothing to read; it must stop by itself, not by --timeout
-    again = bootstrap(15.0)
+    # (--timeout only bounds the test: before, the rerun ran until it, "live (caught up in
+    # 0 batches)" every 10 s)
+    again = bootstrap(15.0, timeout=240.0)
     record = again.record
     assert again.tracker.stats["counts"].input_batches == 0
     assert record.stopped_by is None, f"stopped by {record.stopped_by}, not by idleness"
