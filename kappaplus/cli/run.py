@@ -443,6 +443,7 @@ def status_command(
     dropped as late and dead letters. --wide adds run ids, ranges and where each
     checkpoint stands; --json prints the runs only, with every field.
     """
+    from kappaplus.runtime.state.batch_counts import committed_done, settled, unsettled
     from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
     every = list_runs()
@@ -450,15 +451,19 @@ def status_command(
     latest_user = _latest_users(every)
     rows: list[dict[str, Any]] = []
     for record in records:
+        if unsettled(record):  # killed: what it committed, as a resume will settle it
+            record = settled(record)
         checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
         later = sorted(
             {latest_user[path] for path in record.checkpoints.values()} - {record.run_id}
         )
         # the checkpoints stand where the LAST run over them left them: an earlier run's
         # fraction done is its own, as its record last said (an interrupted run resumed
-        # later is not 100% done)
+        # later is not 100% done); the latest's is where its committed batches reached
         done = (
-            [] if later else [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+            []
+            if later
+            else [d for d in (committed_done(c) for c in checkpoints.values()) if d is not None]
         )
         rows.append(
             {

@@ -30,9 +30,11 @@ from kappaplus.config.fields import (
     StrictModel,
     TableName,
     TopicName,
+    ahead_bound,
     moment_text,
     optional_duration,
 )
+from kappaplus.core.ahead import AUTO
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.secrets import redact as redact_secrets
 from kappaplus.core.table import (
@@ -41,6 +43,7 @@ from kappaplus.core.table import (
     DEFAULT_VISIBILITY,
     Visibility,
 )
+from kappaplus.core.timeutil import Duration
 
 
 class DeadLetterQueue(StrictModel):
@@ -395,21 +398,23 @@ class EventTimeBounds(StrictModel):
       event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
     - ``max_ahead``: how far ahead of its peers a record's event time may be: of the median
       event time of the records read with it from its Kafka partition in the same
-      micro-batch (stream mode and a bootstrap's Kafka phase; default none). One plausible
-      outlier (three days ahead, inside ``max_future``) would otherwise move the watermark
-      for every later row.
+      micro-batch (stream mode and a bootstrap's Kafka phase). One plausible outlier (three
+      days ahead, inside ``max_future``) would otherwise move the watermark for every later
+      row. Default ``"auto"`` (:func:`kappaplus.runtime.binding.outliers.ahead_rule`: a
+      floor sized from the watermark delay and the trigger, plus twice the peers' own span
+      behind their median); a duration for a fixed bound; ``"none"`` to opt out.
     """
 
     min: Annotated[Any, AfterValidator(moment_text)] = DEFAULT_MIN_EVENT_TIME
     max: Annotated[Any, AfterValidator(moment_text)] = None
     max_future: Annotated[Any, AfterValidator(optional_duration)] = DEFAULT_MAX_FUTURE
-    max_ahead: Annotated[Any, AfterValidator(optional_duration)] = "none"
+    max_ahead: Annotated[Any, AfterValidator(ahead_bound)] = AUTO
 
     @model_validator(mode="after")
     def _ordered(self) -> EventTimeBounds:
         from kappaplus.core.timeutil import parse_timestamp
 
-        if self.max_ahead is not None and self.max_ahead.micros <= 0:
+        if isinstance(self.max_ahead, Duration) and self.max_ahead.micros <= 0:
             raise ValueError(f"max_ahead {self.max_ahead} must be a positive duration")
         low, high = self.min, self.max
         if low is not None and high is not None and parse_timestamp(low) >= parse_timestamp(high):

@@ -70,6 +70,7 @@ from kappaplus.runtime.side_outputs.dead_letter_tap import (
     decode_metrics_name,
 )
 from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
+from kappaplus.runtime.state.batch_counts import settle_interrupted
 from kappaplus.runtime.state.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
@@ -305,6 +306,8 @@ def run_job(
     with contextlib.ExitStack() as held:
         paths, names = _lock_paths(prepared.mode_dir, plans)
         held.enter_context(hold(paths, record.run_id, names))
+        # the interrupted runs this one resumes: their records say what they committed
+        settle_interrupted(record.run_id, record.checkpoints.values())
         request = held.enter_context(signals_stop())
         held.callback(prepared.drain.clear)
         events = ProgressListener()
@@ -357,7 +360,9 @@ def _execute(
                 )
                 tracker.stats[name].keep_late_rows()
             mine = [p for p in prepared.publishers.values() if p.output == name]
-            queries[name] = start_output(prepared.frames[name], plan, chosen, kept, mine)
+            queries[name] = start_output(
+                prepared.frames[name], plan, chosen, kept, mine, record.run_id
+            )
         tracker.restarted()
         record.save()
         log.info(

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     )
     from kappaplus.config.bindings import MappedLakeInput, SliceBudgets
     from kappaplus.connectors.hive.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.core.ahead import AheadRule
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.mapping import Resolution
     from kappaplus.runtime.binding.pinned_lakes import PinnedBinding, PinnedLake
@@ -287,16 +288,17 @@ def bootstrap_dead_letter_path(mode_dir: Path, input_name: str) -> str:
     return dead_letter_staging(mode_dir, input_name)
 
 
-def hybrid_bounds(bounds: EventTimeBounds) -> dict[str, Any]:
+def hybrid_bounds(bounds: EventTimeBounds, ahead: AheadRule | None = None) -> dict[str, Any]:
     """The event-time bounds as keywords of ``read_hybrid_stream``: its Kafka phase makes a
-    record outside them a dead letter with the reason, as a stream does (the lake's rows
-    outside them are left out and counted,
+    record outside them (or further ahead of its peers than ``ahead`` allows,
+    :func:`~kappaplus.runtime.binding.outliers.ahead_rule`) a dead letter with the reason,
+    as a stream does (the lake's rows outside them are left out and counted,
     :func:`~kappaplus.runtime.binding.bounds.drop_out_of_bounds`: the lake keeps them)."""
     return {
         "event_time_min": bounds.min,
         "event_time_max": bounds.max,
         "max_future": None if bounds.max_future is None else str(bounds.max_future),
-        "max_ahead": None if bounds.max_ahead is None else str(bounds.max_ahead),
+        "max_ahead": None if ahead is None else ahead.text(),
     }
 
 
@@ -426,6 +428,9 @@ class InputContext:
     drain_file: str | None = None
     late_plans: Sequence[LateRowsPlan] = ()
     dead_letters: DeadLetterPlan | None = None
+    ahead: AheadRule | None = None
+    """How far ahead of its peers a Kafka record may be (``max_ahead``,
+    :func:`~kappaplus.runtime.binding.outliers.ahead_rule`); None: not judged."""
 
 
 class SourceReader(Protocol):
@@ -755,7 +760,17 @@ def bind_inputs(
     :func:`dead_letter_staging`), so ``--fresh`` or a new identity starts all of it over and
     a checkpoint moved elsewhere takes it along.
     """
+    from kappaplus.runtime.binding.outliers import ahead_rule, state_ahead_rule
+
     delay = resolved.watermark_delay or job.watermark_delay
+    trigger = run.effective_trigger(resolved.trigger_interval)
+    ahead = {
+        spec.name: ahead_rule(resolved.inputs[spec.name].bounds, delay, trigger)
+        for spec in job.inputs
+    }
+    if run.mode.reads_kafka:
+        for spec in job.inputs:
+            state_ahead_rule(spec.name, ahead[spec.name])
     return {
         spec.name: bind_input(
             InputContext(
@@ -772,6 +787,7 @@ def bind_inputs(
                 drain_file=drain_file,
                 late_plans=late_plans,
                 dead_letters=(dead_letters or {}).get(spec.name),
+                ahead=ahead[spec.name],
             ),
             reader,
         )

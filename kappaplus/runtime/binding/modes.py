@@ -109,6 +109,7 @@ class StreamMode(RunMode):
             decoder.event_time,
             ctx.binding.bounds,
             bounds_metrics_name(spec.name),
+            ctx.ahead,
         )
         decoded = observe_kafka(decoded, spec.name, decoder.event_time)
         if ctx.dead_letters is not None:
@@ -255,7 +256,7 @@ class BootstrapMode(RunMode):
         options = bind.hybrid_options(
             spec, hive, kafka, ctx.run, ctx.job_name, ctx.dead_letter_staging
         )
-        options.update(bind.hybrid_bounds(ctx.binding.bounds))
+        options.update(bind.hybrid_bounds(ctx.binding.bounds, ctx.ahead))
         if ctx.source_state is not None:
             options["manifestDir"] = f"{ctx.source_state}/manifests"
         if ctx.drain_file is not None:

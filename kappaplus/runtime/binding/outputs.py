@@ -157,8 +157,17 @@ class OutputWriter:
         plan: OutputPlan,
         on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
         dead_letters: Sequence[DeadLetterPublisher] = (),
+        run_id: str | None = None,
+        session: SparkSession | None = None,
     ) -> None:
         from kappaplus.connectors.hive.sink import HiveTableSink
+
+        self.run_id = run_id
+        """Notes each batch it wrote with its counts under this run's id (None: does not),
+        :mod:`kappaplus.runtime.state.batch_counts`."""
+        self.session = session
+        """The session that started the query (a batch's own is a clone of it, which
+        knows no active query)."""
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
         self.plan = plan
@@ -260,8 +269,21 @@ class OutputWriter:
             for output in side:
                 if not output.publish_before_rows:
                     output.publish(batch, batch_id)
+            self._note(batch, batch_id)
         finally:
             batch.unpersist()
+
+    def _note(self, batch: DataFrame, batch_id: int) -> None:
+        """Note the batch and what it counted before Spark commits it: a run killed right
+        after the commit still has the batch counted (``batch_counts``)."""
+        if self.run_id is None or self.session is None:
+            return
+        from kappaplus.runtime.observe.batch_metrics import current_batch_metrics
+        from kappaplus.runtime.state.batch_counts import note_batch
+
+        observed = current_batch_metrics(self.session, self.plan.query_name)
+        if observed is not None:
+            note_batch(self.plan.checkpoint, batch_id, self.run_id, observed)
 
     def _claim(self, batch: DataFrame, batch_id: int) -> None:
         """Record this query's claim on its topic widened by the batch's event-time span
@@ -318,14 +340,16 @@ def start_output(
     trigger: str,
     on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
     dead_letters: Sequence[DeadLetterPublisher] = (),
+    run_id: str | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of one output (its rows counted for the audit;
     ``on_late_kept``: told the late rows it kept per batch and audit bucket;
-    ``dead_letters``: the inputs whose dead letters this query publishes)."""
+    ``dead_letters``: the inputs whose dead letters this query publishes; ``run_id``: the
+    run noting each batch it writes beside the checkpoint)."""
     from kappaplus.audit.counts import observe_rows
 
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
-    output = OutputWriter(plan, on_late_kept, dead_letters)
+    output = OutputWriter(plan, on_late_kept, dead_letters, run_id, df.sparkSession)
     writer: Any = (
         counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)
