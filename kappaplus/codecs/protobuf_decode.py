@@ -241,7 +241,7 @@ class ProtobufReader:
         columns = [[None if m is None else r(m) for m in messages] for r in self.readers]
         event = columns[self.event_index]
         failed = [i for i, m in enumerate(messages) if m is not None and event[i] is None]
-        for index, name in self.checked:
+        for index, _name in self.checked:
             column = columns[index]
             failed += [i for i, m in enumerate(messages) if m is not None and column[i] is None]
         for i in sorted(set(failed)):

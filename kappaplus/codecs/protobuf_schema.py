@@ -135,9 +135,7 @@ def _parse_set(data: bytes, path: str, option: str) -> Any:
     return files
 
 
-def message_descriptor(
-    data: bytes, message: str, path: str, option: str = "message"
-) -> Descriptor:
+def message_descriptor(data: bytes, message: str, path: str, option: str = "message") -> Descriptor:
     """The descriptor of ``message`` (full name, e.g. ``rides.v1.Ride``) in ``data``."""
     from google.protobuf import descriptor_pool
 
@@ -206,9 +204,7 @@ def _field_type(
     if is_map(field):
         entry = field.message_type
         key, _ = _single_type(entry.fields_by_name["key"], path, f"{where}{{key}}", seen)
-        value, value_null = _single_type(
-            entry.fields_by_name["value"], path, f"{where}{{}}", seen
-        )
+        value, value_null = _single_type(entry.fields_by_name["value"], path, f"{where}{{}}", seen)
         return MapType(key, value, value_null), False
     kind, nullable = _single_type(field, path, where, seen)
     if field.is_repeated:
@@ -257,8 +253,7 @@ def _single_type(
         raise ConfigError(
             "schema_file",
             path,
-            f"field {where!r}: message {name} contains itself; a Spark schema cannot be "
-            "recursive",
+            f"field {where!r}: message {name} contains itself; a Spark schema cannot be recursive",
         )
     fields = []
     for sub in message.fields:

@@ -207,7 +207,9 @@ class DecoderSpec:
             )
         for other in ("schema", "avro_schema"):
             if getattr(self, other) is not None:
-                raise ConfigError(other, "...", "format 'protobuf' derives the schema from schema_file")
+                raise ConfigError(
+                    other, "...", "format 'protobuf' derives the schema from schema_file"
+                )
         if self.schema_registry_url is not None and self.wire_format == "plain":
             raise ConfigError(
                 "schema_registry_url",

@@ -98,6 +98,15 @@ def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
             schema_registry_url=kafka.schema_registry_url,
         )
     unit = kafka.event_time.unit if kafka.event_time is not None else None
+    if kafka.format == "protobuf":
+        return DecoderSpec(
+            format="protobuf",
+            proto_schema=str(kafka.schema_file),
+            message=kafka.message,
+            event_time=event,
+            event_time_unit=unit,
+            schema_registry_url=kafka.schema_registry_url,
+        )
     return DecoderSpec(
         format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
     )
