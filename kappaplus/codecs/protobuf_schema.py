@@ -18,6 +18,7 @@ time), so a run compiles each file once per process. The Spark types:
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,8 @@ def compile_proto(
             args, capture_output=True, text=True, cwd=source.parent.resolve(), check=False
         )
         if done.returncode != 0 or not out.is_file():
-            raise ConfigError(option, str(source), _protoc_problem(done.stderr))
+            shown = done.stderr.replace(f"{source.parent.resolve()}{os.sep}", "")
+            raise ConfigError(option, str(source), _protoc_problem(shown))
         return out.read_bytes()
 
 
