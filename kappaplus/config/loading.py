@@ -135,11 +135,12 @@ def _check_message(key: str, schema_file: Path | None, message: str | None) -> N
     """Compile a Protobuf binding's schema and find its message now, before Spark starts:
     a missing file or import, a file that does not compile or a message not in it is one
     line naming the key and the file."""
-    from kappaplus.codecs.protobuf_schema import descriptor_set, message_descriptor
+    from kappaplus.codecs.protobuf_schema import descriptor_set, message_descriptor, spark_schema
 
     assert schema_file is not None and message is not None
     try:
-        message_descriptor(descriptor_set(schema_file), message, str(schema_file))
+        path = str(schema_file)
+        spark_schema(message_descriptor(descriptor_set(path), message, path), path)
     except ConfigError as exc:
         raise ConfigError(f"{key}.{exc.option}", exc.value, exc.problem) from None
 
