@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from kappaplus.codecs import DecoderSpec, dead_letters, decode_kafka, good_events
 from kappaplus.connectors.kafka import read_kafka
+from kappaplus.core.errors import ConfigError
 
 HERE = Path(__file__).parent / "protobuf"
 EVOLUTION = HERE / "evolution"
@@ -243,6 +244,19 @@ def registry() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(data)
 
+        def do_POST(self) -> None:  # noqa: N802 - register a schema: its id
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            assert body.get("schemaType") == "PROTOBUF", body
+            ids = [i for i, text in REGISTERED.items() if text == body["schema"]]
+            schema_id = ids[0] if ids else max(REGISTERED) + 1
+            REGISTERED[schema_id] = body["schema"]
+            data = json.dumps({"id": schema_id}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def log_message(self, *args: Any) -> None:
             pass
 
@@ -286,6 +300,51 @@ def test_registry_framed_records_with_two_writer_ids(  # type: ignore[no-untyped
     assert dead[1]["reason"] == f"Confluent schema id 7 is not in the Schema Registry {registry}"
 
 
+def test_rows_encode_to_messages_the_decoder_reads_back(registry: str) -> None:
+    """What a Kafka output with format = "protobuf" writes (no Spark needed here)."""
+    from kappaplus.codecs import decode_values
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter, registered_header
+
+    row = {
+        "id": "w1", "event_time": datetime(2024, 3, 1, 12, tzinfo=UTC), "i32": -1,
+        "u64": Decimal(2**64 - 1), "kind": "KIND_EATS", "blob": bytearray(b"\x01"),
+        "place": {"city": "Oslo", "lat": 1.5, "tags": ["t"]}, "counts": [3, 4],
+        "stops": [{"city": "A", "lat": None, "tags": []}], "tally": [("k", 2)],
+        "places_by_no": {5: {"city": "Rome", "lat": 0.0, "tags": []}}, "cash": None,
+        "took": 1_500_000, "note": "n", "maybe_count": 0, "rating": None, "kinds": ["KIND_RIDE"],
+        "tip": 0.5,
+    }  # fmt: skip
+    spec = everything_spec()
+    writer = ProtobufWriter(HERE / "everything.proto", "acme.events.v1.Everything")
+    (back,) = decode_values(spec, [writer.encode(row)])
+    assert isinstance(back, dict), back
+    assert back["event_time"] == 1_709_294_400_000_000
+    assert (back["kind"], back["u64"], back["blob"]) == ("KIND_EATS", 2**64 - 1, b"\x01")
+    assert back["place"] == {"city": "Oslo", "lat": 1.5, "tags": ["t"]}
+    assert back["stops"] == [{"city": "A", "lat": 0.0, "tags": []}]
+    assert (back["tally"], back["places_by_no"][0][0]) == ([("k", 2)], 5)
+    assert (back["took"], back["note"], back["maybe_count"], back["tip"]) == (
+        1_500_000,
+        "n",
+        0,
+        0.5,
+    )
+    assert (back["cash"], back["rating"], back["kinds"]) == (None, None, ["KIND_RIDE"])
+    with pytest.raises(Exception, match="not a value of acme.events.v1.Everything.Kind"):
+        writer.encode({**row, "kind": "KIND_NOPE"})
+    with pytest.raises(ConfigError, match="columns not in acme.events.v1.Everything"):
+        writer.check(["id", "nope"], "outputs.o.kafka.message")
+
+    # with a registry: the .proto registered, values framed with its id, read back framed
+    ride = EVOLUTION / "v1" / "ride.proto"
+    header = registered_header(ride, "rides.v1.Ride", registry, "rides-out")
+    assert header[0] == 0 and header[5:] == b"\x00"
+    framed_writer = ProtobufWriter(ride, "rides.v1.Ride", header)
+    value = framed_writer.encode({"id": "x", "event_time": datetime(2024, 3, 1, tzinfo=UTC)})
+    (read_back,) = decode_values(ride_spec("v1", registry), [value])
+    assert isinstance(read_back, dict) and read_back["id"] == "x", read_back
+
+
 def test_corrupt_bytes_are_dead_letters_with_reasons_and_coordinates(  # type: ignore[no-untyped-def]
     spark, kafka_bootstrap: str, new_topic
 ) -> None:
@@ -323,7 +382,6 @@ def test_corrupt_bytes_are_dead_letters_with_reasons_and_coordinates(  # type: i
 
 def test_kappa_check_resolves_the_job_against_the_message(spark) -> None:  # type: ignore[no-untyped-def]
     from kappaplus.config import KafkaInput
-    from kappaplus.core.errors import ConfigError
     from kappaplus.examples.generate import RIDER_EVENT_DDL
     from kappaplus.examples.rides_protobuf import kafka_keys
     from kappaplus.jobs import InputSpec
@@ -385,7 +443,6 @@ def test_bad_schemas_are_one_line_naming_the_file_before_any_query(
 
 def test_bad_bindings_name_the_key() -> None:
     from kappaplus.config import KafkaInput, KafkaOutput
-    from kappaplus.core.errors import ConfigError
 
     with pytest.raises(ValueError, match="needs 'message'"):
         KafkaInput(topic="t", bootstrap_servers="b:1", format="protobuf", schema_file="x.proto")

@@ -61,6 +61,8 @@ def _scalar(field: FieldDescriptor) -> Callable[[Any], Any]:
         return enum
     if field.type in (FD.TYPE_UINT64, FD.TYPE_FIXED64):
         return int
+    if field.type == FD.TYPE_BYTES:
+        return bytes
     return lambda v: v
 
 
