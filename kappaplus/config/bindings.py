@@ -245,6 +245,8 @@ class KafkaInput(StrictModel):
         if self.format == "json" and self.schema_registry_url is not None:
             raise ValueError("'schema_registry_url' is for formats 'avro' and 'protobuf' only")
         _check_protobuf(self.format, self.schema_file, self.message)
+        if self.format == "protobuf" and self.fields is not None:
+            raise ValueError("'fields' is for JSON; a Protobuf topic's fields are its message's")
         return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
