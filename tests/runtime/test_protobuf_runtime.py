@@ -5,6 +5,8 @@ topic, equals them too."""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -99,8 +101,9 @@ def test_stream_of_protobuf_rides_equals_the_truth_per_window(  # type: ignore[n
     assert result.rows_dropped_late == 0
     counts = result.record.inputs["rider_events"]
     assert counts["dead"] == len(GARBAGE)
-    letters = consume_topic(kafka_bootstrap, dlq)
-    assert sorted(m.value() for m in letters) == sorted(GARBAGE)
+    letters = [json.loads(m.value()) for m in consume_topic(kafka_bootstrap, dlq)]
+    assert sorted(base64.b64decode(d["value"]) for d in letters) == sorted(GARBAGE)
+    assert all(d["reason"].startswith("Protobuf decode failed") for d in letters), letters
 
     # the same sessions, as rides.v1.Session messages on the output topic
     spec = DecoderSpec(

@@ -308,6 +308,9 @@ def hybrid_options(
         "maxEarliness": hive.max_earliness,
         **budget_options(hive),
         "partitionTimeFormat": hive.partition_format,
+        # the job's columns only: a table archived from the topic (kappa archive) also has
+        # the records' Kafka coordinates, which decoded events do not
+        "columns": ",".join(spec.field_names()),
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
     return options
