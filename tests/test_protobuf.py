@@ -455,3 +455,24 @@ def test_bad_bindings_name_the_key() -> None:
             format="protobuf", proto_schema=EVOLUTION / "v1" / "ride.proto",
             message="rides.v1.Ride", event_time="zone",
         )  # fmt: skip
+
+
+def test_an_integer_event_time_with_a_unit() -> None:
+    from kappaplus.codecs import decode_values
+
+    spec = DecoderSpec(
+        format="protobuf",
+        proto_schema=HERE / "epoch.proto",
+        message="acme.events.v1.Tick",
+        event_time="sent_at_ms",
+        event_time_unit="ms",
+    )
+    assert spec.event_schema["sent_at_ms"].dataType.simpleString() == "timestamp"
+    tick = message_classes(HERE / "epoch.proto")["acme.events.v1.Tick"]
+    (row,) = decode_values(spec, [tick(id="a", sent_at_ms=1_709_294_400_123).SerializeToString()])
+    assert row == {"id": "a", "sent_at_ms": 1_709_294_400_123_000}
+    with pytest.raises(ConfigError, match="a unit is for an integer field"):
+        DecoderSpec(
+            format="protobuf", proto_schema=EVOLUTION / "v1" / "ride.proto",
+            message="rides.v1.Ride", event_time="event_time", event_time_unit="ms",
+        )  # fmt: skip

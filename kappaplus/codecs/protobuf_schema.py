@@ -192,6 +192,13 @@ def spark_schema(
     for field in message.fields:
         kind, nullable = _field_type(field, path, field.name, (message.full_name,))
         if unit is not None and field.name == event_time:
+            if kind.typeName() not in ("integer", "long") or field.is_repeated:
+                raise ConfigError(
+                    "event_time",
+                    f"{{ column = {event_time!r}, unit = {unit!r} }}",
+                    f"a unit is for an integer field; {message.full_name}.{field.name} is "
+                    f"{kind.simpleString()}",
+                )
             kind = TimestampType()
         fields.append(StructField(field.name, kind, nullable))
     return StructType(fields)
