@@ -229,16 +229,32 @@ class ProtobufReader:
     def decode_columns(self, values: Sequence[bytes | None]) -> tuple[list[list[Any]], list[Any]]:
         """The event columns of ``values`` and each value's reason (None when it decoded);
         a failed value's columns are null."""
-        parse = self.parse
+        from google.protobuf.unknown_fields import UnknownFieldSet
+
+        parse, slow, misread = self.message_class.FromString, self.parse, self._misread
+        framed = self.framing != "plain"
         messages: list[Any] = []
         errors: list[str | None] = []
         for value in values:
-            message, problem = parse(value)
+            # the common case inline: an unframed value that parses with no unknown fields
+            if value is None or (framed and (not value or value[0] == 0)):
+                message, problem = slow(value)
+            else:
+                try:
+                    message, problem = parse(value), None
+                except Exception:  # noqa: BLE001 - the slow path says why
+                    message, problem = slow(value)
+                else:
+                    if len(UnknownFieldSet(message)):
+                        problem = misread(message, "")
             if problem is not None:
                 message = None
             messages.append(message)
             errors.append(problem)
-        columns = [[None if m is None else r(m) for m in messages] for r in self.readers]
+        if any(errors):
+            columns = [[None if m is None else r(m) for m in messages] for r in self.readers]
+        else:
+            columns = [[r(m) for m in messages] for r in self.readers]
         event = columns[self.event_index]
         failed = [i for i, m in enumerate(messages) if m is not None and event[i] is None]
         for index, _name in self.checked:
