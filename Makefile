@@ -31,6 +31,7 @@ bench: setup
 	.venv/bin/python bench/bench_kafka.py
 	.venv/bin/python bench/bench_hive.py
 	.venv/bin/python bench/bench_codec.py
+	.venv/bin/python bench/bench_protobuf.py
 	.venv/bin/python bench/bench_read_path.py --docs
 	.venv/bin/python bench/bench_iceberg.py
 	.venv/bin/python bench/bench_delta.py

@@ -14,6 +14,19 @@ from kappaplus.core.modes import Mode
 
 _console = Console()
 _AVRO = typer.Option(None, "--avro-schema", help="An .avsc file: the topic holds Avro records.")
+_PROTO = typer.Option(
+    None,
+    "--proto-schema",
+    help="A .proto file or descriptor set: the topic holds Protobuf records (with --message).",
+)
+_MESSAGE = typer.Option(
+    None, "--message", help="The Protobuf message's full name, e.g. rides.v1.Ride."
+)
+_REGISTRY = typer.Option(
+    None,
+    "--schema-registry-url",
+    help="A Schema Registry: Confluent-framed Avro/Protobuf read with their writer schemas.",
+)
 _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
 )
@@ -63,6 +76,9 @@ def archive_command(
         None, "--schema", help="Event schema as DDL, e.g. 'id string, event_time timestamp'."
     ),
     avro_schema: Path = _AVRO,
+    proto_schema: Path = _PROTO,
+    message: str = _MESSAGE,
+    schema_registry_url: str = _REGISTRY,
     bootstrap: str = typer.Option(
         None, "--bootstrap", "-b", help="Kafka bootstrap servers (default: the embedded broker)."
     ),
@@ -131,8 +147,14 @@ def archive_command(
             table=table,
             event_time_column=event_time,
             schema=schema,
-            format="avro" if avro_schema is not None else "json",
-            schema_file=avro_schema,
+            format="avro"
+            if avro_schema is not None
+            else "protobuf"
+            if proto_schema is not None
+            else "json",
+            schema_file=avro_schema or proto_schema,
+            message=message,
+            schema_registry_url=schema_registry_url,
             partition_by=partition_by,  # type: ignore[arg-type]
             hourly=not daily,
             starting_offsets=starting_offsets,

@@ -219,8 +219,10 @@ class KafkaInput(StrictModel):
 
     topic: TopicName
     bootstrap_servers: Servers
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf"] = "json"
     schema_file: Path | None = None
+    # Protobuf: the message's full name in schema_file (a .proto or a descriptor set)
+    message: str | None = Field(None, min_length=1)
     # Avro: writer schemas by the Confluent schema id; schema_file is the reader schema
     schema_registry_url: str | None = Field(None, repr=False)
     starting_offsets: str = "latest"
@@ -246,8 +248,11 @@ class KafkaInput(StrictModel):
             )
         if self.format == "avro" and self.schema_file is None:
             raise ValueError("format 'avro' needs 'schema_file' (an .avsc file)")
-        if self.format != "avro" and self.schema_registry_url is not None:
-            raise ValueError("'schema_registry_url' is for format 'avro' only")
+        if self.format == "json" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' is for formats 'avro' and 'protobuf' only")
+        _check_protobuf(self.format, self.schema_file, self.message)
+        if self.format == "protobuf" and self.fields is not None:
+            raise ValueError("'fields' is for JSON; a Protobuf topic's fields are its message's")
         return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
@@ -255,6 +260,19 @@ class KafkaInput(StrictModel):
             if key == "options":
                 value = redact(value)
             yield key, value
+
+
+def _check_protobuf(format: str, schema_file: Path | None, message: str | None) -> None:
+    """A Protobuf binding names its schema and message; only a Protobuf binding a message."""
+    if format == "protobuf":
+        if schema_file is None:
+            raise ValueError(
+                "format 'protobuf' needs 'schema_file' (a .proto file or a descriptor set)"
+            )
+        if message is None:
+            raise ValueError("format 'protobuf' needs 'message' (its full name, pkg.Message)")
+    elif message is not None:
+        raise ValueError("'message' is for format 'protobuf' only")
 
 
 def redact(options: Mapping[str, str]) -> dict[str, str]:
@@ -452,10 +470,19 @@ class KafkaOutput(StrictModel):
 
     topic: TopicName
     bootstrap_servers: Servers
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf"] = "json"
     schema_file: Path | None = None
+    message: str | None = Field(None, min_length=1)
+    schema_registry_url: str | None = Field(None, repr=False)
     backfill_topic: TopicName | None = None
     options: KafkaClientSettings = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _protobuf(self) -> KafkaOutput:
+        if self.format != "protobuf" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' on an output is for format 'protobuf' only")
+        _check_protobuf(self.format, self.schema_file, self.message)
+        return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
         for key, value in super().__repr_args__():

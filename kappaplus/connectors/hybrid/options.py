@@ -278,8 +278,8 @@ class HybridSourceOptions:
     def _unify(lake: HiveSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
         """Check that decoded Kafka events can be made into lake rows (schema unification).
 
-        Every lake column must be an event field of a compatible type, or a time-partition
-        column derivable from the event time; extra event fields are dropped.
+        Every lake column read must be an event field of a compatible type, or a
+        time-partition column derivable from the event time; extra event fields are dropped.
         """
         if decoder.event_time != lake.event_time_column:
             raise ConfigError(
@@ -291,7 +291,7 @@ class HybridSourceOptions:
         events = {f.name: f.dataType for f in decoder.event_schema.fields}
         formats = partition_formats(lake.partition_time_format)
         derived: dict[str, str] = {}
-        for f in lake.schema.fields:
+        for f in lake.output_schema.fields:  # the columns it delivers (``columns``)
             if f.name in events:
                 if events[f.name] != f.dataType and not _arrow_castable(events[f.name], f.dataType):
                     raise ConfigError(

@@ -102,6 +102,17 @@ def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
         required = required_fields(spec, kafka, avro.event_schema)
         return avro if not required else replace(avro, required=required)
     unit = kafka.event_time.unit if kafka.event_time is not None else None
+    if kafka.format == "protobuf":
+        proto = DecoderSpec(
+            format="protobuf",
+            proto_schema=str(kafka.schema_file),
+            message=kafka.message,
+            event_time=event,
+            event_time_unit=unit,
+            schema_registry_url=kafka.schema_registry_url,
+        )
+        required = required_fields(spec, kafka, proto.event_schema)
+        return proto if not required else replace(proto, required=required)
     fields = kafka_fields(spec, kafka)
     return DecoderSpec(
         format="json",
@@ -351,6 +362,9 @@ def hybrid_options(
         "maxEarliness": hive.max_earliness,
         **budget_options(hive),
         "partitionTimeFormat": hive.partition_format,
+        # the job's columns only: a table archived from the topic (kappa archive) also has
+        # the records' Kafka coordinates, which decoded events do not
+        "columns": ",".join(spec.field_names()),
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
     return options

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter
     from kappaplus.config import (
         DeltaOutput,
         HiveOutput,
@@ -122,11 +123,12 @@ def plan_output(
 ) -> OutputPlan:
     """Checkpoint ``<run_dir>/<output>`` and a query name unique to it (``run_dir`` is the
     run's checkpoint directory, :func:`kappaplus.runtime.state.identity.run_dir`)."""
-    if binding.kafka is not None and binding.kafka.format != "json":
+    if binding.kafka is not None and binding.kafka.format == "avro":
         raise ConfigError(
             f"outputs.{spec.name}.kafka.format",
             binding.kafka.format,
-            "the runtime writes outputs to Kafka as JSON; use format = 'json'",
+            "the runtime writes outputs to Kafka as JSON or Protobuf; use format = 'json' "
+            "or 'protobuf'",
         )
     checkpoint = run_dir / spec.name
     ident = checkpoint_id(checkpoint)
@@ -305,21 +307,54 @@ def kafka_settings(kafka: KafkaOutput) -> dict[str, str]:
     return conf
 
 
-def kafka_records(batch: DataFrame, query: str | None = None) -> DataFrame:
-    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row, and with
-    ``query`` the header ``kappa.query`` naming the query that produced it."""
+def kafka_records(
+    batch: DataFrame, query: str | None = None, kafka: KafkaOutput | None = None
+) -> DataFrame:
+    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON, or as a Protobuf
+    message for a ``protobuf`` output) per row, and with ``query`` the header
+    ``kappa.query`` naming the query that produced it."""
     from pyspark.sql import functions as F
 
     from kappaplus.connectors.kafka.claims import QUERY_HEADER
 
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+    if kafka is not None and kafka.format == "protobuf":
+        values = protobuf_values(batch, kafka)
+    else:
+        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+        values = batch.select(value.alias("value"))
     columns = [F.sha2(F.col("value"), 256).alias("key"), F.col("value")]
     if query is not None:
         header = F.struct(
             F.lit(QUERY_HEADER).alias("key"), F.lit(query).cast("binary").alias("value")
         )
         columns.append(F.array(header).alias("headers"))
-    return batch.select(value.alias("value")).select(*columns)
+    return values.select(*columns)
+
+
+def protobuf_writer(kafka: KafkaOutput) -> ProtobufWriter:
+    """The encoder of a ``protobuf`` Kafka output (with a registry: its schema registered,
+    once per process, and its values framed with the id)."""
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter, registered_header
+
+    assert kafka.schema_file is not None and kafka.message is not None
+    header = b""
+    if kafka.schema_registry_url is not None:
+        key = (kafka.schema_registry_url, kafka.topic, str(kafka.schema_file), kafka.message)
+        if key not in _HEADERS:
+            _HEADERS[key] = registered_header(
+                kafka.schema_file, kafka.message, kafka.schema_registry_url, kafka.topic
+            )
+        header = _HEADERS[key]
+    return ProtobufWriter(kafka.schema_file, kafka.message, header)
+
+
+_HEADERS: dict[tuple[str, str, str, str], bytes] = {}
+
+
+def protobuf_values(batch: DataFrame, kafka: KafkaOutput) -> DataFrame:
+    """The batch's rows as ``value`` (binary) Protobuf messages, encoded in the workers."""
+    writer = protobuf_writer(kafka)
+    return batch.mapInArrow(writer.encode_batches, "value binary")
 
 
 def write_kafka(batch: DataFrame, kafka: KafkaOutput, query: str | None = None) -> None:
@@ -330,7 +365,7 @@ def write_kafka(batch: DataFrame, kafka: KafkaOutput, query: str | None = None) 
     batch.sparkSession.dataSource.register(KafkaDataSource)
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}
     options.update(kafka.options)
-    records = kafka_records(batch, query)
+    records = kafka_records(batch, query, kafka)
     records.write.format(SHORT_NAME).options(**options).mode("append").save()
 
 
@@ -348,6 +383,8 @@ def start_output(
     run noting each batch it writes beside the checkpoint)."""
     from kappaplus.audit.counts import observe_rows
 
+    if plan.kafka is not None and plan.kafka.format == "protobuf":
+        protobuf_writer(plan.kafka).check(df.columns, f"outputs.{plan.name}.kafka.message")
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
     output = OutputWriter(plan, on_late_kept, dead_letters, run_id, df.sparkSession)
     writer: Any = (

@@ -32,9 +32,14 @@ def kafka_event_field(spec: InputSpec, kafka: KafkaInput) -> str:
 
 
 def kafka_fields(spec: InputSpec, kafka: KafkaInput) -> StructType:
-    """The JSON records' schema: ``fields`` when the binding gives it, else the job's."""
+    """The JSON records' schema: ``fields`` when the binding gives it, else the job's;
+    a Protobuf topic's, its message's (derived from the descriptor)."""
     from pyspark.sql.types import DataType, StructType
 
+    if kafka.format == "protobuf":
+        from kappaplus.runtime.binding.inputs import decoder_spec
+
+        return decoder_spec(spec, kafka).event_schema
     if kafka.fields is None:
         return spec.struct_type()
     try:
