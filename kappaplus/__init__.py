@@ -62,6 +62,7 @@ from kappaplus.core.errors import (
 )
 
 if TYPE_CHECKING:
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter
     from kappaplus.config import JobConfig, load_config, parse_config
     from kappaplus.connectors import read_lake_stream
     from kappaplus.connectors.delta import read_delta_stream
@@ -98,6 +99,7 @@ _LAZY = {
     "read_kafka_stream": "kappaplus.connectors.kafka",
     "read_kafka": "kappaplus.connectors.kafka",
     "read_hybrid_stream": "kappaplus.connectors.hybrid",
+    "ProtobufWriter": "kappaplus.codecs.protobuf_encode",
 }
 
 __all__ = [
@@ -124,6 +126,8 @@ __all__ = [
     "read_kafka_stream",
     "read_kafka",
     "read_hybrid_stream",
+    # records for a topic (test data, the examples' producers)
+    "ProtobufWriter",
     # errors
     "KappaError",
     "ConfigError",

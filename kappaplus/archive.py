@@ -59,6 +59,8 @@ from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from kappaplus.codecs import DecoderSpec
+
 INPUT = "records"
 OUTPUT = "archive"
 ARRIVAL_COLUMN = "kafka_timestamp"
@@ -98,6 +100,9 @@ class ArchiveOptions:
     schema: str | None = option("schema", TEXT, default=None)
     format: Format = option("format", choice(get_args(Format)), default="json")
     schema_file: Path | None = option("schemaFile", PATH, default=None)
+    message: str | None = option("message", TEXT, default=None)
+    """Protobuf topics: the message's full name in ``schema_file`` (``rides.v1.Ride``)."""
+    schema_registry_url: str | None = option("schemaRegistryUrl", TEXT, default=None, repr=False)
     partition_by: PartitionBy = option(
         "partitionBy", choice(get_args(PartitionBy)), default="event"
     )
@@ -142,23 +147,42 @@ class ArchiveOptions:
                 raise ConfigError("schema_file", None, "an Avro topic needs its .avsc file")
             if not Path(self.schema_file).is_file():
                 raise ConfigError("schema_file", str(self.schema_file), "file not found")
+        if self.format == "protobuf":
+            if self.schema_file is None or self.message is None:
+                raise ConfigError(
+                    "schema_file" if self.schema_file is None else "message",
+                    None,
+                    "a Protobuf topic needs its .proto file (or descriptor set) and message",
+                )
+            self._decoder()  # compiles the file and finds the message, or says why not
 
     @property
     def job_name(self) -> str:
         return f"archive-{self.topic}"
 
     def event_schema(self) -> str:
-        """The event schema as DDL: ``schema``, or the Avro file's fields."""
+        """The event schema as DDL: ``schema``, or the Avro file's or Protobuf message's
+        fields."""
         if self.schema:
             return self.schema
+        spec = self._decoder()
+        return ", ".join(
+            f"`{f.name}` {f.dataType.simpleString()}" for f in spec.event_schema.fields
+        )
+
+    def _decoder(self) -> DecoderSpec:
         from kappaplus.codecs import DecoderSpec
 
         assert self.schema_file is not None
-        spec = DecoderSpec(
+        if self.format == "protobuf":
+            return DecoderSpec(
+                format="protobuf",
+                proto_schema=str(self.schema_file),
+                message=self.message,
+                event_time=self.event_time_column,
+            )
+        return DecoderSpec(
             format="avro", avro_schema=str(self.schema_file), event_time=self.event_time_column
-        )
-        return ", ".join(
-            f"`{f.name}` {f.dataType.simpleString()}" for f in spec.event_schema.fields
         )
 
 
@@ -191,6 +215,10 @@ def archive_job(options: ArchiveOptions) -> tuple[Job, JobConfig]:
     }
     if options.schema_file is not None:
         kafka["schema_file"] = str(options.schema_file)
+    if options.message is not None:
+        kafka["message"] = options.message
+    if options.schema_registry_url is not None:
+        kafka["schema_registry_url"] = options.schema_registry_url
     if options.max_offsets_per_trigger is not None:
         kafka["maxOffsetsPerTrigger"] = options.max_offsets_per_trigger
     hive: dict[str, Any] = {

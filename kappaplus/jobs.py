@@ -423,15 +423,7 @@ def load_job(path: str) -> Job:
     if not module_name or not attribute:
         raise ConfigError("job", path, "expected a dotted path like 'package.module:JOB'")
     import_from_cwd()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(
-            "job",
-            path,
-            f"cannot import module {exc.name!r} (run from the folder that holds it, or add "
-            "that folder to PYTHONPATH)",
-        ) from exc
+    module = _import_job_module(path, module_name)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -442,3 +434,38 @@ def load_job(path: str) -> Job:
     if not isinstance(target, Job):
         raise ConfigError("job", path, f"is a {type(target).__name__}, not a kappaplus Job")
     return target
+
+
+def _import_job_module(path: str, module_name: str) -> Any:
+    """Import the job's module; a failure names the module that is missing, or, when the
+    module was found but failed while importing something else, says so with the error's
+    first line (not the other package named as if it were the job's)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise ConfigError(
+                "job",
+                path,
+                f"cannot import module {missing!r} (run from the folder that holds it, or "
+                "add that folder to PYTHONPATH)",
+            ) from exc
+        raise ConfigError(
+            "job",
+            path,
+            f"module {module_name!r} failed while importing {missing!r}: "
+            f"{_first_line(exc)} (install it in this Python environment, or fix the import)",
+        ) from exc
+    except Exception as exc:  # any error the job module raises while being imported
+        raise ConfigError(
+            "job",
+            path,
+            f"module {module_name!r} failed while being imported: "
+            f"{type(exc).__name__}: {_first_line(exc)}",
+        ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -140,6 +140,7 @@ def resolve_mapping(
     target = spec.struct_type()
     columns: list[ColumnSource] = []
     mismatches: list[str] = []
+    _check_absent(spec, binding, mapping, source)
     for name, expression in mapping.items():
         key = f"{binding}.columns.{name}"
         try:
@@ -199,6 +200,40 @@ def by_date_range(
         )
     mismatches = [line for _, _, r in ranges for line in r.mismatches]
     return Resolution(binding, columns, mismatches)
+
+
+def _check_absent(
+    spec: InputSpec, binding: str, mapping: Mapping[str, str], source: StructType
+) -> None:
+    """Every job column read by its own name that the source lacks, named in one error
+    with the mapping that makes each null (an error per column, one run at a time, hid the
+    rest)."""
+    have = set(source.fieldNames())
+    absent = [
+        name
+        for name, expression in mapping.items()
+        if expression == quoted(name) and name not in have
+    ]
+    if not absent:
+        return
+    target = spec.struct_type()
+    nulls = ", ".join(
+        f'{name} = "cast(null as {target[name].dataType.simpleString()})"'
+        for name in absent
+        if name != spec.event_time_column
+    )
+    ways = ["map them from its fields in columns"]
+    if nulls:
+        ways.append(f"make them null with columns = {{ {nulls} }}")
+    if spec.event_time_column in absent:
+        ways.append(f"map the event time {spec.event_time_column!r} with event_time.column")
+    way_out = ", or ".join(ways)
+    raise ConfigError(
+        f"{binding}.columns",
+        absent,
+        f"the source lacks the job's columns {', '.join(absent)} (it has "
+        f"{', '.join(source.fieldNames())}): {way_out}",
+    )
 
 
 def _references(projected: DataFrame) -> tuple[str, ...]:

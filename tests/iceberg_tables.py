@@ -34,7 +34,9 @@ def catalog_props(root: Path, warehouse: str | None = None) -> dict[str, str]:
 def open_catalog(props: dict[str, str]) -> Any:
     from pyiceberg.catalog import load_catalog
 
-    return load_catalog("kappa", **props)  # the SQL catalog keeps tables per catalog name
+    # the SQL catalog keeps tables per catalog name: its "name" key, else kappa's default
+    others = {k: v for k, v in props.items() if k != "name"}
+    return load_catalog(props.get("name", "kappa"), **others)
 
 
 def make_rows(days: int, per_day: int, seed: int) -> pd.DataFrame:

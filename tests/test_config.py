@@ -429,7 +429,7 @@ table = "agg.counts"
 def test_fail_on_data_loss_is_a_key_of_the_kafka_binding() -> None:
     """The data-loss error advises failOnDataLoss=false: a job config can say it."""
     from kappaplus.config import KafkaInput
-    from kappaplus.runtime.binding.inputs import kafka_options
+    from kappaplus.runtime.binding.kafka_inputs import kafka_options
 
     base = {"topic": "rides", "bootstrap_servers": "h:9092"}
     assert kafka_options(KafkaInput.model_validate(base))["failOnDataLoss"] is True

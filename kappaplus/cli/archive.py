@@ -15,6 +15,19 @@ from kappaplus.core.modes import Mode
 
 _console = Console()
 _AVRO = typer.Option(None, "--avro-schema", help="An .avsc file: the topic holds Avro records.")
+_PROTO = typer.Option(
+    None,
+    "--proto-schema",
+    help="A .proto file or descriptor set: the topic holds Protobuf records (with --message).",
+)
+_MESSAGE = typer.Option(
+    None, "--message", help="The Protobuf message's full name, e.g. rides.v1.Ride."
+)
+_REGISTRY = typer.Option(
+    None,
+    "--schema-registry-url",
+    help="A Schema Registry: Confluent-framed Avro/Protobuf read with their writer schemas.",
+)
 _CHECKPOINT = typer.Option(
     None, "--checkpoint", help="Checkpoint root (default: state_dir()/checkpoints)."
 )
@@ -112,6 +125,9 @@ def archive_command(
     event_time: str = _EVENT_TIME,
     schema: str = _SCHEMA,
     avro_schema: Path = _AVRO,
+    proto_schema: Path = _PROTO,
+    message: str = _MESSAGE,
+    schema_registry_url: str = _REGISTRY,
     bootstrap: str = _BOOTSTRAP,
     partition_by: str = _PARTITION_BY,
     daily: bool = _DAILY,
@@ -170,8 +186,14 @@ def _prepare_archive(given: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
             table=given["table"],
             event_time_column=given["event_time"],
             schema=given["schema"],
-            format="avro" if given["avro_schema"] is not None else "json",
-            schema_file=given["avro_schema"],
+            format="avro"
+            if given["avro_schema"] is not None
+            else "protobuf"
+            if given["proto_schema"] is not None
+            else "json",
+            schema_file=given["avro_schema"] or given["proto_schema"],
+            message=given["message"],
+            schema_registry_url=given["schema_registry_url"],
             partition_by=given["partition_by"],
             hourly=not given["daily"],
             starting_offsets=given["starting_offsets"],

@@ -40,6 +40,13 @@ def register(app: typer.Typer) -> None:
             help="With --lake iceberg: the Iceberg table in the embedded S3-compatible object "
             "store (started like kappa up --s3; objects in memory, lost at kappa down).",
         ),
+        record_format: str = typer.Option(
+            "json",
+            "--format",
+            help="The rider events in Kafka: json, or protobuf (rides.v1.RiderEvent from the "
+            "rides.proto shipped in kappaplus/examples; archived, streamed and backfilled "
+            "with format = 'protobuf').",
+        ),
         down: bool = typer.Option(False, "--down", help="Stop the services at the end."),
     ) -> None:
         """Start the embedded stack, produce rider events to Kafka, archive them to the lake
@@ -49,7 +56,16 @@ def register(app: typer.Typer) -> None:
         try:
             # a bad value fails before the stack
             demo_lake(lake, state_dir(), option="--lake", catalog={} if s3 else None)
-            report = run_demo(riders, days, slice_hours, batch_hours, down=down, lake=lake, s3=s3)
+            report = run_demo(
+                riders,
+                days,
+                slice_hours,
+                batch_hours,
+                down=down,
+                lake=lake,
+                s3=s3,
+                record_format=record_format,
+            )
         except KappaError as exc:
             if exc.exit_code != 2:
                 raise

@@ -42,7 +42,7 @@ def _plan(job: str, config: Path | None, input_name: str | None, checkpoint: Pat
     from kappaplus.dead_letters.replay import ReplayLedger, ReplayPlan, ledger_path
     from kappaplus.dead_letters.targets import DeadLetterTarget
     from kappaplus.jobs import load_job
-    from kappaplus.runtime.binding.inputs import decoder_spec
+    from kappaplus.runtime.binding.kafka_inputs import decoder_spec
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.state.checkpoints import checkpoint_root
 

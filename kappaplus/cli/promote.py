@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ def _load(job: str, config: Path | None) -> tuple[Any, Any]:
     if config_file is None:
         raise ConfigError("--config", None, f"no config given and no TOML next to {path}")
     return loaded, load_config(config_file)
+
+
+def _command(
+    job: str, output: str, config: Path | None, checkpoint: Path | None, metastore_uri: str | None
+) -> str:
+    """This command line again for ``output``, with every option that says where things
+    are (config, checkpoint root, metastore), so it runs as printed from the same folder."""
+    words = ["kappa", "promote", job, "--output", output]
+    if config is not None:
+        words += ["--config", str(config)]
+    if checkpoint is not None:
+        words += ["--checkpoint", str(checkpoint)]
+    if metastore_uri:
+        words += ["--metastore-uri", metastore_uri]
+    return shlex.join(words)
 
 
 def _print_journal(job: Any, config: Any, output: str | None, checkpoint: Path | None) -> None:
@@ -86,6 +102,9 @@ def register(app: typer.Typer) -> None:
         from kappaplus.promote.command import carry_out, outcome_lines, prepare_promotion
         from kappaplus.session import stop_session
 
+        def again(output: str) -> str:
+            return _command(job, output, config, checkpoint, metastore_uri)
+
         try:
             loaded, cfg = _load(job, config)
             if status:
@@ -99,6 +118,7 @@ def register(app: typer.Typer) -> None:
                 config_given=config,
                 checkpoint=checkpoint,
                 undo=undo,
+                again=again,
             )
         except KappaError as exc:
             raise error_exit(_console, exc) from exc
@@ -109,5 +129,9 @@ def register(app: typer.Typer) -> None:
             raise error_exit(_console, exc) from exc
         finally:
             stop_session(spark)
-        for line in outcome_lines(record, job):
-            _console.print(line)
+        for line, as_written in outcome_lines(record, again):
+            # a command line is printed whole, on one line and as written, so it runs as printed
+            if as_written:
+                print(line)
+            else:
+                _console.print(line)

@@ -7,6 +7,9 @@ Confluent wire format, the ``mapInArrow`` batch function), :mod:`.registry` (Avr
 schemas from a Schema Registry) and :mod:`.frames` (the DataFrame API: :func:`decode_kafka`,
 :func:`good_events`, :func:`dead_letters`, :func:`dead_letter_arrow`); :mod:`.fastjson`
 decodes JSON in Spark for the records it can vouch for (``DecoderSpec(json_decoder="jvm")``).
+Protobuf: :mod:`.protobuf_schema` (``.proto``/descriptor set -> message -> Spark schema),
+:mod:`.protobuf_decode` (values -> columns, with reasons), :mod:`.protobuf_registry` (the
+Confluent framing, writer schemas by id) and :mod:`.protobuf_encode` (rows -> messages).
 """
 
 from kappaplus.codecs.decoder import decode_batches

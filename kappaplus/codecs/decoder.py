@@ -20,6 +20,7 @@ from kappaplus.codecs.convert import (
     event_time_converter,
 )
 from kappaplus.codecs.registry import UnknownSchemaId, WriterSchemas
+from kappaplus.codecs.required import required_problems
 from kappaplus.codecs.schema import RECORD_ARROW_TYPE
 from kappaplus.codecs.spec import DecoderSpec
 
@@ -36,7 +37,11 @@ class _Decoder:
         self.required = spec.required_fields
         self.event_time = spec.event_time
         self.writer_schemas: WriterSchemas | None = None
-        if spec.format == "json":
+        if spec.format == "protobuf":
+            from kappaplus.codecs.protobuf_decode import ProtobufReader
+
+            self.protobuf = ProtobufReader(spec)
+        elif spec.format == "json":
             # Decimal fields keep their digits exactly; other numbers parse as float.
             decimals = "decimal(" in spec.event_schema.simpleString()
             # one decoder for all records (json.loads with options builds one per call)
@@ -55,6 +60,11 @@ class _Decoder:
             self.writer_schemas = WriterSchemas(url) if url else None
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
+        if self.spec.format == "protobuf":
+            decoded = self.protobuf.decode_one(value)
+            if isinstance(decoded, str):
+                raise _FieldError(decoded)
+            return decoded
         if value is None:
             raise _FieldError("value is null (tombstone record)")
         row = self._decode_json(value) if self.spec.format == "json" else self._decode_avro(value)
@@ -75,13 +85,8 @@ class _Decoder:
             raise _FieldError("invalid JSON: nested too deeply") from None
         if not isinstance(obj, dict):
             raise _FieldError(f"expected a JSON object, got {_shown(obj)}")
-        problems: list[str] = []
+        problems = required_problems(obj, self.required)
         row: dict[str, Any] = {}
-        for name in self.required:
-            if name not in obj:
-                problems.append(f"missing required field {name!r}")
-            elif obj[name] is None:
-                problems.append(f"required field {name!r} is null")
         for name in self.fields:
             try:
                 row[name] = self.converters[name](obj.get(name), name)
@@ -120,10 +125,7 @@ class _Decoder:
                         f"not Confluent wire format / schema mismatch: {what}; "
                         f"as plain Avro: {plain_error}"
                     ) from None
-        problems = []
-        for name in self.required:
-            if record.get(name) is None:
-                problems.append(f"required field {name!r} is null")
+        problems = required_problems(record, self.required)
         if problems:
             raise _FieldError("; ".join(problems))
         row = {}
@@ -186,6 +188,9 @@ class _Decoder:
 def decode_batches(
     spec: DecoderSpec, arrow_schema: pa.Schema, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
+    if spec.format == "protobuf":
+        yield from _protobuf_batches(spec, arrow_schema, batches)
+        return
     decoder = _Decoder(spec)
     names = decoder.fields
     event_types = [arrow_schema.field(n).type for n in names]
@@ -211,6 +216,26 @@ def decode_batches(
         ]
         arrays.append(pa.array(errors, type=pa.string()))
         arrays.append(record)
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def _protobuf_batches(
+    spec: DecoderSpec, arrow_schema: pa.Schema, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """:func:`decode_batches` for Protobuf: whole columns at a time (:mod:`.protobuf_decode`)."""
+    from kappaplus.codecs.protobuf_decode import ProtobufReader
+
+    reader = ProtobufReader(spec)
+    names = reader.fields
+    event_types = [arrow_schema.field(n).type for n in names]
+    for batch in batches:
+        columns, errors = reader.decode_columns(batch.column("value").to_pylist())
+        arrays = [
+            _to_arrow(column, kind, name, errors)
+            for column, kind, name in zip(columns, event_types, names, strict=True)
+        ]
+        arrays.append(pa.array(errors, type=pa.string()))
+        arrays.append(_record_struct(batch))
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 

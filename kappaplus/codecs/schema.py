@@ -60,7 +60,7 @@ DLQ_ARROW_SCHEMA = pa.schema(
 )
 """The dead letter schema as Arrow (timestamps ``timestamp[us, tz=UTC]``)."""
 
-Format = Literal["json", "avro"]
+Format = Literal["json", "avro", "protobuf"]
 WireFormat = Literal["auto", "confluent", "plain"]
 JsonDecoder = Literal["python", "jvm"]
 _MAX_SHOWN = 60

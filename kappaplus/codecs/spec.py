@@ -80,6 +80,7 @@ def _accept_file(value: Any, option: str) -> Path:
 
 
 AVSC_FILE: Kind[Any] = Kind("the path of an .avsc file", _file, str, _accept_file)
+PROTO_FILE: Kind[Any] = Kind("the path of a .proto file or a descriptor set", _file, str, _file)
 
 
 def _ids(text: str, option: str) -> frozenset[int]:
@@ -118,7 +119,13 @@ class DecoderSpec:
       schema), so compatible producer schema changes keep decoding
       (:mod:`kappaplus.codecs.registry`). Without it every value is read with
       ``avro_schema``.
-    - ``event_time_unit``: JSON only: the unit of a numeric event time (``s``, ``ms``,
+    - ``proto_schema`` / ``message``: Protobuf only: a ``.proto`` file (compiled when the spec
+      is made) or a descriptor set, and the message's full name (``rides.v1.Ride``); the
+      event schema is derived from it (:mod:`kappaplus.codecs.protobuf_schema`). With
+      ``schema_registry_url`` or ``wire_format="confluent"`` values are Confluent-framed
+      (:mod:`kappaplus.codecs.protobuf_registry`); ``"auto"`` tells the two apart by the
+      first byte (a Protobuf message never starts with 0).
+    - ``event_time_unit``: JSON and Protobuf: the unit of a numeric event time (``s``, ``ms``,
       ``us``); without it a record whose event time is a number is a dead letter whose
       reason says to declare the unit (a unit is never guessed).
     - ``json_decoder``: JSON only: ``"python"`` (default: every record through the Python
@@ -141,13 +148,20 @@ class DecoderSpec:
         "jsonDecoder", choice(get_args(JsonDecoder)), default="python"
     )
     event_time_unit: str | None = option("eventTimeUnit", choice(("s", "ms", "us")), default=None)
+    proto_schema: str | Path | None = option("protoSchema", PROTO_FILE, default=None)
+    message: str | None = option("message", NAME, default=None)
     event_schema: StructType = field(init=False, repr=False, compare=False)
     avro_parsed: Any = field(init=False, repr=False, compare=False, default=None)
+    proto_set: bytes | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.format == "json" and self.schema_registry_url is not None:
-            raise ConfigError("schema_registry_url", "***", "only for format 'avro'")
+            raise ConfigError(
+                "schema_registry_url", "***", "only for formats 'avro' and 'protobuf'"
+            )
+        if self.format != "protobuf" and self.message is not None:
+            raise ConfigError("message", self.message, "only for format 'protobuf'")
         if self.format != "json" and self.json_decoder != "python":
             raise ConfigError("json_decoder", self.json_decoder, "only for format 'json'")
         if self.format == "json":
@@ -156,6 +170,8 @@ class DecoderSpec:
             if self.avro_schema is not None:
                 raise ConfigError("avro_schema", self.avro_schema, "only for format 'avro'")
             event_schema = _struct_from(self.schema)
+        elif self.format == "protobuf":
+            event_schema = self._protobuf_schema()
         else:
             if self.avro_schema is None:
                 raise ConfigError("avro_schema", None, "format 'avro' needs an .avsc file path")
@@ -173,6 +189,38 @@ class DecoderSpec:
             object.__setattr__(self, "avro_parsed", parsed)
         object.__setattr__(self, "event_schema", event_schema)
         self._validate()
+
+    def _protobuf_schema(self) -> StructType:
+        from kappaplus.codecs.protobuf_schema import (
+            descriptor_set,
+            message_descriptor,
+            spark_schema,
+        )
+
+        if self.proto_schema is None:
+            raise ConfigError(
+                "schema_file", None, "format 'protobuf' needs a .proto file or a descriptor set"
+            )
+        if self.message is None:
+            raise ConfigError(
+                "message", None, "format 'protobuf' needs the message's full name (pkg.Message)"
+            )
+        for other in ("schema", "avro_schema"):
+            if getattr(self, other) is not None:
+                raise ConfigError(
+                    other, "...", "format 'protobuf' derives the schema from schema_file"
+                )
+        if self.schema_registry_url is not None and self.wire_format == "plain":
+            raise ConfigError(
+                "schema_registry_url",
+                mask_url(self.schema_registry_url),
+                "a registry needs the Confluent wire format: wire_format 'confluent' or 'auto'",
+            )
+        path = str(self.proto_schema)
+        data = descriptor_set(path)
+        descriptor = message_descriptor(data, self.message, path)
+        object.__setattr__(self, "proto_set", data)
+        return spark_schema(descriptor, path, self.event_time, self.event_time_unit)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> DecoderSpec:
@@ -219,10 +267,11 @@ class DecoderSpec:
 
     @property
     def required_fields(self) -> tuple[str, ...]:
-        """Fields that must be non-null, in schema order (event time excluded)."""
-        wanted = set(self.required) | {f.name for f in self.event_schema.fields if not f.nullable}
-        wanted.discard(self.event_time)
-        return tuple(n for n in self.event_schema.fieldNames() if n in wanted)
+        """Fields that must be present and non-null, in schema order (event time excluded):
+        :func:`~kappaplus.codecs.required.required_names`."""
+        from kappaplus.codecs.required import required_names
+
+        return required_names(self.event_schema, self.required, event_time=self.event_time)
 
     def decoded_schema(self) -> StructType:
         """Schema of :func:`decode_kafka`'s output: nullable event columns, error, record."""

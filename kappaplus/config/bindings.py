@@ -27,11 +27,14 @@ from kappaplus.config.fields import (
     StrictModel,
     TableName,
     TopicName,
+    ahead_bound,
     moment_text,
     optional_duration,
 )
+from kappaplus.core.ahead import AUTO
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.secrets import redact as redact_secrets
+from kappaplus.core.timeutil import Duration
 
 
 class DeadLetterQueue(StrictModel):
@@ -207,8 +210,10 @@ class KafkaInput(StrictModel):
 
     topic: TopicName
     bootstrap_servers: Servers
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf"] = "json"
     schema_file: Path | None = None
+    # Protobuf: the message's full name in schema_file (a .proto or a descriptor set)
+    message: str | None = Field(None, min_length=1)
     # Avro: writer schemas by the Confluent schema id; schema_file is the reader schema
     schema_registry_url: str | None = Field(None, repr=False)
     starting_offsets: str = "latest"
@@ -221,6 +226,9 @@ class KafkaInput(StrictModel):
     fields: str | None = Field(None, min_length=1)
     columns: Columns = Field(default_factory=dict)
     event_time: StoredEventTime | None = None
+    required: list[str] = Field(default_factory=list)
+    """The records' fields a record must carry, non-null, or be a dead letter with the
+    reason (besides the job's ``NOT NULL`` columns read by their own name)."""
 
     @model_validator(mode="after")
     def _avro_schema(self) -> KafkaInput:
@@ -231,8 +239,11 @@ class KafkaInput(StrictModel):
             )
         if self.format == "avro" and self.schema_file is None:
             raise ValueError("format 'avro' needs 'schema_file' (an .avsc file)")
-        if self.format != "avro" and self.schema_registry_url is not None:
-            raise ValueError("'schema_registry_url' is for format 'avro' only")
+        if self.format == "json" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' is for formats 'avro' and 'protobuf' only")
+        check_protobuf(self.format, self.schema_file, self.message)
+        if self.format == "protobuf" and self.fields is not None:
+            raise ValueError("'fields' is for JSON; a Protobuf topic's fields are its message's")
         return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
@@ -240,6 +251,19 @@ class KafkaInput(StrictModel):
             if key == "options":
                 value = redact(value)
             yield key, value
+
+
+def check_protobuf(format: str, schema_file: Path | None, message: str | None) -> None:
+    """A Protobuf binding names its schema and message; only a Protobuf binding a message."""
+    if format == "protobuf":
+        if schema_file is None:
+            raise ValueError(
+                "format 'protobuf' needs 'schema_file' (a .proto file or a descriptor set)"
+            )
+        if message is None:
+            raise ValueError("format 'protobuf' needs 'message' (its full name, pkg.Message)")
+    elif message is not None:
+        raise ValueError("'message' is for format 'protobuf' only")
 
 
 def redact(options: Mapping[str, str]) -> dict[str, str]:
@@ -309,7 +333,8 @@ class IcebergInput(SlicedLakeInput):
     """A logical input bound to an Iceberg table, read (backfill, bootstrap) as a stream of
     event-time slices planned from its manifests' statistics, from one snapshot per run.
 
-    ``catalog``: pyiceberg catalog properties: ``type`` (``sql``: a SQLite file, the
+    ``catalog``: pyiceberg catalog properties: ``name`` (default ``kappa``: a SQL catalog
+    keys its tables by it; docs/how-to/iceberg-catalogs.md), ``type`` (``sql``: a SQLite file, the
     embedded default under the state directory; ``rest``; ``hive``: a metastore's thrift URI,
     ``kappa up``'s included), ``uri``, ``warehouse``
     and FileIO settings (``s3.endpoint``...). ``snapshot``: the snapshot a new run pins
@@ -382,21 +407,23 @@ class EventTimeBounds(StrictModel):
       event time may be, Kafka inputs only (default ``1 day``; ``"none"`` for no bound).
     - ``max_ahead``: how far ahead of its peers a record's event time may be: of the median
       event time of the records read with it from its Kafka partition in the same
-      micro-batch (stream mode and a bootstrap's Kafka phase; default none). One plausible
-      outlier (three days ahead, inside ``max_future``) would otherwise move the watermark
-      for every later row.
+      micro-batch (stream mode and a bootstrap's Kafka phase). One plausible outlier (three
+      days ahead, inside ``max_future``) would otherwise move the watermark for every later
+      row. Default ``"auto"`` (:func:`kappaplus.runtime.binding.outliers.ahead_rule`: a
+      floor sized from the watermark delay and the trigger, plus twice the peers' own span
+      behind their median); a duration for a fixed bound; ``"none"`` to opt out.
     """
 
     min: Annotated[Any, AfterValidator(moment_text)] = DEFAULT_MIN_EVENT_TIME
     max: Annotated[Any, AfterValidator(moment_text)] = None
     max_future: Annotated[Any, AfterValidator(optional_duration)] = DEFAULT_MAX_FUTURE
-    max_ahead: Annotated[Any, AfterValidator(optional_duration)] = "none"
+    max_ahead: Annotated[Any, AfterValidator(ahead_bound)] = AUTO
 
     @model_validator(mode="after")
     def _ordered(self) -> EventTimeBounds:
         from kappaplus.core.timeutil import parse_timestamp
 
-        if self.max_ahead is not None and self.max_ahead.micros <= 0:
+        if isinstance(self.max_ahead, Duration) and self.max_ahead.micros <= 0:
             raise ValueError(f"max_ahead {self.max_ahead} must be a positive duration")
         low, high = self.min, self.max
         if low is not None and high is not None and parse_timestamp(low) >= parse_timestamp(high):

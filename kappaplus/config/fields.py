@@ -131,5 +131,14 @@ def optional_duration(value: Any) -> Duration | None:
     return _duration(value)
 
 
+def ahead_bound(value: Any) -> Duration | str | None:
+    """``max_ahead``: ``"auto"`` (kept as the word), ``"none"``/``"off"`` or a duration."""
+    from kappaplus.core.ahead import AUTO
+
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    return optional_duration(value)
+
+
 DEFAULT_MIN_EVENT_TIME = "1970-01-02T00:00:00"
 DEFAULT_MAX_FUTURE = "1 day"

@@ -124,6 +124,25 @@ def _check_references(config: JobConfig, base: Path | None) -> None:
                 raise ConfigError(
                     f"inputs.{name}.kafka.schema_file", str(schema_file), "file not found"
                 )
+    for section, bindings in (("inputs", config.inputs), ("outputs", config.outputs)):
+        for name, bound in bindings.items():
+            kafka = bound.kafka
+            if kafka is not None and kafka.format == "protobuf":
+                _check_message(f"{section}.{name}.kafka", kafka.schema_file, kafka.message)
+
+
+def _check_message(key: str, schema_file: Path | None, message: str | None) -> None:
+    """Compile a Protobuf binding's schema and find its message now, before Spark starts:
+    a missing file or import, a file that does not compile or a message not in it is one
+    line naming the key and the file."""
+    from kappaplus.codecs.protobuf_schema import descriptor_set, message_descriptor, spark_schema
+
+    assert schema_file is not None and message is not None
+    try:
+        path = str(schema_file)
+        spark_schema(message_descriptor(descriptor_set(path), message, path), path)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}.{exc.option}", exc.value, exc.problem) from None
 
 
 def _absolutize(raw: dict[str, Any], base: Path) -> None:

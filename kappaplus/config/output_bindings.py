@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from kappaplus.config.bindings import redact
+from kappaplus.config.bindings import check_protobuf, redact
 from kappaplus.config.fields import (
     KafkaClientSettings,
     Servers,
@@ -30,10 +30,19 @@ class KafkaOutput(StrictModel):
 
     topic: TopicName
     bootstrap_servers: Servers
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf"] = "json"
     schema_file: Path | None = None
+    message: str | None = Field(None, min_length=1)
+    schema_registry_url: str | None = Field(None, repr=False)
     backfill_topic: TopicName | None = None
     options: KafkaClientSettings = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _protobuf(self) -> KafkaOutput:
+        if self.format != "protobuf" and self.schema_registry_url is not None:
+            raise ValueError("'schema_registry_url' on an output is for format 'protobuf' only")
+        check_protobuf(self.format, self.schema_file, self.message)
+        return self
 
     def __repr_args__(self):  # type: ignore[no-untyped-def]
         for key, value in super().__repr_args__():

@@ -42,6 +42,19 @@ class ConfigError(KappaError, ValueError):
         super().__init__(f"option {option!r} = {value!r}: {problem}")
 
 
+class OptionNeeded(ConfigError):
+    """A choice the command cannot make by itself: the message says what is ambiguous and
+    which option makes the choice (no ``= None``: nothing was given).
+
+    >>> str(OptionNeeded("--event-time", "2 timestamp columns: name one with --event-time"))
+    '2 timestamp columns: name one with --event-time'
+    """
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(option, None, problem)
+        self.args = (problem,)
+
+
 class StateError(KappaError):
     """The saved state of runs (a checkpoint, an identity record, a lock, a target's
     committed batches) does not allow what was asked; the message says the way out."""

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kappaplus.core.timeutil import format_duration, iso, parse_duration
+from kappaplus.core.ahead import AheadRule
+from kappaplus.core.timeutil import Duration, format_duration, iso, parse_duration
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from kappaplus.core.timeutil import Duration
 
 #: Hidden boolean column of sources that append end-of-input marker rows.
 MARKER_COLUMN = "_kappa_marker"
@@ -100,11 +100,16 @@ PEERS = "ahead of its peers"
 
 
 def far_ahead_reasons(
-    times: pa.Array, partitions: pa.Array, failed: pa.Array, column: str, max_ahead: Duration
+    times: pa.Array,
+    partitions: pa.Array,
+    failed: pa.Array,
+    column: str,
+    max_ahead: AheadRule | Duration,
 ) -> list[str | None]:
     """Per row, why its event time is too far ahead of its partition's median (None if
-    it is not). ``times``: the event times (timestamps or epoch microseconds), ``failed``:
-    whether a row already failed (it is neither judged nor a peer).
+    it is not), by ``max_ahead`` (a duration: :class:`AheadRule` of that reach alone).
+    ``times``: the event times (timestamps or epoch microseconds), ``failed``: whether a row
+    already failed (it is neither judged nor a peer).
 
     >>> import pyarrow as pa
     >>> from kappaplus.core.timeutil import Duration
@@ -117,9 +122,15 @@ def far_ahead_reasons(
     >>> reasons[2].split(" is ")
     ['event time ts = 1970-01-04T00:00:00Z', 'more than max_ahead = 1 day ahead of its peers \
 in partition 0 (median 1970-01-01T00:01:30Z)']
+    >>> auto = far_ahead_reasons(times, pa.array([0, 0, 0, 0]),
+    ...     pa.array([False] * 4), "ts", AheadRule.parse("auto 1 day"))
+    >>> auto[2].split(" is ")[1]
+    'more than 1 day, 0:03:00 ahead of its peers in partition 0 (median \
+1970-01-01T00:01:30Z; max_ahead = auto: 1 day plus twice their span behind the median)'
     """
     import pyarrow as pa
 
+    rule = max_ahead if isinstance(max_ahead, AheadRule) else AheadRule(max_ahead)
     micros = times.cast(pa.int64()).to_pylist() if times.type != pa.int64() else times.to_pylist()
     parts = partitions.to_pylist()
     bad = failed.to_pylist()
@@ -127,24 +138,35 @@ in partition 0 (median 1970-01-01T00:01:30Z)']
     for moment, part, failed_row in zip(micros, parts, bad, strict=True):
         if moment is not None and not failed_row:
             peers.setdefault(part, []).append(moment)
-    medians = {}
+    limits: dict[object, tuple[int, int]] = {}  # partition -> (median, allowed ahead of it)
     for part, moments in peers.items():
         moments.sort()
         middle = len(moments) // 2
-        medians[part] = (
+        median = (
             moments[middle] if len(moments) % 2 else (moments[middle - 1] + moments[middle]) // 2
         )
+        limits[part] = (median, rule.allowed(median, moments[0]))
     reasons: list[str | None] = []
     for moment, part, failed_row in zip(micros, parts, bad, strict=True):
-        median = medians.get(part)
-        if moment is None or failed_row or median is None or moment - median <= max_ahead.micros:
+        limit = limits.get(part)
+        if moment is None or failed_row or limit is None or moment - limit[0] <= limit[1]:
             reasons.append(None)
             continue
-        reasons.append(
-            f"event time {column} = {_iso_s(iso(moment))} is more than max_ahead = {max_ahead} "
-            f"{PEERS} in partition {part} (median {_iso_s(iso(median))})"
-        )
+        reasons.append(_far_ahead_reason(column, moment, part, limit, rule))
     return reasons
+
+
+def _far_ahead_reason(
+    column: str, moment: int, part: object, limit: tuple[int, int], rule: AheadRule
+) -> str:
+    from datetime import timedelta
+
+    median = _iso_s(iso(limit[0]))
+    shown = f"event time {column} = {_iso_s(iso(moment))} is more than"
+    if not rule.spread:
+        return f"{shown} {rule.describe()} {PEERS} in partition {part} (median {median})"
+    allowed = timedelta(microseconds=limit[1])
+    return f"{shown} {allowed} {PEERS} in partition {part} (median {median}; {rule.describe()})"
 
 
 def _iso_s(text: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.core.errors import ConfigError
+from kappaplus.core.errors import ConfigError, OptionNeeded
 from kappaplus.core.timeutil import iso
 from kappaplus.lake.iceberg_describe import TYPICAL_SLICE_ROWS, _overlaps
 
@@ -78,11 +78,10 @@ def describe_delta(
     if event_time_column is None:
         stamps = [f.name for f in schema if pa.types.is_timestamp(f.type)]
         if len(stamps) != 1:
-            raise ConfigError(
+            raise OptionNeeded(
                 "--event-time",
-                None,
                 f"Delta table {path!r} has {len(stamps)} timestamp columns "
-                f"({', '.join(stamps) or 'none'}); name the event-time column",
+                f"({', '.join(stamps) or 'none'}): name the event-time column with --event-time",
             )
         event_time_column = stamps[0]
     if event_time_column not in schema.names:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.core.errors import ConfigError
+from kappaplus.core.errors import ConfigError, OptionNeeded
 from kappaplus.core.timeutil import iso
 
 if TYPE_CHECKING:
@@ -66,11 +66,10 @@ def _event_time_column(columns: list[tuple[str, str]], given: str | None, table:
         return given
     stamps = [name for name, kind in columns if kind.startswith("timestamp")]
     if len(stamps) != 1:
-        raise ConfigError(
+        raise OptionNeeded(
             "--event-time",
-            None,
-            f"table {table!r} has {len(stamps)} timestamp columns ({', '.join(stamps) or '-'}); "
-            "name the event-time column",
+            f"table {table!r} has {len(stamps)} timestamp columns ({', '.join(stamps) or '-'}): "
+            "name the event-time column with --event-time",
         )
     return stamps[0]
 

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.core.errors import ConfigError
+from kappaplus.core.errors import ConfigError, OptionNeeded
 from kappaplus.core.timeutil import iso
 
 TYPICAL_SLICE_ROWS = 2_000_000
@@ -73,11 +73,10 @@ def describe_iceberg(
             if isinstance(f.field_type, TimestampType | TimestamptzType)
         ]
         if len(stamps) != 1:
-            raise ConfigError(
+            raise OptionNeeded(
                 "--event-time",
-                None,
                 f"table {table_name!r} has {len(stamps)} timestamp columns "
-                f"({', '.join(stamps) or 'none'}); name the event-time column",
+                f"({', '.join(stamps) or 'none'}): name the event-time column with --event-time",
             )
         event_time_column = stamps[0]
     try:

@@ -4,7 +4,9 @@
    (so other processes -- ``kappa run``, ``kappa status`` -- see the same tables);
 2. generate several days of rider app events with realistic disorder (every event up to
    a minute late) and late arrivals (some riders' ``rate_driver`` event hours late), plus
-   two undecodable records, and produce them to Kafka in arrival order;
+   two undecodable records, and produce them to Kafka in arrival order: as JSON, or as
+   ``rides.v1.RiderEvent`` Protobuf messages (``kappa demo --format protobuf``), which every
+   step below then reads with ``format = "protobuf"``;
 3. archive the topic into the lake (``kappa archive``, Kafka coordinates kept, bad records
    in a dead letter table): a Hive table partitioned by event date/hour (``lake="hive"``,
    the default), an Iceberg table in the embedded catalog (``lake="iceberg"``) or a Delta
@@ -150,19 +152,40 @@ def _start_stack(home: Path) -> tuple[str, str, SparkSession]:
     return bootstrap, uri, spark
 
 
-def _produce(bootstrap: str, events: list[dict[str, Any]]) -> None:
+RECORD_FORMATS = ("json", "protobuf")
+"""How the demo's rider events are written to Kafka: JSON, or ``rides.v1.RiderEvent``
+messages (:mod:`kappaplus.examples.rides_protobuf`)."""
+GARBAGE = {
+    "json": [b"{truncated json", b'{"rider_id": 7, "event_time": 1}'],
+    "protobuf": [b"\xff\xff\xff\xff", b"\x0a\x10truncated"],
+}
+
+
+def _record_keys(record_format: str) -> dict[str, Any]:
+    """The Kafka binding keys of the demo's records (none for JSON)."""
+    if record_format != "protobuf":
+        return {}
+    from kappaplus.examples.rides_protobuf import kafka_keys
+
+    return kafka_keys()
+
+
+def _produce(bootstrap: str, events: list[dict[str, Any]], record_format: str = "json") -> None:
     from rich.progress import Progress
 
     from kappaplus.examples.generate import arrival_order, produce
+    from kappaplus.examples.rides_protobuf import to_protobuf
+
+    encode = to_protobuf if record_format == "protobuf" else None
 
     ordered = arrival_order(events)
     chunk = 2_000
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"producing to {TOPIC}", total=len(ordered))
         for i in range(0, len(ordered), chunk):
-            produce(bootstrap, TOPIC, ordered[i : i + chunk])
+            produce(bootstrap, TOPIC, ordered[i : i + chunk], encode=encode)
             bar.advance(task, min(chunk, len(ordered) - i))
-    produce(bootstrap, TOPIC, [], extra=[b"{truncated json", b'{"rider_id": 7, "event_time": 1}'])
+    produce(bootstrap, TOPIC, [], extra=GARBAGE[record_format])
 
 
 def config_toml(raw: dict[str, Any], prefix: str = "") -> str:
@@ -181,20 +204,30 @@ def config_toml(raw: dict[str, Any], prefix: str = "") -> str:
 
 
 def _config(
-    lake: DemoLake, bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
+    lake: DemoLake,
+    bootstrap: str,
+    checkpoints: Path,
+    slice_hours: int,
+    per_trigger: int,
+    record_format: str = "json",
 ) -> Any:
     """The demo job's configuration; also written to ``<checkpoints>/../sessionization.toml``
     so ``kappa reconcile``/``kappa run`` can use it afterwards."""
     from kappaplus.config import config_from_dict
 
-    raw = _config_dict(lake, bootstrap, checkpoints, slice_hours, per_trigger)
+    raw = _config_dict(lake, bootstrap, checkpoints, slice_hours, per_trigger, record_format)
     checkpoints.parent.mkdir(parents=True, exist_ok=True)
     (checkpoints.parent / "sessionization.toml").write_text(config_toml(raw) + "\n")
     return config_from_dict(raw)
 
 
 def _config_dict(
-    lake: DemoLake, bootstrap: str, checkpoints: Path, slice_hours: int, per_trigger: int
+    lake: DemoLake,
+    bootstrap: str,
+    checkpoints: Path,
+    slice_hours: int,
+    per_trigger: int,
+    record_format: str = "json",
 ) -> dict[str, Any]:
     history, backfill_override = lake.input_binding(EVENTS_TABLE, "event_time", slice_hours)
     backfill: dict[str, Any] = {"watermark_delay": "2 hours"}
@@ -214,6 +247,7 @@ def _config_dict(
                         "starting_offsets": "earliest",
                         "maxOffsetsPerTrigger": per_trigger,
                         "dlq": {"topic": DLQ_TOPIC},
+                        **_record_keys(record_format),
                     },
                     **history,
                 }
@@ -284,6 +318,7 @@ def run_demo(
     down: bool = False,
     lake: str = "hive",
     s3: bool = False,
+    record_format: str = "json",
 ) -> DemoReport:
     """Run the demo (see the module docstring) with its archive in table format ``lake``
     (``hive`` or ``iceberg``: :data:`kappaplus.local.demo_lakes.LAKES`; ConfigError for
@@ -292,6 +327,10 @@ def run_demo(
     store's SQL catalog."""
     from kappaplus.session import stop_session
 
+    if record_format not in RECORD_FORMATS:
+        from kappaplus.core.errors import ConfigError
+
+        raise ConfigError("--format", record_format, f"expected one of {', '.join(RECORD_FORMATS)}")
     home = state_dir()
     history = _demo_history(lake, home, s3)
     report = DemoReport(lake=history.name)
@@ -305,11 +344,13 @@ def run_demo(
         bootstrap, spark = _fresh_stack(home, history)
     try:
         with _phase(report, "2. generate and produce"):
-            events = _generate_and_produce(report, bootstrap, riders, days)
+            events = _generate_and_produce(report, bootstrap, riders, days, record_format)
         with _phase(report, f"3. archive Kafka to the lake ({history.title})"):
-            _archive(report, spark, history, bootstrap, work)
+            _archive(report, spark, history, bootstrap, work, record_format)
         per_trigger = max(100, int(len(events) / (days * 24) * batch_hours))
-        config = _config(history, bootstrap, work / "checkpoints", slice_hours, per_trigger)
+        config = _config(
+            history, bootstrap, work / "checkpoints", slice_hours, per_trigger, record_format
+        )
         with _phase(report, "4. stream mode (Kafka)"):
             stream = _stream(spark, config, per_trigger, batch_hours)
         end = START + timedelta(days=days)
@@ -353,7 +394,7 @@ def _fresh_stack(home: Path, history: DemoLake) -> tuple[str, Any]:
 
 
 def _generate_and_produce(
-    report: DemoReport, bootstrap: str, riders: int, days: int
+    report: DemoReport, bootstrap: str, riders: int, days: int, record_format: str
 ) -> list[dict[str, Any]]:
     """Step 2: rider events, some of them hours late, produced in arrival order."""
     from kappaplus.examples.generate import rider_events
@@ -370,16 +411,24 @@ def _generate_and_produce(
     report.late_events = sum(
         1 for e in events if e["arrival_time"] - e["event_time"] > timedelta(minutes=10)
     )
-    _produce(bootstrap, events)
+    _produce(bootstrap, events, record_format)
     console.print(
-        f"{len(events):,} rider events over {days} days ({riders} riders) produced to "
+        f"{len(events):,} rider events over {days} days ({riders} riders) produced "
+        f"as {'rides.v1.RiderEvent' if record_format == 'protobuf' else 'JSON'} to "
         f"[cyan]{TOPIC}[/] in arrival order: each up to 60 s late, "
         f"{report.late_events} of them 6-12 hours late; plus 2 undecodable records"
     )
     return events
 
 
-def _archive(report: DemoReport, spark: Any, history: DemoLake, bootstrap: str, work: Path) -> None:
+def _archive(
+    report: DemoReport,
+    spark: Any,
+    history: DemoLake,
+    bootstrap: str,
+    work: Path,
+    record_format: str,
+) -> None:
     """Step 3: the topic archived into the lake, bad records to dead letters."""
     from kappaplus.archive import ArchiveOptions, archive_job
     from kappaplus.examples.generate import RIDER_EVENT_DDL
@@ -393,8 +442,8 @@ def _archive(report: DemoReport, spark: Any, history: DemoLake, bootstrap: str, 
                 "bootstrap_servers": bootstrap,
                 "table": EVENTS_TABLE,
                 "event_time_column": "event_time",
-                "schema": RIDER_EVENT_DDL,
                 "checkpoint_dir": work / "checkpoints",
+                **(_record_keys(record_format) or {"schema": RIDER_EVENT_DDL}),
                 **history.archive_options(EVENTS_TABLE),
             }
         )

@@ -466,7 +466,7 @@ def _describe(pid: int) -> str:
         return "another process"
     command = _command(pid)
     parent = parent_pid(pid)
-    if _is_java(command) and parent:
+    if _is_java(command) and parent and parent > 1:
         owner = _command(parent)
         if owner:
             return f"process {pid} (the JVM of process {parent}: {owner})"
@@ -490,13 +490,50 @@ def embedded_holder(home: str | os.PathLike[str] | None = None) -> int | None:
     return pid
 
 
-def check_embedded_free(home: str | os.PathLike[str] | None = None) -> None:
+EXITING_HOLDER_WAIT = 15.0
+"""How long :func:`check_embedded_free` waits for a holder that is exiting (seconds)."""
+
+
+def exiting_holder(pid: int) -> bool:
+    """Whether holder ``pid`` is on its way out: a JVM whose owner is gone.
+
+    A Python process that used Spark exits before its JVM does: the JVM notices its owner's
+    pipe close, then runs Spark's shutdown hooks for a few seconds with Derby still open,
+    adopted by init (or a subreaper). A JVM whose parent is a live Python process is in use.
+    """
+    if pid <= 0 or not _is_java(_command(pid)):
+        return False
+    parent = parent_pid(pid)
+    if parent is None:
+        return False  # the holder itself is gone
+    return parent <= 1 or not _is_python(_command(parent))
+
+
+def _is_python(command: str) -> bool:
+    return Path(command.split(" ", 1)[0]).name.startswith("python")
+
+
+def check_embedded_free(
+    home: str | os.PathLike[str] | None = None, *, wait: float = EXITING_HOLDER_WAIT
+) -> None:
     """Raise :class:`MetastoreError` if another process holds the embedded metastore of ``home``.
 
     Without this, the second process fails deep inside Hive with a long Java stack trace
     ending in Derby's "Another instance of Derby may have already booted the database".
+    A holder that is exiting (:func:`exiting_holder`: a command started right after
+    another process used the catalog) is waited for up to ``wait`` seconds first.
     """
     pid = embedded_holder(home)
+    if pid is not None and exiting_holder(pid):
+        log.info(
+            "waiting up to %.0fs for %s, which is exiting, to close the embedded metastore",
+            wait,
+            _describe(pid),
+        )
+        deadline = time.monotonic() + wait
+        while pid is not None and exiting_holder(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pid = embedded_holder(home)
     if pid is None:
         return
     root = state_dir(home)

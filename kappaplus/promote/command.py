@@ -48,9 +48,11 @@ def prepare_promotion(
     config_given: Path | None,
     checkpoint: Path | None,
     undo: bool,
+    again: Callable[[str], str],
 ) -> PromotionStep:
     """The step ``kappa promote`` is asked for (``job_name`` and ``config_given`` as the user
-    wrote them, for the advice in refusals); :class:`PromoteError` when it is refused."""
+    wrote them, and ``again(output)``, the command line for an output, for the advice in
+    refusals); :class:`PromoteError` when it is refused."""
     plan = promote_plan(job, config, output, checkpoint)
     journal = read_journal(plan.production)
     if undo:
@@ -61,7 +63,7 @@ def prepare_promotion(
     elif journal is not None and journal.get("status") == UNDOING:
         raise PromoteError(
             f"promotion {journal['id']} stopped while being undone: finish with "
-            f"kappa promote {job_name} --output {plan.output} --undo"
+            f"{again(plan.output)} --undo"
         )
     resuming = not undo and journal is not None and journal.get("status") == PROMOTING
     if not undo and not resuming:
@@ -110,19 +112,27 @@ def carry_out(
     return run_promotion(spark, record)
 
 
-def outcome_lines(record: dict[str, Any], job_name: str) -> list[str]:
-    """What became of the tables, the way back, and where the journal is."""
+def outcome_lines(record: dict[str, Any], again: Callable[[str], str]) -> list[tuple[str, bool]]:
+    """What became of the tables, the way back and where the journal is: ``(line, as
+    written)``, the way back being a command line to print as written (``again(output)``:
+    the command line for an output)."""
     production, backfill = record["production_table"], record["backfill_table"]
     if record["status"] == DONE:
         lines = [
-            f"promoted: {production} is now the backfill of "
-            f"{record.get('backfill_range')} (run {record.get('backfill_run')}); the "
-            f"previous production table is {record['previous_table']}",
-            f"undo: kappa promote {job_name} --output {record['output']} --undo",
+            (
+                f"promoted: {production} is now the backfill of "
+                f"{record.get('backfill_range')} (run {record.get('backfill_run')}); the "
+                f"previous production table is {record['previous_table']}",
+                False,
+            ),
+            (f"undo: {again(record['output'])} --undo", True),
         ]
     else:
         lines = [
-            f"undone: {production} is the previous production table again; the backfill "
-            f"is back in {backfill}"
+            (
+                f"undone: {production} is the previous production table again; the backfill "
+                f"is back in {backfill}",
+                False,
+            )
         ]
-    return [*lines, f"journal: {journal_path(production)}"]
+    return [*lines, (f"journal: {journal_path(production)}", False)]

@@ -44,6 +44,7 @@ from kappaplus.core.draining import DrainSignal
 from kappaplus.core.settings import state_dir
 from kappaplus.runtime.binding.bounds import bounds_metrics_name
 from kappaplus.runtime.binding.inputs import BoundInput, bind_inputs
+from kappaplus.runtime.binding.kafka_inputs import check_kafka_inputs
 from kappaplus.runtime.binding.modes import run_mode
 from kappaplus.runtime.binding.outputs import (
     OutputPlan,
@@ -70,6 +71,7 @@ from kappaplus.runtime.side_outputs.dead_letter_tap import (
     decode_metrics_name,
 )
 from kappaplus.runtime.side_outputs.late_rows import late_rows_plans
+from kappaplus.runtime.state.batch_counts import settle_interrupted
 from kappaplus.runtime.state.checkpoints import (
     LOCK_FILE,
     check_shared_checkpoint,
@@ -187,6 +189,7 @@ def _prepare(
     plan the outputs and check their targets: every refusal comes before a query starts
     (and, with ``--fresh``, puts the old checkpoint back: :func:`fresh_start_checked`)."""
     resolved = resolve(config, run.mode, job)
+    check_kafka_inputs(job, resolved)  # a missing topic: refused, not a stream reading nothing
     identity = run_identity(job, resolved, run)
     check_shared_checkpoint(config, run, spark.sparkContext.master or "")
     mode_dir = prepare_checkpoint(config, run, identity)
@@ -304,6 +307,8 @@ def run_job(
     with contextlib.ExitStack() as held:
         paths, names = _lock_paths(prepared.mode_dir, plans)
         held.enter_context(hold(paths, record.run_id, names))
+        # the interrupted runs this one resumes: their records say what they committed
+        settle_interrupted(record.run_id, record.checkpoints.values())
         request = held.enter_context(signals_stop())
         held.callback(prepared.drain.clear)
         events = ProgressListener()
@@ -356,7 +361,9 @@ def _execute(
                 )
                 tracker.stats[name].keep_late_rows()
             mine = [p for p in prepared.publishers.values() if p.output == name]
-            queries[name] = start_output(prepared.frames[name], plan, chosen, kept, mine)
+            queries[name] = start_output(
+                prepared.frames[name], plan, chosen, kept, mine, record.run_id
+            )
         tracker.restarted()
         record.save()
         log.info(

@@ -64,6 +64,17 @@ def _busy(query: StreamingQuery) -> bool:
     return bool(status.get("isTriggerActive") or status.get("isDataAvailable"))
 
 
+def _looked(query: StreamingQuery) -> bool:
+    """Whether a query has asked its sources for data at least once (it is past its
+    initialization): a query that found nothing to read is idle too, from the run's start
+    (a finished bootstrap run again never runs a batch)."""
+    try:
+        status = query.status
+    except Exception:  # noqa: BLE001 - a stopped query has looked for the last time
+        return True
+    return not str(status.get("message") or "").startswith("Initializing")
+
+
 def _drained(queries: dict[str, StreamingQuery], drain: DrainSignal) -> bool:
     """Ask the sources to admit no new data (once); True when no query is inside a
     micro-batch any more, so stopping them interrupts nothing."""
@@ -165,7 +176,11 @@ def wait_for_queries(
                 idle_stops
                 and run.until_idle is not None
                 and tracker.idle_for() >= run.until_idle
-                and (all(s.batches > 0 for s in tracker.stats.values()))
+                and all(
+                    tracker.stats[name].batches > 0 or _looked(query)
+                    for name, query in queries.items()
+                    if name in tracker.stats
+                )
                 and not any(_busy(q) for q in queries.values())
             ):
                 log.info("no input for %.0f s: stopping", tracker.idle_for())

@@ -1,4 +1,5 @@
-"""What a slice size requires of the watermark delay: the README's claims, one test each.
+"""What a slice size requires of the watermark delay: the claims of the docs
+(``docs/concepts/watermark.md``, ``docs/concepts/slices.md``), one test each.
 
 Slices arrive in event-time order: every row of slice ``k + 1`` is at or after the end of
 slice ``k``, hence at or after the largest event time seen so far. The watermark of a

@@ -303,3 +303,43 @@ def test_replace_moves_a_registration_and_refuses_a_managed_table(
     with pytest.raises(TableNameTaken, match="managed table"):
         register_table(spark, managed, str(second), replace=True)
     assert spark.catalog.tableExists(managed)
+
+
+def test_describe_of_a_table_with_two_timestamp_columns_names_the_option(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 47 item 10: ``option '--event-time' = None: ...`` named a value no one gave; the
+    error says to name the event-time column with --event-time (Hive, Delta and Iceberg)."""
+    name = f"lake_{uuid.uuid4().hex[:6]}.two_stamps"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
+    spark.sql(f"CREATE TABLE {name} (id string, picked timestamp, dropped timestamp) USING parquet")
+    with pytest.raises(ConfigError) as raised:
+        describe_table(spark, name)
+    text = str(raised.value)
+    assert "None" not in text and raised.value.exit_code == 2, text
+    assert "2 timestamp columns (picked, dropped)" in text, text
+    assert "name the event-time column with --event-time" in text, text
+
+    from deltalake import write_deltalake
+    from iceberg_tables import catalog_props
+    from pyiceberg.catalog import load_catalog
+
+    stamps = pa.table(
+        {
+            "picked": pa.array([BASE], pa.timestamp("us", tz="UTC")),
+            "dropped": pa.array([BASE], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    write_deltalake(str(tmp_path / "delta"), stamps)
+    props = catalog_props(tmp_path / "catalog")
+    catalog = load_catalog("kappa", **props)
+    catalog.create_namespace("db")
+    catalog.create_table("db.two_stamps", stamps.schema).append(stamps)
+    for args in (
+        [str(tmp_path / "delta"), "--delta"],
+        ["db.two_stamps", "--iceberg", "--catalog", json.dumps(props)],
+    ):
+        result = CliRunner().invoke(app, ["table", "describe", *args])
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2 and "None" not in text, text
+        assert "name the event-time column with --event-time" in text, text

@@ -1,8 +1,9 @@
-"""What the embedded broker answers to ``offsets_for_times``, as the README's "Known limits"
-and :mod:`kappaplus.connectors.kafka.alignment` say: the earliest offset, whatever the time
-asked (a broker with a time index answers 0, 0, 3, 9 here). That is why the bootstrap's
-Kafka phase and the alignment read record timestamps instead of trusting the answer. When
-this test fails the broker has learnt its time index: say so in the README."""
+"""What the embedded broker answers to ``offsets_for_times``, as the known limits
+(``docs/limits.md``) and :mod:`kappaplus.connectors.kafka.alignment` say: the earliest
+offset, whatever the time asked (a broker with a time index answers 0, 0, 3, 9 here).
+That is why the bootstrap's Kafka phase and the alignment read record timestamps instead
+of trusting the answer. When this test fails the broker has learnt its time index: say so
+in ``docs/limits.md``."""
 
 from __future__ import annotations
 

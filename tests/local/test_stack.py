@@ -293,6 +293,65 @@ def test_embedded_metastore_held_elsewhere_is_an_error(
     check_embedded_free(tmp_path)
 
 
+EXITING_JVM = textwrap.dedent(
+    """
+    import fcntl, subprocess, sys, time
+    # the JVM of a Python process that has just exited: adopted by init, holding Derby's
+    # lock while Spark's shutdown hooks run, then gone
+    holder = subprocess.Popen(
+        [sys.argv[2], "-c", "import fcntl, sys, time\\n"
+         "handle = open(sys.argv[1], 'a+')\\n"
+         "fcntl.lockf(handle, fcntl.LOCK_EX)\\n"
+         "print('locked', flush=True)\\n"
+         "time.sleep(float(sys.argv[2]))\\n", sys.argv[1], sys.argv[3]],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    print(holder.stdout.readline().strip(), holder.pid, flush=True)
+    if sys.argv[4] == "stays":
+        time.sleep(600)
+    """
+)
+
+
+def test_a_holder_that_is_exiting_is_waited_for(
+    tmp_path: Path, processes: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """Issue 47 item 10: a command started right after another process used the embedded
+    catalog was refused while that process's JVM was still exiting. A JVM whose owner is
+    gone is waited for; a JVM whose Python owner lives is refused at once, as before."""
+    lock = tmp_path / "metastore_db" / "dbex.lck"
+    lock.parent.mkdir()
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.symlink_to(os.path.realpath(sys.executable))
+    owner = processes("-c", EXITING_JVM, str(lock), str(java), "4", "exits")
+    assert owner.stdout is not None
+    said, pid = owner.stdout.readline().split()
+    assert said == "locked" and owner.wait(10) == 0  # its owner has exited; it holds on
+    holder = int(pid)
+    try:
+        assert embedded_holder(tmp_path) == holder and pid_alive(holder)
+        began = time.monotonic()
+        check_embedded_free(tmp_path)  # waits for it instead of refusing
+        assert time.monotonic() - began > 1 and embedded_holder(tmp_path) is None
+    finally:
+        terminate(holder)
+
+    # a JVM whose Python owner still runs is in use: refused without waiting
+    owner = processes("-c", EXITING_JVM, str(lock), str(java), "600", "stays")
+    assert owner.stdout is not None
+    said, pid = owner.stdout.readline().split()
+    used = int(pid)
+    assert said == "locked" and embedded_holder(tmp_path) == used
+    began = time.monotonic()
+    try:
+        with pytest.raises(MetastoreError, match=f"process {used}"):
+            check_embedded_free(tmp_path)
+        assert time.monotonic() - began < 5
+    finally:
+        terminate(used)
+
+
 def test_own_jvm_does_not_count(
     tmp_path: Path, processes: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -6,6 +6,7 @@ running the command again. User errors exit 2 in one or two lines."""
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,8 @@ def test_promote_undo_and_recovery_from_a_crash_at_every_step(  # type: ignore[n
     (query / "commits" / str(last)).write_bytes(commit)
 
     # -- promote: readers of the production name see the backfill; the old table is kept
-    result = _kappa(spark, monkeypatch, *promote)
-    assert result.exit_code == 0, result.output
+    promoted = _kappa(spark, monkeypatch, *promote)
+    assert promoted.exit_code == 0, promoted.output
     assert tables() == (backfilled, None, production)
     journal = json.loads(_kappa(spark, monkeypatch, *promote, "--status").output)
     assert journal["status"] == "done" and journal["backfill_run"] == backfill.record.run_id
@@ -124,8 +125,13 @@ def test_promote_undo_and_recovery_from_a_crash_at_every_step(  # type: ignore[n
         _kappa(spark, monkeypatch, *promote)
     )
 
-    # -- undo
-    result = _kappa(spark, monkeypatch, *promote, "--undo")
+    # -- undo: the command the promotion printed, run as printed (issue 47 item 5: it left
+    # out --config, and as printed exited 2 "no config given")
+    printed = [line for line in promoted.output.splitlines() if line.startswith("undo: ")]
+    assert len(printed) == 1, promoted.output
+    words = shlex.split(printed[0].removeprefix("undo: "))
+    assert words[0] == "kappa", printed
+    result = _kappa(spark, monkeypatch, *words[1:])
     assert result.exit_code == 0, result.output
     assert tables() == (production, backfilled, None)
 

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from typer.testing import CliRunner
 
@@ -184,3 +185,57 @@ def test_no_empty_staging_directory_is_left_behind(spark) -> None:  # type: igno
     location = Path(table_location(spark, table).removeprefix("file:"))
     assert not (location / "_kappa_staging" / "q1").exists()
     assert spark.table(table).count() == 2
+
+
+def test_a_topic_that_does_not_exist_is_refused_before_any_query(
+    spark: SparkSession, kafka_bootstrap: str, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47 item 2: a stream on a topic that does not exist exited 0 after 10 s with 0
+    rows and no warning, having created its empty output table. Refused (exit 2) naming the
+    topic, the broker and `kappa topic create`, before Spark starts (``kappa run``) and
+    before any query or table (``run_job``); the Kafka phase of a bootstrap alike."""
+    from kappaplus.core.errors import TopicNotFound
+    from kappaplus.local.broker import list_topics
+
+    topic, out = f"no-such-topic-{uid()}", f"sessions_{uid()}"
+    patch = {
+        "inputs": {
+            "rider_events": {"kafka": {"topic": topic, "bootstrap_servers": kafka_bootstrap}}
+        },
+        "outputs": {"sessions": {"hive": {"table": out}}},
+    }
+    cfg = example_config("sessionization", patch, scratch)
+    for mode in ("stream", "bootstrap"):
+        with pytest.raises(TopicNotFound) as refused:
+            run_job(spark, sessionization.JOB, cfg, RunOptions(mode, trigger="available-now"))
+        text = str(refused.value)
+        assert refused.value.exit_code == 2 and len(text.splitlines()) == 1, text
+        assert f"inputs.rider_events.kafka.topic: topic {topic!r} does not exist" in text, text
+        assert kafka_bootstrap in text and f"kappa topic create {topic}" in text, text
+        assert not spark.catalog.tableExists(out), mode
+    assert topic not in list_topics(kafka_bootstrap)  # asking did not create it
+
+    # kappa run: the same line, exit 2, before a session starts
+    import kappaplus.session
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(kappaplus.session, "create_session", no_spark)
+    config = scratch / "missing-topic.toml"
+    config.write_text(
+        'job = "kappaplus.examples.sessionization:JOB"\n'
+        f'checkpoint_dir = "{scratch / "cli-checkpoints"}"\n'
+        "[inputs.rider_events.kafka]\n"
+        f'topic = "{topic}"\n'
+        f'bootstrap_servers = "{kafka_bootstrap}"\n'
+        "[outputs.sessions.hive]\n"
+        f'table = "{out}"\n'
+    )
+    result = CliRunner().invoke(
+        app, ["run", "sessionization", "-c", str(config), "-m", "stream"], env={"COLUMNS": "300"}
+    )
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"topic {topic!r} does not exist at {kafka_bootstrap}" in lines[0], result.output
+    assert "kappa topic create" in lines[0] and "Traceback" not in result.output

@@ -25,7 +25,7 @@ def test_help_of_run_and_status() -> None:
         assert option in result.output
     result = runner.invoke(app, ["status", "--help"])
     assert result.exit_code == 0 and "--json" in result.output
-    # `kappa run --list` as the README writes it: no mode needed to list the jobs
+    # `kappa run --list` as docs/concepts/modes.md writes it: no mode needed to list the jobs
     listed = runner.invoke(app, ["run", "--list"])
     assert listed.exit_code == 0, listed.output
     assert "kappaplus.examples.sessionization:JOB" in listed.output
@@ -62,11 +62,13 @@ def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path)
     checkpoint = tmp_path / "ckpt"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
-    (checkpoint / "offsets" / "0").write_text(
-        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
-        '{"v":1,"lo":0,"hi":7200000000,"range":"[1970-01-01T00:00:00Z, 1970-01-01T02:00:00Z)",'
-        '"done":0.25,"phase":"data"}\n'
-    )
+    for batch, done in ((0, 0.125), (1, 0.25)):
+        (checkpoint / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n'
+            '{"v":1,"lo":0,"hi":7200000000,"range":"[1970-01-01T00:00:00Z, '
+            f'1970-01-01T02:00:00Z)","done":{done},"phase":"data"}}\n'
+        )
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     record = RunRecord(
         run_id=f"cli-test-{os.getpid()}-{int(time.time())}",
         job="cli-test",
@@ -85,7 +87,9 @@ def test_status_lists_runs_and_flags_dead_ones(kappa_home: Path, tmp_path: Path)
     rows = json.loads(result.output)
     row = next(r for r in rows if r["run_id"] == record.run_id)
     assert row["status"] == "interrupted"
-    assert row["done"] == 0.25
+    # done is where its committed batches reached: batch 1, planned, is redone by a resume
+    # (issue 47 item 8: it showed the planned batch's 31%, then its record's 21%)
+    assert row["done"] == 0.125
     assert row["checkpoints"]["out"]["pending"] is True
     assert "slice" in row["checkpoints"]["out"]["position"]
     table = runner.invoke(app, ["status", "--job", "cli-test"], env={"COLUMNS": "250"})

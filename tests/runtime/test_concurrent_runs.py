@@ -47,10 +47,11 @@ EVENTS: dict[str, Any] = {
 }
 GAP = 30 * 60
 BATCH = 30  # Kafka records per stream micro-batch: a few batches, so lateness can happen
-# seconds without input before the stream run stops; the overlap does not hang on it: the
-# records are produced only once the backfill run is under way, and a stream run that has
-# read nothing never stops for idleness
-IDLE = 6
+# seconds without input before the stream run stops. Idleness counts from the start of its
+# queries whether or not a batch ran (issue 47 item 4), and the records are produced only
+# once the backfill run is under way: long enough to cover the backfill's start after the
+# stream's (both launched together; the stream then stops IDLE s after its last batch)
+IDLE = 45
 COLUMNS = [
     "rider_id",
     "unix_micros(session_start)",

@@ -136,6 +136,41 @@ def events_for(seed: int) -> list[dict[str, Any]]:
     return rider_events(riders=20, start=START, hours=6, seed=seed, late_fraction=0.0)
 
 
+# -- a SQL catalog's name ---------------------------------------------------------------
+
+
+def test_a_sql_catalog_named_lake_is_opened_under_its_name(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """Issue 47 item 3: a SQL catalog (pyiceberg's, Iceberg's JDBC catalog) keys every table
+    by its catalog's name; catalogs were always opened as ``kappa``, so a table written
+    through one named ``lake`` was not found, and ``name = "lake"`` failed "load_catalog()
+    got multiple values for argument 'name'". With ``name`` the backfill equals the truth;
+    without it, the error says the catalog holds the table under the name ``lake``."""
+    events = events_for(47)
+    plain = catalog_props(scratch / "catalog")
+    lake, name = {**plain, "name": "lake"}, f"db.rides_{uid()}"
+    write_events(lake, name, events)  # through pyiceberg's SqlCatalog named "lake"
+    rows = backfill(spark, lake, name, scratch)
+    assert len(rows) == len(set(rows)), "no duplicate sessions"
+    assert set(rows) == sessions_by_hand(events, GAP)
+
+    with pytest.raises(TableNotFound) as missing:
+        load_table(load_catalog(plain), name)
+    text = str(missing.value)
+    assert f"{name!r} not found under the catalog name 'kappa'" in text, text
+    assert "holds it under the name 'lake'" in text and 'name = "lake"' in text, text
+    result = CliRunner().invoke(
+        app, ["table", "describe", name, "--iceberg", "--catalog", json.dumps(plain)]
+    )
+    assert result.exit_code == 2 and "under the name 'lake'" in " ".join(result.output.split())
+    result = CliRunner().invoke(
+        app, ["table", "describe", name, "--iceberg", "--catalog", json.dumps(lake), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rows"] == len(events)
+
+
 # -- REST ---------------------------------------------------------------------------------
 
 

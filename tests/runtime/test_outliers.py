@@ -3,10 +3,11 @@ peers (inside ``max_future``) made 2,201 of the next 3,000 good rows late").
 
 Flights every 20 s on four partitions (one origin each), stamped with their event time; one
 more record, among them, carries an event time three days ahead (its Kafka timestamp is
-that of its neighbours). Without ``max_ahead`` the watermark jumps three days and most later
-rows are late (kept in the late table): the defect, shown by the same run without the
-option. With ``max_ahead = "2 days"`` the outlier is a dead letter with its reason, nothing
-is late and the output equals the counts computed by hand without it.
+that of its neighbours). With ``max_ahead = "none"`` (opted out) the watermark jumps three
+days and most later rows are late (kept in the late table): the defect, shown by the same
+run with the rule off. With ``max_ahead = "2 days"`` the outlier is a dead letter with its
+reason, nothing is late and the output equals the counts computed by hand without it. (The
+default, ``"auto"``, does the same: ``tests/runtime/test_outlier_default.py``.)
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def test_one_record_days_ahead_of_its_peers_does_not_move_the_watermark(  # type
     topic = new_topic(partitions=4, prefix="outlier")
     produce(kafka_bootstrap, topic, [*rows[:301], outlier, *rows[301:], *flush])
 
-    # the defect: the outlier moves the watermark three days ahead, most later rows are late
-    moved, _, _ = run(spark, topic, kafka_bootstrap, scratch, {})
+    # opted out: the outlier moves the watermark three days ahead, most later rows are late
+    moved, _, _ = run(spark, topic, kafka_bootstrap, scratch, {"max_ahead": "none"})
     assert moved.rows_dropped_late > len(rows) // 3  # 609 of the 1,199 after it, measured
 
     guarded, out, dlq = run(spark, topic, kafka_bootstrap, scratch, {"max_ahead": "2 days"})
@@ -108,7 +109,9 @@ def test_max_ahead_is_validated_when_the_config_is_read() -> None:
     from kappaplus.config import EventTimeBounds
     from kappaplus.core.errors import ConfigError
 
-    assert EventTimeBounds().max_ahead is None
+    assert EventTimeBounds().max_ahead == "auto"  # on by default (issue 47, item 1)
+    assert EventTimeBounds(max_ahead="none").max_ahead is None
+    assert EventTimeBounds(max_ahead="AUTO").max_ahead == "auto"
     assert EventTimeBounds(max_ahead="6 hours").max_ahead.micros == 6 * 3600 * 10**6
     with pytest.raises(ValueError, match="max_ahead"):
         EventTimeBounds(max_ahead="0 seconds")

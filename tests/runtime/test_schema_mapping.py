@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from runtime_helpers import uid
+from typer.testing import CliRunner
 
 from kappaplus.config import config_from_dict
 from kappaplus.core.errors import ConfigError
@@ -177,6 +178,44 @@ def test_a_narrowing_type_is_refused_before_the_queries_start(
     assert "inputs.rides.hive" in text and "'ride_id'" in text, text
     assert "bigint" in text and "declares int" in text, text
     assert not spark.catalog.tableExists(f"{out}_backfill")
+
+
+def test_job_columns_the_lake_lacks_are_all_named_with_the_mapping_that_makes_them_null(
+    spark: SparkSession, scratch: Path
+) -> None:
+    """Issue 47 item 10: a mapped binding whose job columns the lake lacks failed naming the
+    first one; the error names them all and the ``cast(null as <type>)`` mapping, which,
+    given as written, is accepted."""
+    from kappaplus.runtime.binding.unify import describe_bindings
+
+    rows = lake_rows()
+    table, out = f"rides_lacking_{uid()}", f"lacking_counts_{uid()}"
+    write_lake(spark, scratch / "lake", table, rows)
+    wider = Job(
+        name="wider-ride-counts",
+        inputs=[InputSpec("rides", SCHEMA + ", driver string, fare decimal(8,2)", "ride_time")],
+        outputs=JOB.outputs,
+        transform=per_window,
+        watermark_delay="10 minutes",
+    )
+    end = (START + timedelta(hours=1)).isoformat()
+    with pytest.raises(ConfigError) as refused:
+        run_job(
+            spark,
+            wider,
+            config(table, out, scratch),
+            RunOptions("backfill", START.isoformat(), end),
+        )
+    text = str(refused.value)
+    assert "inputs.rides.hive" in text and "driver, fare" in text, text
+    shown = text[text.index("columns = {") :]
+    assert 'driver = "cast(null as string)"' in shown, text
+    assert 'fare = "cast(null as decimal(8,2))"' in shown, text
+    assert not spark.catalog.tableExists(f"{out}_backfill")
+    nulls = {"driver": "cast(null as string)", "fare": "cast(null as decimal(8,2))"}
+    mapped = {"ride_id": "cast(ride_no as string)", "city": "city_name", **nulls}
+    (resolved,) = describe_bindings(spark, wider, config(table, out, scratch, columns=mapped))
+    assert not resolved.mismatches and resolved.reads == ["ride_no", "city_name", "tip", "ts_ms"]
 
 
 def test_check_shows_where_each_column_comes_from_and_run_refuses_a_narrowed_file(
@@ -380,13 +419,14 @@ def test_bootstrap_of_a_mapped_lake_then_a_nested_topic_equals_the_truth_and_bot
 def test_the_readme_step_on_differing_columns_works_as_written(
     spark: SparkSession, scratch: Path
 ) -> None:
-    """The README's "My lake's columns differ from my stream's" binding, taken as written
-    (its TOML block), backfills the lake it describes to the pandas truth."""
+    """The schema-mapping page's binding (``docs/how-to/schema-mapping.md``, "My lake's
+    columns differ from my stream's"), taken as written (its first TOML block), backfills the
+    lake it describes to the pandas truth."""
     import re
     import tomllib
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### My lake's columns differ from my stream's") :]
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schema-mapping.md"
+    section = page.read_text(encoding="utf-8")
     block = re.search(r"```toml\n(.*?)```", section, re.S)
     assert block is not None
     written = tomllib.loads(block.group(1))
@@ -585,3 +625,71 @@ def test_mappings_must_rise_and_name_their_range_in_errors(
     with pytest.raises(ConfigError) as refused:
         run_job(spark, JOB, cfg, RunOptions("backfill", START.isoformat(), RENAMED_AT.isoformat()))
     assert line in str(refused.value)
+
+
+def test_an_event_time_mapping_the_decoder_never_applies_is_refused_by_check_and_run(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    new_topic: Any,
+    scratch: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 47 item 7: ``columns = { ride_time = "coalesce(ride_time, ts)" }`` on a Kafka
+    binding passed ``kappa check``, but the decoder takes the event time from the records'
+    ``ride_time`` and dead-letters a record where it is null before the mapping runs: the
+    records it was written for were all dead letters. Refused by check and run alike, with
+    the reason and the way out; nothing is created."""
+    import json
+
+    from confluent_kafka import Producer
+
+    import kappaplus.session
+    from kappaplus.cli import app
+
+    topic, out = new_topic(prefix="coalesced"), f"coalesced_counts_{uid()}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(4):  # half without ride_time: what the mapping was meant for
+        at = (START + timedelta(minutes=i)).isoformat()
+        record = {"ride_id": str(i), "city": "sf", "tip": 1.0, "ts": at}
+        record["ride_time"] = at if i % 2 else None
+        producer.produce(topic, json.dumps(record).encode())
+    producer.flush(30)
+    binding = {
+        "topic": topic,
+        "bootstrap_servers": kafka_bootstrap,
+        "starting_offsets": "earliest",
+        "fields": "ride_id string, city string, tip double, ride_time timestamp, ts timestamp",
+        "columns": {"ride_time": "coalesce(ride_time, ts)"},
+    }
+    toml = scratch / "coalesced.toml"
+    toml.write_text(
+        'job = "test_schema_mapping:JOB"\n'
+        f'checkpoint_dir = "{scratch / "checkpoints"}"\n'
+        "[inputs.rides.kafka]\n"
+        + "".join(f"{k} = {json.dumps(v)}\n" for k, v in binding.items() if k != "columns")
+        + 'columns = { ride_time = "coalesce(ride_time, ts)" }\n'
+        f'[outputs.counts.hive]\ntable = "{out}"\n'
+    )
+    monkeypatch.setattr(kappaplus.session, "create_session", lambda *a, **k: spark)
+    monkeypatch.setattr(kappaplus.session, "stop_session", lambda s: None)
+    monkeypatch.setattr("kappaplus.cli.run._stop_quietly", lambda s: None)
+    result = CliRunner().invoke(
+        app, ["check", "test_schema_mapping:JOB", "-c", str(toml)], env={"COLUMNS": "300"}
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "inputs.rides.kafka.columns.ride_time" in text, text
+    assert "dead-letters a record where that is null before any mapping runs" in text, text
+    assert "event_time = { column" in text, text
+
+    cfg = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {"rides": {"kafka": binding}},
+            "outputs": {"counts": {"hive": {"table": out}}},
+        }
+    )
+    with pytest.raises(ConfigError) as refused:
+        run_job(spark, JOB, cfg, RunOptions("stream", trigger="available-now"))
+    assert "before any mapping runs" in str(refused.value)
+    assert not spark.catalog.tableExists(out)

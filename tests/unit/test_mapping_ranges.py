@@ -74,14 +74,15 @@ def test_ranges_are_read_from_the_config_oldest_first() -> None:
 
 
 def test_the_readme_block_on_a_renamed_column_is_a_valid_config() -> None:
-    """The README's ``[[inputs.rides.hive.mappings]]`` example loads as written and says
+    """The schema-mapping page's ``[[inputs.rides.hive.mappings]]`` example
+    (``docs/how-to/schema-mapping.md``) loads as written and says
     what its comment says (``city_name`` before 2024-03-05, ``city`` from then on)."""
     import re
     import tomllib
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### My lake's columns differ from my stream's") :]
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "schema-mapping.md"
+    section = page.read_text(encoding="utf-8")
     blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
     (block,) = [b for b in blocks if "[[inputs.rides.hive.mappings]]" in b]
     written = tomllib.loads(block)

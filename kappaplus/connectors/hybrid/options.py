@@ -35,11 +35,11 @@ from kappaplus.connectors.kafka.options import (
     KafkaSourceOptions,
 )
 from kappaplus.connectors.lake.options import LakeSourceOptions
+from kappaplus.core.ahead import AheadRule
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.options import (
     BOOL,
-    DURATION_TEXT,
     MICROS,
     TIMESTAMP,
     Kind,
@@ -50,7 +50,7 @@ from kappaplus.core.options import (
     read_options,
     to_options,
 )
-from kappaplus.core.timeutil import Duration, iso
+from kappaplus.core.timeutil import iso
 
 LAKE_PREFIX = "lake."
 PHASE_COLUMN = "__kappa_phase"
@@ -107,6 +107,25 @@ DECODER: Kind[DecoderSpec] = Kind(
 """The ``decoder`` option: a :class:`DecoderSpec` as :func:`decoder_to_json` writes it."""
 
 
+def _ahead_rule(text: str, option: str) -> AheadRule:
+    rule = AheadRule.parse(text, option)
+    if rule.reach.micros <= 0:
+        raise ConfigError(option, text, "expected a positive duration, or 'auto <duration>'")
+    return rule
+
+
+def _accept_ahead_rule(value: Any, option: str) -> AheadRule:
+    if isinstance(value, AheadRule):
+        return value
+    raise ConfigError(option, value, "expected a duration, or 'auto <duration>'")
+
+
+AHEAD_RULE: Kind[AheadRule] = Kind(
+    "a duration, or 'auto <duration>'", _ahead_rule, AheadRule.text, _accept_ahead_rule
+)
+"""The ``maxAhead`` option: an :class:`~kappaplus.core.ahead.AheadRule` as its text."""
+
+
 def partition_formats(pattern: str | None) -> dict[str, str]:
     """``dt=%Y-%m-%d/hr=%H`` -> ``{"dt": "%Y-%m-%d", "hr": "%H"}``: how each time-partition
     column is derived from the event time (for Kafka events, which carry no partition)."""
@@ -157,11 +176,12 @@ class HybridSourceOptions:
     the phase would deliver whose event time is before ``eventTimeMin``, not before
     ``eventTimeMax`` or more than ``maxFuture`` ahead of the batch's planning time is a
     dead letter with that reason, as in a stream, not a row left out."""
-    max_ahead: Duration | None = option("maxAhead", DURATION_TEXT, default=None)
-    """``max_ahead`` of the input's bounds: a Kafka record the phase would deliver whose
-    event time is more than this ahead of its peers (the median event time of the decoded
-    records of its offset range: one partition, one micro-batch, as in a stream) is a dead
-    letter with that reason instead of moving the watermark
+    max_ahead: AheadRule | None = option("maxAhead", AHEAD_RULE, default=None)
+    """``max_ahead`` of the input's bounds (``"<duration>"`` or ``"auto <floor>"``,
+    :meth:`~kappaplus.core.ahead.AheadRule.text`): a Kafka record the phase would deliver
+    whose event time is further ahead of its peers (the median event time of the decoded
+    records of its offset range: one partition, one micro-batch, as in a stream) than the
+    rule allows is a dead letter with that reason instead of moving the watermark
     (:func:`kappaplus.core.event_time.far_ahead_reasons`)."""
     derived: dict[str, str]  # lake partition column -> strftime format of the event time
     drain_file: str | None = option(DRAIN_OPTION, default=None)
@@ -258,8 +278,8 @@ class HybridSourceOptions:
     def _unify(lake: LakeSourceOptions, decoder: DecoderSpec) -> dict[str, str]:
         """Check that decoded Kafka events can be made into lake rows (schema unification).
 
-        Every lake column must be an event field of a compatible type, or a time-partition
-        column derivable from the event time; extra event fields are dropped.
+        Every lake column read must be an event field of a compatible type, or a
+        time-partition column derivable from the event time; extra event fields are dropped.
         """
         if decoder.event_time != lake.event_time_column:
             raise ConfigError(
@@ -271,7 +291,7 @@ class HybridSourceOptions:
         events = {f.name: f.dataType for f in decoder.event_schema.fields}
         formats = partition_formats(lake.partition_time_format)
         derived: dict[str, str] = {}
-        for f in lake.schema.fields:
+        for f in lake.output_schema.fields:  # the columns it delivers (``columns``)
             if f.name in events:
                 if events[f.name] != f.dataType and not _arrow_castable(events[f.name], f.dataType):
                     raise ConfigError(

@@ -158,7 +158,7 @@ def split_decoded(
     micros = pc.cast(pc.cast(good.column(options.kafka_event_time_column), TS_UTC), pa.int64())
     owned = pc.fill_null(pc.greater_equal(micros, options.cutoff), False)
     counts.skipped = good.num_rows - int(pc.sum(pc.cast(owned, pa.int64())).as_py() or 0)
-    ahead = far_ahead(options, good)
+    ahead = far_ahead(options, good, out_of_bounds_reasons(options, good, planned_micros))
     if ahead is not None:
         # judged among every decoded record of the range (its peers), skipped ones too
         far = pc.and_(pc.is_valid(ahead), owned)
@@ -185,15 +185,19 @@ def split_decoded(
     return rows, dead, counts
 
 
-def far_ahead(options: HybridSourceOptions, good: pa.Table) -> pa.Array | None:
-    """Per decoded record, why its event time is more than ``maxAhead`` ahead of its
-    partition's median among ``good`` (null when it is not); None without ``maxAhead``."""
+def far_ahead(
+    options: HybridSourceOptions, good: pa.Table, outside: pa.Array | None = None
+) -> pa.Array | None:
+    """Per decoded record, why its event time is further ahead of its partition's median
+    among ``good`` than ``maxAhead`` allows (null when it is not); None without
+    ``maxAhead``. ``outside``: the records' out-of-bounds reasons (such a record is a dead
+    letter for that reason, neither judged here nor a peer)."""
     if options.max_ahead is None or good.num_rows == 0:
         return None
     column = options.event_time_column
     times = pc.cast(pc.cast(good.column(column), TS_UTC), pa.int64()).combine_chunks()
     partitions = good.column(RECORD_COL).combine_chunks().field("partition")
-    failed = pa.array([False] * good.num_rows)
+    failed = pa.array([False] * good.num_rows) if outside is None else pc.is_valid(outside)
     reasons = far_ahead_reasons(times, partitions, failed, column, options.max_ahead)
     return pa.array(reasons, type=pa.string()) if any(reasons) else None
 

@@ -52,13 +52,23 @@ def default_catalog(home: Path | None = None) -> dict[str, str]:
     }
 
 
-def load_catalog(properties: dict[str, str] | None = None, name: str = "kappa") -> Any:
+DEFAULT_CATALOG_NAME = "kappa"
+"""The name a catalog is opened under when its properties give no ``name``."""
+
+
+def load_catalog(properties: dict[str, str] | None = None, name: str | None = None) -> Any:
     """A pyiceberg catalog from ``properties`` (``type`` sql | rest | hive, ``uri``,
     ``warehouse``, FileIO settings such as ``s3.endpoint``); default the embedded one.
-    ``hive`` defaults ``hive.hive2-compatible`` to true (Hive 2.3 column types)."""
+    ``hive`` defaults ``hive.hive2-compatible`` to true (Hive 2.3 column types).
+
+    ``name`` (the properties' ``name`` key, else ``kappa``) is the catalog's name: a SQL
+    catalog (pyiceberg's, Iceberg's JDBC catalog that Spark, Trino and Flink write through)
+    keys every table by it, so a table written through a catalog named ``lake`` is found
+    only under that name."""
     from pyiceberg.catalog import load_catalog as pyiceberg_catalog
 
     props = dict(properties or default_catalog())
+    name = props.pop("name", None) or name or DEFAULT_CATALOG_NAME
     kind = props.get("type", "sql")
     if kind not in CATALOG_TYPES:
         raise ConfigError("catalog.type", kind, f"expected one of {', '.join(CATALOG_TYPES)}")
@@ -99,6 +109,15 @@ def load_table(catalog: Any, table_name: str) -> Any:
     try:
         return catalog.load_table(table_name)
     except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        elsewhere = _sql_names_holding(catalog, table_name)
+        if elsewhere:
+            names = " or ".join(repr(n) for n in elsewhere)
+            raise TableNotFound(
+                f"Iceberg table {table_name!r} not found under the catalog name "
+                f"{catalog.name!r} in the {where}, which holds it under the name {names}: "
+                f'give the catalog that name (catalog = {{ name = "{elsewhere[0]}", ... }}, '
+                'or "name" in --catalog)'
+            ) from exc
         raise TableNotFound(
             f"Iceberg table {table_name!r} not found in the {where}: {_first_line(exc)}; "
             "check the name and the catalog ([inputs.<name>.iceberg] catalog)"
@@ -108,6 +127,31 @@ def load_table(catalog: Any, table_name: str) -> Any:
             f"Iceberg table {table_name!r} cannot be loaded from the {where}: "
             f"{_first_line(exc)}; check that the catalog is running and reachable"
         ) from exc
+
+
+def _sql_names_holding(catalog: Any, table_name: str) -> list[str]:
+    """The other catalog names a SQL catalog's database holds ``table_name`` under (its
+    ``iceberg_tables`` rows are keyed by catalog name); empty for other catalogs, or when
+    the database cannot be asked."""
+    engine = getattr(catalog, "engine", None)
+    namespace, _, table = table_name.rpartition(".")
+    if engine is None or not namespace:
+        return []
+    from sqlalchemy import text
+
+    query = text(
+        "SELECT DISTINCT catalog_name FROM iceberg_tables "
+        "WHERE table_namespace = :namespace AND table_name = :table AND catalog_name != :name"
+    )
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                query, {"namespace": namespace, "table": table, "name": catalog.name}
+            )
+            return sorted(str(row[0]) for row in rows)
+    except Exception as exc:  # noqa: BLE001 - only a hint: the error stands without it
+        log.debug("asking the SQL catalog for other catalog names: %s", exc)
+        return []
 
 
 @dataclass(frozen=True)

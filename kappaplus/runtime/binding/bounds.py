@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from kappaplus.config import EventTimeBounds
+    from kappaplus.core.ahead import AheadRule
 
 
 def bounds_metrics_name(input_name: str, prefix: str = "kappa_bounds") -> str:
@@ -107,31 +108,42 @@ def out_of_bounds_reason(column: str, bounds: EventTimeBounds) -> Column | None:
 
 
 def mark_out_of_bounds(
-    decoded: DataFrame, column: str, bounds: EventTimeBounds, metrics: str
+    decoded: DataFrame,
+    column: str,
+    bounds: EventTimeBounds,
+    metrics: str,
+    ahead: AheadRule | None = None,
 ) -> DataFrame:
     """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record whose event
     time is out of bounds has failed (its reason in the error column): good_events skips
     it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``),
-    with the records more than ``max_ahead`` ahead of their peers
-    (:mod:`kappaplus.runtime.binding.outliers`), which fail the same way."""
+    with the records then further ahead of their peers than ``ahead`` allows
+    (:mod:`kappaplus.runtime.binding.outliers`), which fail the same way (an out-of-bounds
+    record is judged first: it is neither judged again nor anyone's peer)."""
     from pyspark.sql import functions as F
 
     from kappaplus.codecs import ERROR_COL
     from kappaplus.runtime.binding.outliers import PEERS, mark_far_ahead
 
     reason = out_of_bounds_reason(column, bounds)
-    max_ahead = getattr(bounds, "max_ahead", None)
-    if (reason is None and max_ahead is None) or column not in decoded.columns:
+    if (reason is None and ahead is None) or column not in decoded.columns:
         return decoded
-    decoded = mark_far_ahead(decoded, column, max_ahead)
     if reason is None:
         reason = F.lit(None).cast("string")
     error = F.col(ERROR_COL)
     metadata = decoded.schema[ERROR_COL].metadata
-    bad = (error.isNull() & reason.isNotNull()) | F.coalesce(error.contains(PEERS), F.lit(False))
-    counted = decoded.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))
+    outside = F.coalesce(error.isNull() & reason.isNotNull(), F.lit(False)).alias(_OUTSIDE)
     marked = F.when(error.isNull(), reason).otherwise(error).alias(ERROR_COL, metadata=metadata)
-    return counted.select(*[marked if c == ERROR_COL else F.col(f"`{c}`") for c in decoded.columns])
+    columns = [marked if c == ERROR_COL else F.col(f"`{c}`") for c in decoded.columns]
+    judged = mark_far_ahead(decoded.select(*columns, outside), column, ahead)
+    far = F.coalesce(F.col(ERROR_COL).contains(PEERS), F.lit(False))
+    bad = F.col(_OUTSIDE) | far
+    counted = judged.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))
+    return counted.drop(_OUTSIDE)
+
+
+_OUTSIDE = "__kappa_out_of_bounds"
+"""A record's own bounds failed it (a column between the two checks, dropped after)."""
 
 
 def drop_out_of_bounds(

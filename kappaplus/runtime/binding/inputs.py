@@ -25,14 +25,13 @@ from kappaplus.audit.counts import (
     same_as_lake,
     with_bucket_columns,
 )
-from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.event_time import MARKER_COLUMN
+from kappaplus.runtime.binding.kafka_inputs import decoder_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from kappaplus.codecs import DecoderSpec
     from kappaplus.config import (
         EventTimeBounds,
         HiveInput,
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     )
     from kappaplus.config.bindings import MappedLakeInput, SliceBudgets
     from kappaplus.connectors.lake.jvm_reader import CountDelivered, LakeStream
+    from kappaplus.core.ahead import AheadRule
     from kappaplus.jobs import InputSpec, Job
     from kappaplus.mapping import Resolution
     from kappaplus.runtime.options import RunOptions
@@ -64,97 +64,6 @@ class BoundInput:
     name: str
     df: DataFrame
     source: str
-
-
-def decoder_spec(spec: InputSpec, kafka: KafkaInput) -> DecoderSpec:
-    """How the input's Kafka records decode into the job's declared events."""
-    from kappaplus.codecs import DecoderSpec
-    from kappaplus.runtime.binding.unify import kafka_event_field, kafka_fields
-
-    event = kafka_event_field(spec, kafka)
-    if kafka.format == "avro":
-        return DecoderSpec(
-            format="avro",
-            avro_schema=str(kafka.schema_file),
-            event_time=event,
-            schema_registry_url=kafka.schema_registry_url,
-        )
-    unit = kafka.event_time.unit if kafka.event_time is not None else None
-    return DecoderSpec(
-        format="json", schema=kafka_fields(spec, kafka), event_time=event, event_time_unit=unit
-    )
-
-
-def kafka_options(kafka: KafkaInput) -> dict[str, Any]:
-    """Options of ``read_kafka_stream`` for a Kafka input binding."""
-    options: dict[str, Any] = {
-        "bootstrap": kafka.bootstrap_servers,
-        "subscribe": kafka.topic,
-        "startingOffsets": kafka.starting_offsets,
-        "maxOffsetsPerTrigger": kafka.max_offsets_per_trigger,
-        "failOnDataLoss": kafka.fail_on_data_loss,
-        "alignPartitions": kafka.align_partitions,
-    }
-    options.update(kafka.options)
-    return options
-
-
-def check_kafka_reachable(input_name: str, kafka: KafkaInput, timeout: float = 10.0) -> None:
-    """Ask the binding's brokers for the topic's metadata before Spark starts, so a wrong or
-    unreachable ``bootstrap_servers`` (or refused credentials) is one line naming the key
-    in seconds, not a failed query a minute later. Uses the binding's client settings."""
-    from confluent_kafka import Consumer
-
-    from kappaplus.core.errors import KafkaError
-    from kappaplus.core.kafka_conf import client_conf
-    from kappaplus.core.secrets import mask_url
-
-    key = f"inputs.{input_name}.kafka.bootstrap_servers"
-    settings = {**kafka.options, "kafka.bootstrap.servers": kafka.bootstrap_servers}
-    conf: dict[str, Any] = dict(client_conf(settings))
-    conf.update(
-        {
-            "group.id": "kappaplus-preflight",
-            "enable.auto.commit": False,
-            "log_level": 0,
-            "error_cb": lambda error: None,  # reported below as one line
-        }
-    )
-    consumer = Consumer(conf)
-    try:
-        metadata = consumer.list_topics(kafka.topic, timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - KafkaException: transport, auth, timeout
-        raise KafkaError(
-            f"{key}: cannot reach Kafka at {mask_url(kafka.bootstrap_servers)} within "
-            f"{timeout:.0f} s ({_reason(exc)}): is the broker up (`kappa up --print-env` "
-            "prints the local one)? are the kafka.* client settings right?"
-        ) from None
-    finally:
-        consumer.close()
-    topic = metadata.topics.get(kafka.topic)
-    if topic is not None and topic.error is not None and topic.error.code() != 3:
-        # 3: UNKNOWN_TOPIC_OR_PART, fine (brokers may create it); others: authorization...
-        raise KafkaError(f"inputs.{input_name}.kafka.topic: {kafka.topic}: {topic.error.str()}")
-
-
-def _reason(exc: BaseException) -> str:
-    """librdkafka's own words (``Local: Broker transport failure``), else the first line."""
-    error: Any = exc.args[0] if exc.args else None
-    text = str(error.str()) if hasattr(error, "str") else str(exc).strip()
-    return text.splitlines()[0][:160] if text else type(exc).__name__
-
-
-def read_kafka_records(
-    spark: SparkSession, kafka: KafkaInput, drain_file: str | None = None
-) -> DataFrame:
-    """The raw Kafka records of an input binding (Spark's Kafka schema); ``drain_file``:
-    see :mod:`kappaplus.core.draining`."""
-    from kappaplus.connectors.kafka import read_kafka_stream
-
-    options = kafka_options(kafka)
-    if drain_file is not None:
-        options[DRAIN_OPTION] = drain_file
-    return read_kafka_stream(spark, **options)
 
 
 def budget_options(lake: SliceBudgets) -> dict[str, Any]:
@@ -219,16 +128,17 @@ def bootstrap_dead_letter_path(mode_dir: Path, input_name: str) -> str:
     return dead_letter_staging(mode_dir, input_name)
 
 
-def hybrid_bounds(bounds: EventTimeBounds) -> dict[str, Any]:
+def hybrid_bounds(bounds: EventTimeBounds, ahead: AheadRule | None = None) -> dict[str, Any]:
     """The event-time bounds as keywords of ``read_hybrid_stream``: its Kafka phase makes a
-    record outside them a dead letter with the reason, as a stream does (the lake's rows
-    outside them are left out and counted,
+    record outside them (or further ahead of its peers than ``ahead`` allows,
+    :func:`~kappaplus.runtime.binding.outliers.ahead_rule`) a dead letter with the reason,
+    as a stream does (the lake's rows outside them are left out and counted,
     :func:`~kappaplus.runtime.binding.bounds.drop_out_of_bounds`: the lake keeps them)."""
     return {
         "event_time_min": bounds.min,
         "event_time_max": bounds.max,
         "max_future": None if bounds.max_future is None else str(bounds.max_future),
-        "max_ahead": None if bounds.max_ahead is None else str(bounds.max_ahead),
+        "max_ahead": None if ahead is None else ahead.text(),
     }
 
 
@@ -281,6 +191,9 @@ def hybrid_options(
         "maxEarliness": hive.max_earliness,
         **budget_options(hive),
         "partitionTimeFormat": hive.partition_format,
+        # the job's columns only: a table archived from the topic (kappa archive) also has
+        # the records' Kafka coordinates, which decoded events do not
+        "columns": ",".join(spec.field_names()),
     }
     options.update({f"lake.{key}": value for key, value in lake.items() if value is not None})
     return options
@@ -358,6 +271,9 @@ class InputContext:
     drain_file: str | None = None
     late_plans: Sequence[LateRowsPlan] = ()
     dead_letters: DeadLetterPlan | None = None
+    ahead: AheadRule | None = None
+    """How far ahead of its peers a Kafka record may be (``max_ahead``,
+    :func:`~kappaplus.runtime.binding.outliers.ahead_rule`); None: not judged."""
 
 
 class SourceReader(Protocol):
@@ -554,7 +470,17 @@ def bind_inputs(
     :func:`dead_letter_staging`), so ``--fresh`` or a new identity starts all of it over and
     a checkpoint moved elsewhere takes it along.
     """
+    from kappaplus.runtime.binding.outliers import ahead_rule, state_ahead_rule
+
     delay = resolved.watermark_delay or job.watermark_delay
+    trigger = run.effective_trigger(resolved.trigger_interval)
+    ahead = {
+        spec.name: ahead_rule(resolved.inputs[spec.name].bounds, delay, trigger)
+        for spec in job.inputs
+    }
+    if run.mode.reads_kafka:
+        for spec in job.inputs:
+            state_ahead_rule(spec.name, ahead[spec.name])
     return {
         spec.name: bind_input(
             InputContext(
@@ -571,6 +497,7 @@ def bind_inputs(
                 drain_file=drain_file,
                 late_plans=late_plans,
                 dead_letters=(dead_letters or {}).get(spec.name),
+                ahead=ahead[spec.name],
             ),
             reader,
         )

@@ -29,6 +29,7 @@ from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import Mode
 from kappaplus.runtime.binding import inputs as bind
+from kappaplus.runtime.binding.kafka_inputs import decoder_spec, read_kafka_records
 from kappaplus.runtime.binding.pinned_inputs import pinned_backfill, pinned_bootstrap
 from kappaplus.runtime.binding.pinned_lakes import pinned_lake_of
 
@@ -100,16 +101,17 @@ class StreamMode(RunMode):
         spec, kafka = ctx.spec, ctx.binding.kafka
         if kafka is None:
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
-        decoder = bind.decoder_spec(spec, kafka)
+        decoder = decoder_spec(spec, kafka)
         decoded = mark_out_of_bounds(
             decode_kafka(
-                bind.read_kafka_records(ctx.spark, kafka, ctx.drain_file),
+                read_kafka_records(ctx.spark, kafka, ctx.drain_file),
                 decoder,
                 metrics=decode_metrics_name(spec.name),
             ),
             decoder.event_time,
             ctx.binding.bounds,
             bounds_metrics_name(spec.name),
+            ctx.ahead,
         )
         decoded = observe_kafka(decoded, spec.name, decoder.event_time)
         if ctx.dead_letters is not None:
@@ -256,7 +258,7 @@ class BootstrapMode(RunMode):
         options = bind.hybrid_options(
             spec, hive, kafka, ctx.run, ctx.job_name, ctx.dead_letter_staging
         )
-        options.update(bind.hybrid_bounds(ctx.binding.bounds))
+        options.update(bind.hybrid_bounds(ctx.binding.bounds, ctx.ahead))
         if ctx.source_state is not None:
             options["manifestDir"] = f"{ctx.source_state}/manifests"
         if ctx.drain_file is not None:

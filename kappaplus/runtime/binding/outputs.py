@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter
     from kappaplus.config import (
         DeltaOutput,
         HiveOutput,
@@ -122,11 +123,12 @@ def plan_output(
 ) -> OutputPlan:
     """Checkpoint ``<run_dir>/<output>`` and a query name unique to it (``run_dir`` is the
     run's checkpoint directory, :func:`kappaplus.runtime.state.identity.run_dir`)."""
-    if binding.kafka is not None and binding.kafka.format != "json":
+    if binding.kafka is not None and binding.kafka.format == "avro":
         raise ConfigError(
             f"outputs.{spec.name}.kafka.format",
             binding.kafka.format,
-            "the runtime writes outputs to Kafka as JSON; use format = 'json'",
+            "the runtime writes outputs to Kafka as JSON or Protobuf; use format = 'json' "
+            "or 'protobuf'",
         )
     checkpoint = run_dir / spec.name
     ident = checkpoint_id(checkpoint)
@@ -157,8 +159,17 @@ class OutputWriter:
         plan: OutputPlan,
         on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
         dead_letters: Sequence[DeadLetterPublisher] = (),
+        run_id: str | None = None,
+        session: SparkSession | None = None,
     ) -> None:
         from kappaplus.connectors.hive.sink import HiveTableSink
+
+        self.run_id = run_id
+        """Notes each batch it wrote with its counts under this run's id (None: does not),
+        :mod:`kappaplus.runtime.state.batch_counts`."""
+        self.session = session
+        """The session that started the query (a batch's own is a clone of it, which
+        knows no active query)."""
         from kappaplus.connectors.hive.sink_options import HiveSinkOptions
 
         self.plan = plan
@@ -260,8 +271,21 @@ class OutputWriter:
             for output in side:
                 if not output.publish_before_rows:
                     output.publish(batch, batch_id)
+            self._note(batch, batch_id)
         finally:
             batch.unpersist()
+
+    def _note(self, batch: DataFrame, batch_id: int) -> None:
+        """Note the batch and what it counted before Spark commits it: a run killed right
+        after the commit still has the batch counted (``batch_counts``)."""
+        if self.run_id is None or self.session is None:
+            return
+        from kappaplus.runtime.observe.batch_metrics import current_batch_metrics
+        from kappaplus.runtime.state.batch_counts import note_batch
+
+        observed = current_batch_metrics(self.session, self.plan.query_name)
+        if observed is not None:
+            note_batch(self.plan.checkpoint, batch_id, self.run_id, observed)
 
     def _claim(self, batch: DataFrame, batch_id: int) -> None:
         """Record this query's claim on its topic widened by the batch's event-time span
@@ -283,21 +307,54 @@ def kafka_settings(kafka: KafkaOutput) -> dict[str, str]:
     return conf
 
 
-def kafka_records(batch: DataFrame, query: str | None = None) -> DataFrame:
-    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON) per row, and with
-    ``query`` the header ``kappa.query`` naming the query that produced it."""
+def kafka_records(
+    batch: DataFrame, query: str | None = None, kafka: KafkaOutput | None = None
+) -> DataFrame:
+    """``key`` (SHA-256 hex of the value) and ``value`` (the row as JSON, or as a Protobuf
+    message for a ``protobuf`` output) per row, and with ``query`` the header
+    ``kappa.query`` naming the query that produced it."""
     from pyspark.sql import functions as F
 
     from kappaplus.connectors.kafka.claims import QUERY_HEADER
 
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+    if kafka is not None and kafka.format == "protobuf":
+        values = protobuf_values(batch, kafka)
+    else:
+        value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in batch.columns]))
+        values = batch.select(value.alias("value"))
     columns = [F.sha2(F.col("value"), 256).alias("key"), F.col("value")]
     if query is not None:
         header = F.struct(
             F.lit(QUERY_HEADER).alias("key"), F.lit(query).cast("binary").alias("value")
         )
         columns.append(F.array(header).alias("headers"))
-    return batch.select(value.alias("value")).select(*columns)
+    return values.select(*columns)
+
+
+def protobuf_writer(kafka: KafkaOutput) -> ProtobufWriter:
+    """The encoder of a ``protobuf`` Kafka output (with a registry: its schema registered,
+    once per process, and its values framed with the id)."""
+    from kappaplus.codecs.protobuf_encode import ProtobufWriter, registered_header
+
+    assert kafka.schema_file is not None and kafka.message is not None
+    header = b""
+    if kafka.schema_registry_url is not None:
+        key = (kafka.schema_registry_url, kafka.topic, str(kafka.schema_file), kafka.message)
+        if key not in _HEADERS:
+            _HEADERS[key] = registered_header(
+                kafka.schema_file, kafka.message, kafka.schema_registry_url, kafka.topic
+            )
+        header = _HEADERS[key]
+    return ProtobufWriter(kafka.schema_file, kafka.message, header)
+
+
+_HEADERS: dict[tuple[str, str, str, str], bytes] = {}
+
+
+def protobuf_values(batch: DataFrame, kafka: KafkaOutput) -> DataFrame:
+    """The batch's rows as ``value`` (binary) Protobuf messages, encoded in the workers."""
+    writer = protobuf_writer(kafka)
+    return batch.mapInArrow(writer.encode_batches, "value binary")
 
 
 def write_kafka(batch: DataFrame, kafka: KafkaOutput, query: str | None = None) -> None:
@@ -308,7 +365,7 @@ def write_kafka(batch: DataFrame, kafka: KafkaOutput, query: str | None = None) 
     batch.sparkSession.dataSource.register(KafkaDataSource)
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": kafka.topic}
     options.update(kafka.options)
-    records = kafka_records(batch, query)
+    records = kafka_records(batch, query, kafka)
     records.write.format(SHORT_NAME).options(**options).mode("append").save()
 
 
@@ -318,14 +375,18 @@ def start_output(
     trigger: str,
     on_late_kept: Callable[[int, dict[int, int]], None] | None = None,
     dead_letters: Sequence[DeadLetterPublisher] = (),
+    run_id: str | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of one output (its rows counted for the audit;
     ``on_late_kept``: told the late rows it kept per batch and audit bucket;
-    ``dead_letters``: the inputs whose dead letters this query publishes)."""
+    ``dead_letters``: the inputs whose dead letters this query publishes; ``run_id``: the
+    run noting each batch it writes beside the checkpoint)."""
     from kappaplus.audit.counts import observe_rows
 
+    if plan.kafka is not None and plan.kafka.format == "protobuf":
+        protobuf_writer(plan.kafka).check(df.columns, f"outputs.{plan.name}.kafka.message")
     counted = observe_rows(df, "output", plan.name, "written", plan.spec.event_time_column)
-    output = OutputWriter(plan, on_late_kept, dead_letters)
+    output = OutputWriter(plan, on_late_kept, dead_letters, run_id, df.sparkSession)
     writer: Any = (
         counted.writeStream.queryName(plan.query_name)
         .outputMode(plan.spec.output_mode)

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.core.errors import ConfigError
-from kappaplus.mapping import Resolution, job_mapping, resolve_mapping
+from kappaplus.mapping import Resolution, job_mapping, quoted, resolve_mapping
 from kappaplus.slicing.files import UNBOUNDED_HI, UNBOUNDED_LO
 
 if TYPE_CHECKING:
@@ -32,9 +32,14 @@ def kafka_event_field(spec: InputSpec, kafka: KafkaInput) -> str:
 
 
 def kafka_fields(spec: InputSpec, kafka: KafkaInput) -> StructType:
-    """The JSON records' schema: ``fields`` when the binding gives it, else the job's."""
+    """The JSON records' schema: ``fields`` when the binding gives it, else the job's;
+    a Protobuf topic's, its message's (derived from the descriptor)."""
     from pyspark.sql.types import DataType, StructType
 
+    if kafka.format == "protobuf":
+        from kappaplus.runtime.binding.kafka_inputs import decoder_spec
+
+        return decoder_spec(spec, kafka).event_schema
     if kafka.fields is None:
         return spec.struct_type()
     try:
@@ -52,6 +57,18 @@ def kafka_resolution(spark: SparkSession, spec: InputSpec, kafka: KafkaInput) ->
     binding = f"inputs.{spec.name}.kafka"
     event = kafka_event_field(spec, kafka)
     explicit = kafka.event_time is not None and kafka.event_time.column is not None
+    mapped = kafka.columns.get(spec.event_time_column)
+    if not explicit and mapped is not None and mapped.strip() not in (event, quoted(event)):
+        # the mapping runs on decoded events; the decoder has taken the event time from the
+        # record's field of the job's column name already, a null one a dead letter
+        raise ConfigError(
+            f"{binding}.columns.{spec.event_time_column}",
+            mapped,
+            f"never applied to the event time: the decoder reads it from the records' field "
+            f"{event!r} and dead-letters a record where that is null before any mapping "
+            "runs; name the records' event-time field with event_time = { column = "
+            '"<field>" } (and unit for epoch numbers), or produce records that carry it',
+        )
     mapping = job_mapping(spec, binding, kafka.columns, event if explicit else None)
     return resolve_mapping(spark, spec, binding, mapping, kafka_fields(spec, kafka))
 

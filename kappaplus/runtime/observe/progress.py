@@ -296,6 +296,7 @@ class QueryStats:
             "catch_up_batches": self.catch_up_batches,
             "behind": dict(self.behind),
             "done": self.done,
+            "done_at_start": self.done_at_start,
             "watermark": self.watermark,
             "observed": self.observed,
         }

@@ -145,7 +145,8 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
     """Everything about a run that can be checked without Spark: bindings resolve, the
     checkpoint belongs to this run, and the Kafka brokers of the inputs it reads answer.
     Returns the run's checkpoint directory."""
-    from kappaplus.runtime.binding.inputs import check_event_time, check_kafka_reachable
+    from kappaplus.runtime.binding.inputs import check_event_time
+    from kappaplus.runtime.binding.kafka_inputs import check_kafka_inputs
 
     resolved = resolve(config, run.mode, job)
     for spec in job.inputs:
@@ -155,10 +156,7 @@ def check_before_spark(job: Job, config: JobConfig, run: RunOptions) -> Path:
         if hive is not None and run.mode.hands_over:
             check_event_time(spec, hive)
     directory = prepare_checkpoint(config, run, run_identity(job, resolved, run))
-    for spec in job.inputs:
-        kafka = resolved.inputs[spec.name].kafka
-        if kafka is not None:
-            check_kafka_reachable(spec.name, kafka)
+    check_kafka_inputs(job, resolved)  # reachable, and the topics exist
     return directory
 
 

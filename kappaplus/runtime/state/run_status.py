@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kappaplus.runtime.state.batch_counts import committed_done, settled, unsettled
 from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
 
@@ -16,15 +17,19 @@ def status_rows(job: str | None, limit: int) -> list[dict[str, Any]]:
     latest_user = _latest_users(every)
     rows: list[dict[str, Any]] = []
     for record in records:
+        if unsettled(record):  # killed: what it committed, as a resume will settle it
+            record = settled(record)
         checkpoints = {name: read_checkpoint(path) for name, path in record.checkpoints.items()}
         later = sorted(
             {latest_user[path] for path in record.checkpoints.values()} - {record.run_id}
         )
         # the checkpoints stand where the LAST run over them left them: an earlier run's
         # fraction done is its own, as its record last said (an interrupted run resumed
-        # later is not 100% done)
+        # later is not 100% done); the latest's is where its committed batches reached
         done = (
-            [] if later else [d for d in (c.done() for c in checkpoints.values()) if d is not None]
+            []
+            if later
+            else [d for d in (committed_done(c) for c in checkpoints.values()) if d is not None]
         )
         rows.append(
             {

@@ -1,10 +1,11 @@
-"""The README's user's guide, followed literally in an empty folder.
+"""The getting-started guide (``docs/getting-started.md``), followed literally in an empty
+folder.
 
 The code blocks between ``<!-- guide:start -->`` and ``<!-- guide:end -->`` are taken from
-the README as they are: a block whose first line is ``# <path>`` is that file, the bash
+the page as they are: a block whose first line is ``# <path>`` is that file, the bash
 blocks run in order in one shell (so ``eval "$(kappa up --print-env)"`` carries over). The
 backfilled windows are then compared with counts computed from the Parquet files by hand,
-so the test breaks when the README drifts from the code.
+so the test breaks when the guide drifts from the code.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "getting-started.md"
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
 
 def guide_blocks() -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
+    text = GUIDE.read_text(encoding="utf-8")
     start, end = text.index("<!-- guide:start -->"), text.index("<!-- guide:end -->")
     return FENCE.findall(text[start:end])
 
