@@ -116,10 +116,11 @@ def test_a_local_driver_it_starts_gets_the_spawn_free_file_system(
 def test_a_small_cluster_driver_it_starts_gets_the_serial_collector_where_none_is_chosen(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    import kappaplus.driver_jvm as driver_jvm
     import kappaplus.session as session
 
     monkeypatch.setattr(session, "_launches_jvm", lambda: True)
-    monkeypatch.setattr(session, "driver_cores", lambda: 2)
+    monkeypatch.setattr(driver_jvm, "driver_cores", lambda: 2)
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     defaults = tmp_path / "spark-defaults.conf"
 
@@ -129,10 +130,10 @@ def test_a_small_cluster_driver_it_starts_gets_the_serial_collector_where_none_i
         return None if options is None else options.split()
 
     # no spark-defaults.conf: the collector alone
-    assert driver_options() == session.SERIAL_GC.split()
+    assert driver_options() == driver_jvm.SERIAL_GC.split()
     # the cluster's own driver options stay, after it (a properties file: = and spaces)
     defaults.write_text("# admin\nspark.driver.extraJavaOptions = -Da=1 -Db=2\n")
-    assert driver_options() == [*session.SERIAL_GC.split(), "-Da=1", "-Db=2"]
+    assert driver_options() == [*driver_jvm.SERIAL_GC.split(), "-Da=1", "-Db=2"]
     # the caller's replace the file's, as Spark's launcher would, and stay too
     assert driver_options({"spark.driver.extraJavaOptions": "-Dc=3"})[-1] == "-Dc=3"
     # a collector chosen anywhere (file, either key, caller): nothing added
@@ -143,8 +144,8 @@ def test_a_small_cluster_driver_it_starts_gets_the_serial_collector_where_none_i
     assert driver_options({"spark.driver.extraJavaOptions": "-XX:+UseZGC"}) == ["-XX:+UseZGC"]
     # a larger driver machine keeps the JVM's own choice; a running JVM takes no options
     defaults.unlink()
-    monkeypatch.setattr(session, "driver_cores", lambda: 8)
+    monkeypatch.setattr(driver_jvm, "driver_cores", lambda: 8)
     assert driver_options() is None
-    monkeypatch.setattr(session, "driver_cores", lambda: 2)
+    monkeypatch.setattr(driver_jvm, "driver_cores", lambda: 2)
     monkeypatch.setattr(session, "_launches_jvm", lambda: False)
     assert driver_options() is None
