@@ -394,7 +394,10 @@ def test_kappa_check_resolves_the_job_against_the_message(spark) -> None:  # typ
     assert [c.column for c in resolution.columns] == spec.struct_type().names
     # a declared column the message lacks is named, with the message's fields
     wider = InputSpec("rider_events", RIDER_EVENT_DDL + ", fare DOUBLE", "event_time")
-    with pytest.raises(ConfigError, match=r"kafka\.columns\.fare.*\(event_id, .*app_version\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"kafka\.columns.*lacks the job's columns fare \(it has event_id, .*app_version\)",
+    ):
         kafka_resolution(spark, wider, kafka)
     # a declared type the message does not have is a mismatch kappa check shows
     typed = InputSpec(
