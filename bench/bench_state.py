@@ -194,6 +194,10 @@ class SparkSide:
     input_rows: int = 0
     state_rows: int = 0
     state_memory: int = 0
+    task_cpu_ms: float = 0.0
+    task_gc_ms: int = 0
+    state_updates_ms: int = 0
+    state_removals_ms: int = 0
     phases_ms: dict[str, int] = field(default_factory=dict)
 
 
@@ -212,6 +216,8 @@ def spark_side(directory: Path) -> SparkSide:
                     metrics = event.get("Task Metrics") or {}
                     got.memory_spilled += metrics.get("Memory Bytes Spilled", 0)
                     got.disk_spilled += metrics.get("Disk Bytes Spilled", 0)
+                    got.task_cpu_ms += metrics.get("Executor CPU Time", 0) / 1e6
+                    got.task_gc_ms += metrics.get("JVM GC Time", 0)
                     got.peak_task_execution = max(
                         got.peak_task_execution, metrics.get("Peak Execution Memory", 0)
                     )
@@ -229,6 +235,8 @@ def spark_side(directory: Path) -> SparkSide:
                     for op in progress.get("stateOperators") or []:
                         got.state_rows = max(got.state_rows, op.get("numRowsTotal", 0))
                         got.state_memory = max(got.state_memory, op.get("memoryUsedBytes", 0))
+                        got.state_updates_ms += op.get("allUpdatesTimeMs", 0)
+                        got.state_removals_ms += op.get("allRemovalsTimeMs", 0)
     return got
 
 
@@ -406,9 +414,9 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
         f"timeout {args.timeout:.0f} s. Load averages (1/5/15 min) before -> after each pair.",
         "",
         "| days | rows | way | round | status | seconds | peak PSS MB | spilled memory / "
-        "disk MB | peak task exec. MB | peak heap MB | micro-batches | max state rows "
-        "| result vs first B | load |",
-        "|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "disk MB | peak task exec. MB | peak heap MB | task CPU / GC s | micro-batches "
+        "| max state rows | result vs first B | load |",
+        "|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for w in ways:
         s = w.spark
@@ -417,7 +425,8 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
             f"| {w.days} | {w.compared.get('expected_events', 0):,} | {w.way} | {w.round + 1} "
             f"| {status} | {w.seconds:.1f} | {w.peak_pss_mb:,.0f} | {mb(s.memory_spilled)} / "
             f"{mb(s.disk_spilled)} | {mb(s.peak_task_execution)} | {mb(s.peak_heap)} "
-            f"| {s.batches or '-'} | {s.state_rows:,} | {verdict(w)} | {w.load} |"
+            f"| {s.task_cpu_ms / 1000:.1f} / {s.task_gc_ms / 1000:.1f} | {s.batches or '-'} "
+            f"| {s.state_rows:,} | {verdict(w)} | {w.load} |"
         )
     lines += [
         "",
@@ -442,13 +451,20 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
             f"{sum(w.finished for w in b)} of {len(b)} |"
         )
     lines += ["", "Where (A)'s micro-batch time went (`durationMs` summed, s; first round):", ""]
-    lines += ["| days | batches | " + " | ".join(PHASES) + " |"]
-    lines += ["|---:|---:|" + "---:|" * len(PHASES)]
+    lines += [
+        "| days | batches | "
+        + " | ".join(PHASES)
+        + " | state puts (task s) | state removals (task s) |"
+    ]
+    lines += ["|---:|---:|" + "---:|" * (len(PHASES) + 2)]
     for w in ways:
         if w.way == "A" and w.round == 0:
             s = w.spark
             cells = " | ".join(f"{s.phases_ms.get(p, 0) / 1000:.1f}" for p in PHASES)
-            lines.append(f"| {w.days} | {s.batches} | {cells} |")
+            lines.append(
+                f"| {w.days} | {s.batches} | {cells} | {s.state_updates_ms / 1000:.1f} "
+                f"| {s.state_removals_ms / 1000:.1f} |"
+            )
     return "\n".join(lines)
 
 

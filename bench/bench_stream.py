@@ -222,7 +222,7 @@ def run_rate(
     lag_at_end = produced["sent"] - committed_position(checkpoints)
     caught_up = None
     wait_until = time.time() + 120
-    while time.time() < wait_until:
+    while time.time() < wait_until and job.poll() is None:
         if committed_position(checkpoints) >= produced["sent"]:
             caught_up = time.time() - began - produced["seconds"]
             break
