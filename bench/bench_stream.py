@@ -296,6 +296,8 @@ def render(loop: dict, steps: list[dict], latency: dict | None, args: argparse.N
     ]
     for s in steps:
         caught = f"{s['caught_up_s']:.1f}" if s["caught_up_s"] is not None else "not in 120 s"
+        if s["job_failed"] is not None:
+            caught = "-"
         lines.append(
             f"| {s['rate']:,} | {s['producer_rate']:,.0f} | {s['lag_at_end']:,} | {caught} "
             f"| {'yes' if s['sustained'] else 'no'}"
