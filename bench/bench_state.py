@@ -273,9 +273,12 @@ class Way:
         return self.status == 0 and not self.timed_out
 
 
-def run_a(args: argparse.Namespace, work: Path, env: dict[str, str], days: int, r: int) -> Way:
-    """(A): ``kappa run`` of the demo's job in its own process, defaults but the cap."""
-    tag = f"{days}d_r{r}{RUN_TAG[0]}"
+def run_a(
+    args: argparse.Namespace, work: Path, env: dict[str, str], days: int, r: int, way: str = "A"
+) -> Way:
+    """(A): ``kappa run`` of the demo's job in its own process, defaults but the cap; (A2)
+    the same with ``--a2-java-options`` added to the driver's options (a setting to try)."""
+    tag = f"{days}d_r{r}{'_a2' if way == 'A2' else ''}{RUN_TAG[0]}"
     config = work / f"sessions-{tag}.toml"
     config.write_text(
         'job = "backfill_jobs:RIDER_SESSIONS"\n\n'
@@ -304,10 +307,14 @@ def run_a(args: argparse.Namespace, work: Path, env: dict[str, str], days: int, 
         "--fresh",
         "--no-progress",
     ]
-    timed = run_timed(cmd, capped_env(env, args, events), timeout=args.timeout)
+    capped = capped_env(env, args, events)
+    if way == "A2":
+        java = f"{capped['KAPPA_DRIVER_JAVA_OPTIONS']} {args.a2_java_options}"
+        capped["KAPPA_DRIVER_JAVA_OPTIONS"] = java
+    timed = run_timed(cmd, capped, timeout=args.timeout)
     return Way(
         days,
-        "A",
+        way,
         r,
         timed.seconds,
         timed.peak_pss_mb,
@@ -367,7 +374,10 @@ def bench_days(args: argparse.Namespace, work: Path, env: dict[str, str], days: 
     ways: list[Way] = []
     for r in range(args.rounds):
         before = load()
-        pair = [run_a(args, work, env, days, r), run_b(args, work, env, days, r)]
+        pair = [
+            run_a(args, work, env, days, r, way) if way != "B" else run_b(args, work, env, days, r)
+            for way in args.ways.split(",")
+        ]
         after = load()
         for w in pair:
             w.load = f"{before} -> {after}"
@@ -402,7 +412,7 @@ def verdict(w: Way) -> str:
     differs = f"DIFFERENT ({c['missing']} missing, {c['extra']} extra)"
     generated = "as generated" if own else "NOT as generated"
     if c["reference"] != "B":
-        return f"no B finished to compare with; {c['sessions']:,} sessions {generated}"
+        return f"compared with the first A (no B); {c['sessions']:,} sessions {generated}"
     return f"{'equal' if same else differs}; {c['sessions']:,} sessions {generated}"
 
 
@@ -458,11 +468,11 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
     ]
     lines += ["|---:|---:|" + "---:|" * (len(PHASES) + 2)]
     for w in ways:
-        if w.way == "A" and w.round == 0:
+        if w.way in ("A", "A2") and w.round == 0:
             s = w.spark
             cells = " | ".join(f"{s.phases_ms.get(p, 0) / 1000:.1f}" for p in PHASES)
             lines.append(
-                f"| {w.days} | {s.batches} | {cells} | {s.state_updates_ms / 1000:.1f} "
+                f"| {w.days} {w.way} | {s.batches} | {cells} | {s.state_updates_ms / 1000:.1f} "
                 f"| {s.state_removals_ms / 1000:.1f} |"
             )
     return "\n".join(lines)
@@ -499,6 +509,10 @@ def main() -> None:
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--work", help="keep tables and logs here and reuse its tables")
     parser.add_argument("--kappa-arg", action="append", default=[], help="a `kappa` option of A")
+    parser.add_argument("--ways", default="A,B", help="A, B and A2, in each round's order")
+    parser.add_argument(
+        "--a2-java-options", default="", help="A2: A with these driver JVM options (-Dspark...)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--table", help=argparse.SUPPRESS)
