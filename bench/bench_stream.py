@@ -370,9 +370,9 @@ def main() -> None:
         )
         print(f"loop: {loop}", file=sys.stderr)
         steps = []
-        for rate in [int(r) for r in args.rates.split(",")]:
+        for rate in [int(r) for r in args.rates.split(",") if r]:
             step = run_rate(args, work, env, bootstrap, rate)
-            print({k: v for k, v in step.items() if k != "samples"}, file=sys.stderr)
+            print(step, file=sys.stderr)
             steps.append(step)
         best = max((s["rate"] for s in steps if s["sustained"]), default=0)
         latency = None
