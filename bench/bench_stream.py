@@ -252,12 +252,13 @@ def run_rate(
 
 def latencies(home: Path, table: str) -> list[float]:
     """Per output row: its batch's commit time (the Hive commit marker) minus its event time."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     location = home / "warehouse" / table
     committed: dict[str, float] = {}
-    for marker in (location / "_kappa_commits").glob("*/*"):
+    for marker in (location / "_kappa_commits").glob("*/[0-9]*"):  # not the .crc files
         body = json.loads(marker.read_text())
         committed[str(body["kappa_batch"])] = body["committed_at"]
     out: list[float] = []
@@ -267,7 +268,7 @@ def latencies(home: Path, table: str) -> list[float]:
             continue
         for f in part.glob("*.parquet"):
             times = pq.read_table(f, columns=["event_time"])["event_time"]
-            micros = pc.cast(pc.cast(times, "timestamp[us, tz=UTC]"), "int64").to_pylist()
+            micros = pc.cast(pc.cast(times, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
             out += [at - m / 1e6 for m in micros]
     return out
 
