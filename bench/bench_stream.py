@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -337,6 +338,7 @@ def main() -> None:
     parser.add_argument("--loop-records", type=int, default=1_000_000)
     parser.add_argument("--latency-rate", type=int, help="default: half the highest sustained")
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     for hidden in ("child", "out", "bootstrap", "topic"):
         parser.add_argument(f"--{hidden}", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -392,6 +394,8 @@ def main() -> None:
                 }
     finally:
         broker.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     text = render(loop, steps, latency, args)
     print(text)
     if not args.no_docs:
