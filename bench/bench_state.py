@@ -3,6 +3,7 @@ fixed driver memory for both.
 
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
         [--rounds 2] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
+        [--ways A,B] [--a2-java-options "-Dspark.sql...=..."]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
 :data:`kappaplus.examples.generate.RIDER_EVENT_DDL`; partitioned ``dt``/``hr``) is written:
@@ -28,7 +29,9 @@ the tasks' ``memoryBytesSpilled`` / ``diskBytesSpilled``, the largest task's pea
 memory, the driver JVM's peak heap, and for (A) its micro-batches, state rows and where each
 micro-batch's time went (``durationMs``). Every finished way's output is compared with the
 first finished B's (both directions of ``exceptAll``), and with what the generator wrote
-(sessions count, events count).
+(sessions count, events count). ``--ways A,A2`` measures a setting against the defaults: A2 is
+A with ``--a2-java-options`` added to the driver's JVM options (``-Dspark.sql...`` settings
+reach the session as Spark reads ``spark.*`` system properties).
 """
 
 from __future__ import annotations
