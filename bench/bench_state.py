@@ -3,7 +3,7 @@ fixed driver memory for both.
 
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
         [--rounds 2] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
-        [--ways A,B] [--a2-java-options "-Dspark.sql...=..."]
+        [--ways A,B] [--a2-java-options="-Dspark.sql...=..."]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
 :data:`kappaplus.examples.generate.RIDER_EVENT_DDL`; partitioned ``dt``/``hr``) is written:
