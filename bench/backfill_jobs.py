@@ -3,7 +3,10 @@
 
 - ``HOURLY``: count and sum of ``amount`` per 1-hour window per key (the issue's
   aggregation);
-- ``SESSIONS``: session windows (10-minute gap) per rider: events and sum of ``amount``.
+- ``SESSIONS``: session windows (10-minute gap) per rider: events and sum of ``amount``;
+- ``RIDER_SESSIONS``: the demo's own sessionization job (30-minute gap per rider, event
+  types seen, trip requested; :mod:`kappaplus.examples.sessionization`), unchanged, for
+  the state-heavy case of ``bench/bench_state.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kappaplus.examples.sessionization import JOB as RIDER_SESSIONS
+from kappaplus.examples.sessionization import sessionize
 from kappaplus.jobs import InputSpec, Job, OutputSpec, Params
+
+__all__ = ["HOURLY", "RIDER_SESSIONS", "SESSIONS", "hourly", "sessionize", "sessions"]
 
 EVENT_DDL = "id bigint, key int, rider int, amount bigint, ts timestamp"
 SESSION_GAP = "10 minutes"

@@ -136,10 +136,15 @@ class Timed:
 EXTRA_PIDS: list[Callable[[], list[int]]] = []
 
 
-def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | None = None) -> Timed:
+def run_timed(
+    cmd: list[str],
+    env: dict[str, str],
+    watch: tuple[Path, str] | None = None,
+    timeout: float | None = None,
+) -> Timed:
     """Run ``cmd``; wall seconds, peak PSS of its tree (and of :data:`EXTRA_PIDS`' trees),
     and when a path matching ``watch`` (a directory and a glob pattern under it) first
-    existed."""
+    existed. After ``timeout`` seconds its tree is killed (status -9)."""
     began = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr)
     peak = 0
@@ -157,7 +162,13 @@ def run_timed(cmd: list[str], env: dict[str, str], watch: tuple[Path, str] | Non
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    code = proc.wait()
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        for pid in reversed(process_tree(proc.pid)):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+        code = proc.wait()
     seconds = time.perf_counter() - began
     stop.set()
     thread.join()
@@ -358,14 +369,33 @@ class Result:
         return self.rows / self.seconds if self.seconds else 0.0
 
 
-def child(role: str, work: Path, env: dict[str, str], **options: Any) -> tuple[Timed, dict]:
+def child(
+    role: str, work: Path, env: dict[str, str], script: str = __file__, **options: Any
+) -> tuple[Timed, dict]:
+    """Run ``script --child role`` (this file's by default) timed; its JSON answer."""
+    timed, answer = child_may_fail(role, work, env, script, **options)
+    if answer is None:
+        raise SystemExit(f"bench child {role} failed with status {timed.returncode}")
+    return timed, answer
+
+
+def child_may_fail(
+    role: str,
+    work: Path,
+    env: dict[str, str],
+    script: str = __file__,
+    timeout: float | None = None,
+    **options: Any,
+) -> tuple[Timed, dict | None]:
+    """:func:`child`, but a child that fails (or is killed after ``timeout`` seconds)
+    answers None; its status is in the timing."""
     out = work / f"{role}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, __file__, "--child", role, "--out", str(out)]
+    cmd = [sys.executable, script, "--child", role, "--out", str(out)]
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    timed = run_timed(cmd, env)
-    if timed.returncode != 0:
-        raise SystemExit(f"bench child {role} failed with status {timed.returncode}")
+    timed = run_timed(cmd, env, timeout=timeout)
+    if timed.returncode != 0 or not out.exists():
+        return timed, None
     return timed, json.loads(out.read_text())
 
 

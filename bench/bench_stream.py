@@ -1,0 +1,406 @@
+"""The stream's own speed: the sustained rate of ``kappa run --mode stream`` and its end-to-end
+latency, beside a plain consume + decode loop over the same records.
+
+    .venv/bin/python bench/bench_stream.py [--rates 2000,4000,8000] [--duration 300]
+        [--trigger "5 seconds"] [--loop-records 1000000] [--no-docs]
+
+On an embedded broker, with topics of 4 partitions and the demo's rider events (JSON,
+:data:`kappaplus.examples.generate.RIDER_EVENT_DDL`, ``event_time`` = the moment the
+producer sends the record):
+
+- the loop (the limit): ``--loop-records`` records produced unpaced, then one
+  ``confluent_kafka`` consumer assigned all partitions from offset 0 reads and ``json.loads``
+  every value: records per second over the whole loop, in its own process;
+- per rate R of ``--rates`` (a fresh topic each): ``kappa run`` of the stateless reference job
+  (:data:`kappaplus.examples.enrichment.JOB`, project defaults, its Hive output only) with a
+  processing-time trigger of ``--trigger``, while a producer process sends R records/s
+  (paced every 10 ms) for ``--duration`` seconds. The consumed position is the committed
+  micro-batch's end offsets (the checkpoint's ``offsets``/``commits``), sampled every second.
+  R is *sustained* when at the producer's end the job is less than two trigger intervals of
+  records behind (a job that is slower than R falls further behind every trigger) and the
+  producer reached R;
+- the latency at ``--latency-rate`` (default half the highest sustained rate), the same way:
+  for every output row, the commit time its micro-batch's Hive commit marker records
+  (``_kappa_commits/<query>/<batch>``: after the rows are published) minus the row's
+  ``event_time``; p50 and p99 over the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+DOC = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- bench_stream:start -->", "<!-- bench_stream:end -->"
+PARTITIONS = 4
+TYPES = ("app_open", "search", "view_price", "request_trip", "cancel_trip")
+AREAS = ("downtown", "airport", "mission", "soma", "marina", "sunset")
+
+
+def record(i: int, now: float) -> bytes:
+    stamp = datetime.fromtimestamp(now, tz=UTC).isoformat()
+    return (
+        f'{{"event_id": "e{i}", "rider_id": "rider-{i % 10007:05d}", '
+        f'"event_type": "{TYPES[i % 5]}", "area": "{AREAS[i % 6]}", "event_time": "{stamp}"}}'
+    ).encode()
+
+
+def producer_of(bootstrap: str):  # type: ignore[no-untyped-def]
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "log_level": 0,
+        }
+    )
+
+
+def send(producer, topic: str, i: int, now: float) -> None:  # type: ignore[no-untyped-def]
+    while True:
+        try:
+            producer.produce(topic, value=record(i, now), partition=i % PARTITIONS)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+# -- child processes ----------------------------------------------------------------------
+
+
+def child_produce(args: argparse.Namespace) -> None:
+    """``--count`` records unpaced, or ``--rate`` records/s for ``--duration`` seconds."""
+    producer = producer_of(args.bootstrap)
+    began = time.time()
+    sent = 0
+    if args.rate:
+        end = began + args.duration
+        while (now := time.time()) < end:
+            due = int((now - began) * args.rate)
+            while sent < due:
+                send(producer, args.topic, sent, now)
+                sent += 1
+            producer.poll(0)
+            time.sleep(0.01)
+    else:
+        for sent in range(args.count):
+            send(producer, args.topic, sent, time.time())
+            if sent % 10_000 == 0:
+                producer.poll(0)
+        sent = args.count
+    if producer.flush(120) != 0:
+        raise SystemExit("the producer could not deliver every record")
+    seconds = time.time() - began
+    Path(args.out).write_text(json.dumps({"sent": sent, "seconds": seconds}))
+
+
+def child_loop(args: argparse.Namespace) -> None:
+    """The limit: consume every record of the topic from offset 0 and decode it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    began = time.perf_counter()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": "bench-stream-loop",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in range(PARTITIONS)])
+    seen = 0
+    while seen < args.count:
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error() is None:
+                json.loads(message.value())
+                seen += 1
+    consumer.close()
+    seconds = time.perf_counter() - began
+    Path(args.out).write_text(json.dumps({"records": seen, "seconds": seconds}))
+
+
+def run_child(role: str, **options: object) -> subprocess.Popen:
+    cmd = [sys.executable, __file__, "--child", role]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    return subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr)
+
+
+def answer(proc: subprocess.Popen, out: Path) -> dict:
+    if proc.wait() != 0:
+        raise SystemExit(f"bench child {proc.args} failed with status {proc.returncode}")
+    return json.loads(out.read_text())
+
+
+# -- the stream job -----------------------------------------------------------------------
+
+
+def committed_position(checkpoints: Path) -> int:
+    """Records the query has committed: the summed end offsets of its last committed batch."""
+    best, total = -1, 0
+    for commit in checkpoints.glob("*/*/*/*/commits/[0-9]*"):
+        batch = int(commit.name)
+        if batch > best:
+            offsets = commit.parent.parent / "offsets" / commit.name
+            lines = offsets.read_text().strip().splitlines()
+            ends = json.loads(lines[-1]) if lines else {}
+            best = batch
+            total = sum(sum(parts.values()) for parts in ends.values())
+    return total
+
+
+def start_job(
+    work: Path, env: dict[str, str], bootstrap: str, topic: str, trigger: str
+) -> tuple[subprocess.Popen, Path, str]:
+    table = f"bench_stream_{topic.replace('-', '_')}"
+    config = work / f"{topic}.toml"
+    config.write_text(
+        'job = "kappaplus.examples.enrichment:JOB"\n\n'
+        "[inputs.rider_events.kafka]\n"
+        f'topic = "{topic}"\n'
+        f'bootstrap_servers = "{bootstrap}"\n'
+        'starting_offsets = "earliest"\n\n'
+        "[outputs.enriched.hive]\n"
+        f'table = "{table}"\n'
+    )
+    checkpoints = work / "checkpoints" / topic
+    cmd = [
+        str(Path(sys.executable).parent / "kappa"),
+        "run",
+        "kappaplus.examples.enrichment:JOB",
+        "--mode",
+        "stream",
+        "-c",
+        str(config),
+        "--trigger",
+        trigger,
+        "--checkpoint",
+        str(checkpoints),
+        "--no-progress",
+    ]
+    return subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr), checkpoints, table
+
+
+def run_rate(
+    args: argparse.Namespace, work: Path, env: dict[str, str], bootstrap: str, rate: int
+) -> dict:
+    """One rate: the job started, then the producer at ``rate`` records/s; lag samples."""
+    from kappaplus.local.broker import create_topic
+
+    topic = f"rate-{rate}-{time.monotonic_ns() % 10**6}"
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    job, checkpoints, table = start_job(work, env, bootstrap, topic, args.trigger)
+    # the query is up when its first (empty-topic) offsets are planned or it waits for data
+    deadline = time.time() + 300
+    while not any(checkpoints.glob("*/*/*/*/metadata")) and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    out = work / f"produce-{topic}.json"
+    producer = run_child(
+        "produce", bootstrap=bootstrap, topic=topic, rate=rate, duration=args.duration, out=out
+    )
+    began = time.time()
+    samples = []
+    while producer.poll() is None:
+        time.sleep(1)
+        samples.append((time.time() - began, committed_position(checkpoints)))
+    produced = answer(producer, out)
+    lag_at_end = produced["sent"] - committed_position(checkpoints)
+    caught_up = None
+    wait_until = time.time() + 120
+    while time.time() < wait_until and job.poll() is None:
+        if committed_position(checkpoints) >= produced["sent"]:
+            caught_up = time.time() - began - produced["seconds"]
+            break
+        time.sleep(0.5)
+    failed = job.poll()  # the job ended by itself: it failed
+    job.send_signal(signal.SIGTERM)
+    try:
+        job.wait(120)
+    except subprocess.TimeoutExpired:
+        job.kill()
+    trigger_s = float(args.trigger.split()[0])
+    return {
+        "rate": rate,
+        "job_failed": failed,
+        "sent": produced["sent"],
+        "producer_rate": produced["sent"] / produced["seconds"],
+        "lag_at_end": lag_at_end,
+        "caught_up_s": caught_up,
+        "sustained": failed is None
+        and lag_at_end < 2 * trigger_s * rate
+        and produced["sent"] / produced["seconds"] >= 0.95 * rate,
+        "samples": samples,
+        "table": table,
+        "checkpoints": str(checkpoints),
+    }
+
+
+def latencies(home: Path, table: str) -> list[float]:
+    """Per output row: its batch's commit time (the Hive commit marker) minus its event time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    location = home / "warehouse" / table
+    committed: dict[str, float] = {}
+    for marker in (location / "_kappa_commits").glob("*/[0-9]*"):  # not the .crc files
+        body = json.loads(marker.read_text())
+        committed[str(body["kappa_batch"])] = body["committed_at"]
+    out: list[float] = []
+    for part in location.glob("dt=*/kappa_batch=*"):
+        at = committed.get(part.name.split("=", 1)[1])
+        if at is None:
+            continue
+        for f in part.glob("*.parquet"):
+            times = pq.read_table(f, columns=["event_time"])["event_time"]
+            micros = pc.cast(pc.cast(times, pa.timestamp("us", tz="UTC")), pa.int64()).to_pylist()
+            out += [at - m / 1e6 for m in micros]
+    return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def render(loop: dict, steps: list[dict], latency: dict | None, args: argparse.Namespace) -> str:
+    loop_rate = loop["records"] / loop["seconds"]
+    best = max((s["rate"] for s in steps if s["sustained"]), default=0)
+    lines = [
+        f"Measured {datetime.now(tz=UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs shared "
+        f"with other work; embedded broker, {PARTITIONS} partitions, trigger `{args.trigger}`, "
+        f"{args.duration:.0f} s per rate. Load averages (1/5/15 min): {args.load_before} "
+        f"before, {os.getloadavg()[0]:.1f}/{os.getloadavg()[1]:.1f}/{os.getloadavg()[2]:.1f} "
+        "after.",
+        "",
+        f"Loop (consume + `json.loads`, one process): {loop['records']:,} records in "
+        f"{loop['seconds']:.1f} s = **{loop_rate:,.0f} records/s**.",
+        "",
+        "| rate records/s | producer reached /s | behind at the producer's end | caught up "
+        "after s | sustained |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for s in steps:
+        caught = f"{s['caught_up_s']:.1f}" if s["caught_up_s"] is not None else "not in 120 s"
+        if s["job_failed"] is not None:
+            caught = "-"
+        lines.append(
+            f"| {s['rate']:,} | {s['producer_rate']:,.0f} | {s['lag_at_end']:,} | {caught} "
+            f"| {'yes' if s['sustained'] else 'no'}"
+            + (f" (the job failed: exit {s['job_failed']})" if s["job_failed"] is not None else "")
+            + " |"
+        )
+    lines += [
+        "",
+        f"Highest sustained rate: **{best:,} records/s = {best / loop_rate:.2f}x the loop's**.",
+    ]
+    if latency:
+        lines.append(
+            f"Latency at {latency['rate']:,} records/s ({latency['rows']:,} rows): p50 "
+            f"**{latency['p50']:.2f} s**, p99 **{latency['p99']:.2f} s**, max "
+            f"{latency['max']:.2f} s (event time -> the batch's Hive commit)."
+        )
+    return "\n".join(lines)
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text()
+    section = f"{START}\n{text}\n{END}"
+    if START in doc:
+        head, rest = doc.split(START, 1)
+        doc = head + section + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(doc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="2000,4000,8000")
+    parser.add_argument("--duration", type=float, default=300.0)
+    parser.add_argument("--trigger", default="5 seconds")
+    parser.add_argument("--loop-records", type=int, default=1_000_000)
+    parser.add_argument("--latency-rate", type=int, help="default: half the highest sustained")
+    parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    for hidden in ("child", "out", "bootstrap", "topic"):
+        parser.add_argument(f"--{hidden}", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        {"produce": child_produce, "loop": child_loop}[args.child](args)
+        return
+    sys.path.insert(0, str(ROOT))
+    from kappaplus.local.broker import EmbeddedBroker, create_topic
+    from kappaplus.local.processes import free_port
+
+    args.load_before = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    env = {**os.environ, "KAPPA_HOME": str(work / "home")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    broker = EmbeddedBroker(work / "broker", port=free_port())
+    bootstrap = broker.start()
+    try:
+        create_topic(bootstrap, "loop", partitions=PARTITIONS)
+        out = work / "loop-produce.json"
+        answer(
+            run_child(
+                "produce", bootstrap=bootstrap, topic="loop", count=args.loop_records, out=out
+            ),
+            out,
+        )
+        out = work / "loop.json"
+        loop = answer(
+            run_child("loop", bootstrap=bootstrap, topic="loop", count=args.loop_records, out=out),
+            out,
+        )
+        print(f"loop: {loop}", file=sys.stderr)
+        steps = []
+        for rate in [int(r) for r in args.rates.split(",") if r]:
+            step = run_rate(args, work, env, bootstrap, rate)
+            print(step, file=sys.stderr)
+            steps.append(step)
+        best = max((s["rate"] for s in steps if s["sustained"]), default=0)
+        latency = None
+        rate = args.latency_rate or best // 2
+        if rate:
+            step = run_rate(args, work, env, bootstrap, rate)
+            values = latencies(work / "home", step["table"])
+            if values:
+                latency = {
+                    "rate": rate,
+                    "rows": len(values),
+                    "p50": quantile(values, 0.5),
+                    "p99": quantile(values, 0.99),
+                    "max": max(values),
+                    "mean": statistics.fmean(values),
+                }
+    finally:
+        broker.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    text = render(loop, steps, latency, args)
+    print(text)
+    if not args.no_docs:
+        write_doc(text)
+
+
+if __name__ == "__main__":
+    main()
