@@ -194,7 +194,7 @@ def far_ahead(
     letter for that reason, neither judged here nor a peer)."""
     if options.max_ahead is None or good.num_rows == 0:
         return None
-    column = options.event_time_column
+    column = options.kafka_event_time_column
     times = pc.cast(pc.cast(good.column(column), TS_UTC), pa.int64()).combine_chunks()
     partitions = good.column(RECORD_COL).combine_chunks().field("partition")
     failed = pa.array([False] * good.num_rows) if outside is None else pc.is_valid(outside)
