@@ -36,11 +36,11 @@ def test_the_readme_job_and_its_config_load(tmp_path: Path, monkeypatch) -> None
     (tmp_path / "myjobs" / "__init__.py").write_text("")
     (tmp_path / "myjobs" / "rides.py").write_text(job)
     monkeypatch.syspath_prepend(str(tmp_path))
+    _forget_myjobs()  # another test's `myjobs` package would answer for this one
     try:
         loaded = load_job("myjobs.rides:JOB")
     finally:
-        for name in [n for n in sys.modules if n == "myjobs" or n.startswith("myjobs.")]:
-            del sys.modules[name]
+        _forget_myjobs()
     parsed = parse_config(config)
     assert [spec.name for spec in loaded.inputs] == list(parsed.inputs) == ["rides"]
     assert [spec.name for spec in loaded.outputs] == list(parsed.outputs) == ["counts"]
@@ -74,3 +74,9 @@ def test_the_readme_links_lead_to_files_of_the_project() -> None:
     assert len(links) > 20
     missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
     assert missing == []
+
+
+def _forget_myjobs() -> None:
+    """Drop every imported ``myjobs`` module, so the next import reads this test's files."""
+    for name in [n for n in sys.modules if n == "myjobs" or n.startswith("myjobs.")]:
+        del sys.modules[name]
