@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kappaplus.codecs.registry import UnknownSchemaId
-from kappaplus.core.errors import DataError
-from kappaplus.core.secrets import mask_url
+from kappaplus.codecs.registry import RegistrySchemas, UnknownSchemaId
 
 
 class FramingError(ValueError):
@@ -121,43 +119,8 @@ def message_at(files: Any, indexes: tuple[int, ...]) -> str | None:
     return name
 
 
-class ProtobufWriterSchemas:
+class ProtobufWriterSchemas(RegistrySchemas):
     """Compiled writer schemas (descriptor sets) by Confluent id, fetched once each."""
-
-    def __init__(self, url: str, conf: dict[str, str] | None = None) -> None:
-        self.url = url
-        self.conf = dict(conf or {})
-        self._client: Any = None
-        self._cache: dict[int, Any] = {}
-
-    def __repr__(self) -> str:
-        return f"ProtobufWriterSchemas({mask_url(self.url)!r})"
-
-    def registry(self) -> Any:
-        if self._client is None:
-            from confluent_kafka.schema_registry import SchemaRegistryClient
-
-            self._client = SchemaRegistryClient({"url": self.url, **self.conf})
-        return self._client
-
-    def _fetch(self, what: str, call: Any) -> Any:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        where = mask_url(self.url)
-        try:
-            return call()
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise UnknownSchemaId(f"{what} is not in the Schema Registry {where}") from None
-            raise DataError(
-                f"Schema Registry {where}: {what}: {exc}; check schema_registry_url and that "
-                "the registry is up"
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - connection errors of the HTTP client
-            raise DataError(
-                f"Schema Registry {where} unreachable for {what}: {mask_url(str(exc))}; "
-                "check schema_registry_url"
-            ) from None
 
     def get(self, schema_id: int) -> Any:
         """The writer's ``FileDescriptorSet`` (parsed) registered under ``schema_id``."""

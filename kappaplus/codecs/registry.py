@@ -24,8 +24,9 @@ class UnknownSchemaId(DataError):
     """The registry has no (Avro) schema under this id: the record goes to the dead letters."""
 
 
-class WriterSchemas:
-    """Parsed writer schemas by id, fetched from the registry at ``url`` once each."""
+class RegistrySchemas:
+    """A Schema Registry client for ``url`` and a cache of what it was asked, by id: the
+    part the Avro and Protobuf writer schemas share (the format's ``get`` parses)."""
 
     def __init__(self, url: str, conf: dict[str, str] | None = None) -> None:
         self.url = url
@@ -34,14 +35,39 @@ class WriterSchemas:
         self._cache: dict[int, Any] = {}
 
     def __repr__(self) -> str:
-        return f"WriterSchemas({mask_url(self.url)!r})"
+        return f"{type(self).__name__}({mask_url(self.url)!r})"
 
-    def _registry(self) -> Any:
+    def registry(self) -> Any:
         if self._client is None:
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
             self._client = SchemaRegistryClient({"url": self.url, **self.conf})
         return self._client
+
+    def _fetch(self, what: str, call: Any) -> Any:
+        """``call()`` to the registry: a 404 is :class:`UnknownSchemaId` (the record's
+        fault), any other failure a :class:`DataError` naming ``what`` and the registry."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        where = mask_url(self.url)
+        try:
+            return call()
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise UnknownSchemaId(f"{what} is not in the Schema Registry {where}") from None
+            raise DataError(
+                f"Schema Registry {where}: {what}: {exc}; check schema_registry_url and that "
+                "the registry is up"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - connection errors of the HTTP client
+            raise DataError(
+                f"Schema Registry {where} unreachable for {what}: {mask_url(str(exc))}; "
+                "check schema_registry_url"
+            ) from None
+
+
+class WriterSchemas(RegistrySchemas):
+    """Parsed Avro writer schemas by id, fetched from the registry at ``url`` once each."""
 
     def get(self, schema_id: int) -> Any:
         """The parsed Avro schema registered under ``schema_id``."""
@@ -49,25 +75,11 @@ class WriterSchemas:
         if cached is not None:
             return cached
         import fastavro
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-        where = mask_url(self.url)
-        try:
-            schema = self._registry().get_schema(schema_id)
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise UnknownSchemaId(
-                    f"Confluent schema id {schema_id} is not in the Schema Registry {where}"
-                ) from None
-            raise DataError(
-                f"Schema Registry {where}: schema id {schema_id}: {exc}; check "
-                "schema_registry_url and that the registry is up"
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - connection errors of the HTTP client
-            raise DataError(
-                f"Schema Registry {where} unreachable for schema id {schema_id}: "
-                f"{mask_url(str(exc))}; check schema_registry_url"
-            ) from None
+        client = self.registry()
+        schema = self._fetch(
+            f"Confluent schema id {schema_id}", lambda: client.get_schema(schema_id)
+        )
         kind = (getattr(schema, "schema_type", None) or "AVRO").upper()
         if kind != "AVRO":
             raise UnknownSchemaId(f"Confluent schema id {schema_id} is a {kind} schema, not Avro")
