@@ -60,6 +60,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from doc_blocks import replace_block  # noqa: E402
+
 from kappaplus.local.processes import parent_pid, process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -853,17 +855,11 @@ def chart(results: list[Result]) -> None:
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    section = (
-        f"{START}\n## Backfill five ways (`bench/bench_backfill.py`, `make bench`)\n\n{text}\n\n"
-        f"![wall time and peak PSS against days]({CHART.name})\n{END}"
+    body = (
+        f"## Backfill five ways (`bench/bench_backfill.py`, `make bench`)\n\n{text}\n\n"
+        f"![wall time and peak PSS against days]({CHART.name})"
     )
-    if START in doc:
-        head, rest = doc.split(START, 1)
-        doc = head + section + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(doc)
+    replace_block(DOC, START, END, body)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from doc_blocks import replace_block  # noqa: E402
 
 from kappaplus.local.broker import EmbeddedBroker, create_topic, free_port  # noqa: E402
 
@@ -132,15 +132,7 @@ def source_query(spark, bootstrap: str, topic: str, records: int, way: str):  # 
 
 
 def write_doc(text: str) -> None:
-    current = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    section = f"{START}\n{text.rstrip()}\n{END}"
-    if START in current and END in current:
-        current = re.sub(
-            re.escape(START) + r".*?" + re.escape(END), lambda _: section, current, flags=re.S
-        )
-    else:
-        current = current.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(current)
+    replace_block(DOC, START, END, text)
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ import io
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from doc_blocks import replace_block  # noqa: E402
 
 from kappaplus.local.broker import EmbeddedBroker, create_topic, free_port  # noqa: E402
 
@@ -351,14 +351,7 @@ def main() -> None:
 
 def write_doc(text: str) -> None:
     """Replace the Protobuf block of ``docs/benchmarks.md`` (or append it)."""
-    current = DOC.read_text()
-    section = f"{START}\n{text.rstrip()}\n{END}"
-    if START in current and END in current:
-        pattern = re.escape(START) + r".*?" + re.escape(END)
-        current = re.sub(pattern, lambda _: section, current, flags=re.S)
-    else:
-        current = current.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(current)
+    replace_block(DOC, START, END, text)
     print(f"\nwrote {DOC}")
 
 

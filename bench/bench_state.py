@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_backfill import BASE, DAY, ROOT, child, child_may_fail, iso, run_timed, session, stop
+from doc_blocks import replace_block
 
 BENCH = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -492,14 +493,7 @@ PHASES = (
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    section = f"{START}\n{text}\n{END}"
-    if START in doc:
-        head, rest = doc.split(START, 1)
-        doc = head + section + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(doc)
+    replace_block(DOC, START, END, text)
 
 
 def main() -> None:

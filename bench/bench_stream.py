@@ -40,6 +40,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from doc_blocks import replace_block
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -320,14 +322,7 @@ def render(loop: dict, steps: list[dict], latency: dict | None, args: argparse.N
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    section = f"{START}\n{text}\n{END}"
-    if START in doc:
-        head, rest = doc.split(START, 1)
-        doc = head + section + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(doc)
+    replace_block(DOC, START, END, text)
 
 
 def main() -> None:
