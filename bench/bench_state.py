@@ -3,7 +3,7 @@ fixed driver memory for both.
 
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
         [--rounds 2] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
-        [--ways A,B] [--a2-java-options="-Dspark.sql...=..."]
+        [--ways A,B] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
 :data:`kappaplus.examples.generate.RIDER_EVENT_DDL`; partitioned ``dt``/``hr``) is written:
@@ -31,7 +31,8 @@ micro-batch's time went (``durationMs``). Every finished way's output is compare
 first finished B's (both directions of ``exceptAll``), and with what the generator wrote
 (sessions count, events count). ``--ways A,A2`` measures a setting against the defaults: A2 is
 A with ``--a2-java-options`` added to the driver's JVM options (``-Dspark.sql...`` settings
-reach the session as Spark reads ``spark.*`` system properties).
+reach the session as Spark reads ``spark.*`` system properties) and ``--a2-hive`` lines added
+to its Hive input binding (``evictBetweenSlices = false``).
 """
 
 from __future__ import annotations
@@ -288,8 +289,9 @@ def run_a(
         'job = "backfill_jobs:RIDER_SESSIONS"\n\n'
         "[inputs.rider_events.hive]\n"
         f'table = "{table_name(days, args.rows_per_day)}"\n'
-        'event_time_column = "event_time"\n\n'
-        "[outputs.sessions.hive]\n"
+        'event_time_column = "event_time"\n'
+        + (f"{args.a2_hive}\n" if way == "A2" and args.a2_hive else "")
+        + "\n[outputs.sessions.hive]\n"
         f'table = "bench_state_a_{tag}"\n'
     )
     events = work / "events" / f"A-{tag}"
@@ -508,7 +510,12 @@ def main() -> None:
     parser.add_argument("--kappa-arg", action="append", default=[], help="a `kappa` option of A")
     parser.add_argument("--ways", default="A,B", help="A, B and A2, in each round's order")
     parser.add_argument(
-        "--a2-java-options", default="", help="A2: A with these driver JVM options (-Dspark...)"
+        "--a2-java-options",
+        default="",
+        help="A2: A with these driver JVM options (-Dspark...)",
+    )
+    parser.add_argument(
+        "--a2-hive", default="", help="A2: A with these TOML lines in its Hive input binding"
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)

@@ -364,7 +364,7 @@ def summary_lines(record: Any) -> list[str]:
         lines.append(
             f"  {name[:16]:<16} {batches:>9} {rows:>11,} "
             f"{'-' if rate is None else f'{rate:,.0f}':>9} "
-            f"{stats.get('rows_dropped_late', 0):>7,} {stats.get('state_rows', 0):>8,} "
+            f"{stats.get('rows_dropped_late', 0):>7,} {_thousands(stats.get('state_rows', 0)):>8} "
             f"{'-' if done is None else f'{done:.1%}':>6}"
         )
     caught = max((s.get("catch_up_batches") or 0 for s in record.outputs.values()), default=0)
@@ -531,3 +531,8 @@ def register(app: typer.Typer) -> None:
     """Add ``run`` and ``status`` to the ``kappa`` command line."""
     app.command("run")(run_command)
     app.command("status")(status_command)
+
+
+def _thousands(value: int | None) -> str:
+    """A count with thousands separators; ``-`` where it was not counted."""
+    return "-" if value is None else f"{value:,}"

@@ -176,6 +176,11 @@ class SliceBudgets(StrictModel):
     """Size slices so each micro-batch takes about this long, from the batch times the run
     observes (the rows target is where it starts; the ``max*PerTrigger`` caps still hold)."""
     first_slice_rows: PositiveInt | None = Field(None, alias="firstSliceRows")
+    evict_between_slices: bool | None = Field(None, alias="evictBetweenSlices")
+    """A backfill runs one micro-batch with no rows after each slice, so the job's stateful
+    operators drop what the slice closed before the next slice arrives. Default: on for a
+    job that keeps rows in state (session windows, stream-stream joins, deduplication,
+    arbitrary state), off otherwise; ``false`` turns it off."""
 
 
 class SlicedLakeInput(MappedLakeInput, SliceBudgets):

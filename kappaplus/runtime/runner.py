@@ -52,7 +52,7 @@ from kappaplus.runtime.binding.outputs import (
     plan_output,
     start_output,
 )
-from kappaplus.runtime.binding.slice_size import with_aggregation_slices
+from kappaplus.runtime.binding.slice_size import with_state_slices
 from kappaplus.runtime.catch_up import CATCHING_UP, LIVE, catches_up, caught_up, input_batches
 from kappaplus.runtime.failures import metastore_uri
 from kappaplus.runtime.held_logs import held_lines
@@ -174,7 +174,11 @@ class _PreparedRun:
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.tracker = ProgressTracker([*self.plans])
+        from kappaplus.session import state_rows_counted
+
+        self.tracker = ProgressTracker(
+            [*self.plans], state_rows_counted=state_rows_counted(self.spark)
+        )
 
 
 def _prepare(
@@ -222,7 +226,7 @@ def _prepare(
             with held_lines("kappaplus.connectors") as first_binding:
                 inputs: dict[str, BoundInput] = bind(resolved)
                 frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-                larger = with_aggregation_slices(resolved, frames) if run.mode.reads_lake else None
+                larger = with_state_slices(resolved, frames) if run.mode.reads_lake else None
                 if larger is not None:
                     first_binding.drop()
             if larger is not None:  # bound again: the slice size is a source option

@@ -18,6 +18,12 @@ PHASE_END = "end"
 # follows with the final watermark and emits the last windows (tumbling, sliding and session
 # windows: tests/connectors/test_hive_watermark_claims.py). MARKER_BATCHES counts both.
 MARKER_BATCHES = 2
+# Eviction batches (``evictBetweenSlices``): for a job that keeps rows in state (session
+# windows, stream-stream joins), a batch with no rows after each data slice. Its operators run
+# with the watermark the slice reached and drop (emit) what it closed, so the next slice's
+# batch does not read, merge and rewrite the closed sessions of every key it touches before
+# evicting them (docs/benchmarks.md, issue 51). Such an offset repeats the slice's manifest
+# (the chain a restart follows) with ``"evict": true``; it reads nothing.
 OFFSET_VERSION = 1
 FALLBACK_SPAN = 3_600_000_000  # adaptive slicing without statistics: 1 hour
 
@@ -34,6 +40,9 @@ class Position:
     markers: int = 0
     late_files: int = 0
     late_rows: int = 0
+    evict: bool = False
+    """An eviction batch: no rows, the slice before it already read (``evictBetweenSlices``);
+    the job's stateful operators drop what that slice's watermark closed."""
 
     @classmethod
     def parse(cls, offset: dict) -> Position:
@@ -46,6 +55,7 @@ class Position:
             markers=int(offset.get("markers", 0)),
             late_files=int(offset.get("lateFiles", 0)),
             late_rows=int(offset.get("lateRows", 0)),
+            evict=bool(offset.get("evict", False)),
         )
 
 

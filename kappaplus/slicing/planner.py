@@ -86,6 +86,8 @@ class SliceOptions(Protocol):
     def first_slice_rows(self) -> int: ...
     @property
     def emits_end_marker(self) -> bool: ...
+    @property
+    def evict_between_slices(self) -> bool: ...
 
 
 class FileLister(Protocol):
@@ -240,9 +242,18 @@ class SlicePlanner:
                 offset["markers"] = pos.markers + 1
                 return offset
             return start
+        if self.options.evict_between_slices and pos.manifest is not None and not pos.evict:
+            return self._eviction(start, late_files, late_rows)
         offset = self._plan(files, pos, limit, row_budget, late_files, late_rows)
         if ends_input and self.options.emits_end_marker and offset["hi"] >= limit:
             offset["markers"] = 1  # the last data slice carries the first marker
+        return offset
+
+    def _eviction(self, start: dict, late_files: int, late_rows: int) -> dict:
+        """The offset of an eviction batch after the slice ending at ``start``: the same
+        position and manifest, no rows (see :mod:`~kappaplus.slicing.offsets`)."""
+        offset = {**start, "files": 0, "lateFiles": late_files, "lateRows": late_rows}
+        offset["evict"] = True
         return offset
 
     def _plan(

@@ -1,6 +1,7 @@
 """The default slice size from the job's plan: larger slices only for jobs that keep state
-per group (windowed or keyed aggregations), never for jobs that hold rows (session windows,
-stream-stream joins, deduplication), and never over a slice size the binding sets."""
+per group (windowed or keyed aggregations), smaller ones and eviction batches for jobs
+that hold rows (session windows, stream-stream joins, deduplication), and never over a slice
+size the binding sets."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from kappaplus.config import resolve
 from kappaplus.config.loading import config_from_dict
 from kappaplus.runtime.binding.slice_size import (
     AGGREGATION_TARGET_ROWS,
+    ROW_STATE_TARGET_ROWS,
     holds_groups_only,
-    with_aggregation_slices,
+    keeps_rows,
+    with_state_slices,
 )
 from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
 
@@ -69,7 +72,7 @@ def _resolved(hive: dict[str, object]):  # type: ignore[no-untyped-def]
 
 def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # type: ignore[no-untyped-def]
     hourly = {"counts": events.groupBy(F.window("ts", "1 hour"), "key").count()}
-    larger = with_aggregation_slices(_resolved({}), hourly)
+    larger = with_state_slices(_resolved({}), hourly)
     assert larger is not None
     assert larger.inputs["events"].hive.target_rows_per_trigger == AGGREGATION_TARGET_ROWS
     assert AGGREGATION_TARGET_ROWS > DEFAULT_TARGET_ROWS
@@ -79,11 +82,37 @@ def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # t
         {"target_bytes_per_trigger": 10_000_000},
         {"target_batch_duration": "5 seconds"},
     ):
-        assert with_aggregation_slices(_resolved(chosen), hourly) is None, chosen
+        assert with_state_slices(_resolved(chosen), hourly) is None, chosen
     sessions = {"s": events.groupBy(F.session_window("ts", "10 minutes")).count()}
-    assert with_aggregation_slices(_resolved({}), sessions) is None
-    # one output holding rows keeps the default for the inputs every output shares
-    assert with_aggregation_slices(_resolved({}), {**hourly, **sessions}) is None
+    # one output holding rows keeps the default size for the inputs every output shares,
+    # and asks for an eviction batch after each slice
+    for frames in (sessions, {**hourly, **sessions}):
+        evicting = with_state_slices(_resolved({}), frames)
+        assert evicting is not None
+        hive = evicting.inputs["events"].hive
+        assert hive.evict_between_slices is True
+        assert hive.target_rows_per_trigger == ROW_STATE_TARGET_ROWS < DEFAULT_TARGET_ROWS
+    # a slice size of the binding's own is kept; the eviction batches still come
+    sized = with_state_slices(_resolved({"maxEventTimePerTrigger": "1 hour"}), sessions)
+    assert sized is not None
+    assert sized.inputs["events"].hive.target_rows_per_trigger is None
+    assert sized.inputs["events"].hive.evict_between_slices is True
+    kept = with_state_slices(_resolved({"evictBetweenSlices": False}), sessions)
+    assert kept is not None and kept.inputs["events"].hive.evict_between_slices is False
+    both = {"evictBetweenSlices": False, "targetRowsPerTrigger": 10}
+    assert with_state_slices(_resolved(both), sessions) is None
+    assert with_state_slices(_resolved({}), {"rows": events.where("key > 2")}) is None
+
+
+def test_what_keeps_rows_in_state(events) -> None:  # type: ignore[no-untyped-def]
+    other = events.select(F.col("id").alias("id2"), F.col("ts").alias("ts2"))
+    assert keeps_rows(events.groupBy(F.session_window("ts", "10 minutes"), "key").count())
+    assert keeps_rows(
+        events.join(other, F.expr("id = id2 AND ts2 BETWEEN ts AND ts + interval 1 minute"))
+    )
+    assert keeps_rows(events.dropDuplicatesWithinWatermark(["id"]))
+    assert not keeps_rows(events.groupBy(F.window("ts", "1 hour"), "key").count())
+    assert not keeps_rows(events.where("key > 2"))
 
 
 def test_a_binding_or_its_mode_sets_the_first_slice_of_its_source() -> None:

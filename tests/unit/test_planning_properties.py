@@ -106,6 +106,7 @@ def plan_all(opts: LakeSourceOptions, row_budget: int | None) -> list[dict]:
     max_rows=st.one_of(st.none(), st.integers(1, 40)),
     admission=st.one_of(st.none(), st.integers(1, 40)),
     group_rows=st.integers(1, 30),
+    evict=st.booleans(),
 )
 def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
     files: list[list[int]],
@@ -113,6 +114,7 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
     max_rows: int | None,
     admission: int | None,
     group_rows: int,
+    evict: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root, manifests = Path(tmp) / "table", Path(tmp) / "manifests"
@@ -120,9 +122,29 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
         times = write_table(root, files, group_rows)
         span = span_minutes * 60 * S
         opts = options(
-            root, manifests, max_event_time_per_trigger=span, max_rows_per_trigger=max_rows
+            root,
+            manifests,
+            max_event_time_per_trigger=span,
+            max_rows_per_trigger=max_rows,
+            evict_between_slices=evict,
         )
-        offsets = plan_all(opts, admission)
+        planned = plan_all(opts, admission)
+        # an eviction batch follows each slice that read files, and only such a slice: it
+        # repeats the slice's position and manifest and reads nothing
+        for before, offset in zip([None, *planned], planned, strict=False):
+            if offset.get("evict"):
+                assert evict and before is not None and before.get("manifest")
+                assert not before.get("evict")
+                assert {**offset, "evict": None, "files": None} == {
+                    **before,
+                    "evict": None,
+                    "files": None,
+                }
+            elif (
+                evict and before is not None and before.get("manifest") and not before.get("evict")
+            ):
+                assert offset.get("markers") or offset.get("phase") != PHASE_DATA, offset
+        offsets = [o for o in planned if not o.get("evict")]
         slices = [(o["lo"], o["hi"]) for o in offsets if o.get("phase", PHASE_DATA) == PHASE_DATA]
         store = ManifestStore(str(manifests))
         # a slice's manifest is stored, names the slice and chains to the one before

@@ -15,6 +15,7 @@ from pyspark.sql.types import StructField, StructType, TimestampType
 from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.event_time import MARKER_COLUMN
 from kappaplus.core.options import (
+    BOOL,
     MICROS,
     POSITIVE_INT,
     POSITIVE_MICROS,
@@ -165,6 +166,11 @@ class LakeSourceOptions:
     """The event-time column holds epoch seconds, milliseconds or microseconds."""
     event_time_format: str | None = option("eventTimeFormat", TEXT, default=None)
     """The event-time column holds strings in this Spark datetime pattern."""
+    evict_between_slices: bool = option("evictBetweenSlices", BOOL, default=False)
+    """After each data slice, one micro-batch with no rows, in which the job's stateful
+    operators evict what the slice's watermark closed (:mod:`~kappaplus.slicing.offsets`).
+    The runtime turns it on for jobs that keep rows in state (session windows, stream-stream
+    joins)."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
 

@@ -79,7 +79,7 @@ def jvm_partitions(reader: ListedFilesStreamReader, start: dict, end: dict) -> d
     if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
         assert last.hi is not None and options.watermark_delay is not None
         plan["markers"].append(last.hi + options.watermark_delay)
-    if last.phase != PHASE_DATA or last.manifest is None or start == end:
+    if last.phase != PHASE_DATA or last.manifest is None or last.evict or start == end:
         return plan
     manifest = ManifestStore(options.manifest_dir).get(last.manifest)
     plan["lo"], plan["hi"] = manifest.lo, manifest.hi

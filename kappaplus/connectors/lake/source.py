@@ -120,7 +120,7 @@ class ListedFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             assert last.hi is not None and self.options.watermark_delay is not None
             marker = last.hi + self.options.watermark_delay
             markers = [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
-        if last.phase != PHASE_DATA or last.manifest is None or start == end:
+        if last.phase != PHASE_DATA or last.manifest is None or last.evict or start == end:
             return markers
         manifest = ManifestStore(self.options.manifest_dir).get(last.manifest)
         data = split_slice(

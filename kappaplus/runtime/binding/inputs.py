@@ -99,6 +99,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "maxLateness": hive.max_lateness,
         "maxEarliness": hive.max_earliness,
         "reader": hive.reader,
+        "evictBetweenSlices": hive.evict_between_slices,
     }
     if hive.partition_format:
         options["partitionTimeFormat"] = hive.partition_format

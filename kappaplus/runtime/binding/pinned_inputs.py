@@ -62,6 +62,7 @@ def pinned_backfill(
     options = pinned_lake_options(lake_format, lake, run)
     options.update(stored_options(lake))
     options["reader"] = lake.reader
+    options["evictBetweenSlices"] = lake.evict_between_slices
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.{lake_format.key}"

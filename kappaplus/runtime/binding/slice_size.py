@@ -1,17 +1,23 @@
-"""The default slice size of a job's lake inputs, from what its queries keep in state.
+"""The default slicing of a job's lake inputs, from what its queries keep in state.
 
 A backfill's micro-batch pays a fixed cost whatever its rows (offset and commit logs,
 planning, the state store's commit, the exactly-once sink commit: ``docs/benchmarks.md``),
-so fewer, larger slices make a long backfill cheaper. What bounds
-a slice is what the job holds per row: a session window or a stream-stream join keeps a
-slice's rows in state until the watermark passes them, so its memory grows with the slice,
-and those jobs keep :data:`~kappaplus.slicing.planner.DEFAULT_TARGET_ROWS`. A job whose
-every query is a windowed or keyed aggregation (over stateless steps: projections, filters,
-stream-static joins) holds one entry per group, not per row, and writes one row per group:
-its lake inputs take :data:`AGGREGATION_TARGET_ROWS` unless the binding sets a slice size.
+so fewer, larger slices make a long backfill cheaper. What bounds a slice is what the job
+holds per row:
 
-The plan is read from the job's own DataFrames before any query starts (Spark's analyzed
-logical plan); any operator not known to be stateless or bounded keeps the default.
+- a job whose every query is a windowed or keyed aggregation (over stateless steps:
+  projections, filters, stream-static joins) holds one entry per group, not per row, and
+  writes one row per group: its lake inputs take :data:`AGGREGATION_TARGET_ROWS`;
+- a job that keeps rows in state until the watermark passes them (a session window, a join
+  of two streams, deduplication, arbitrary state; :func:`keeps_rows`) holds a slice's rows
+  and sorts them at once, so its memory follows the slice: its lake inputs take
+  :data:`ROW_STATE_TARGET_ROWS`, and an eviction batch after each slice
+  (``evictBetweenSlices``) drops what the slice closed before the next one is merged in;
+- any other job keeps :data:`~kappaplus.slicing.planner.DEFAULT_TARGET_ROWS`.
+
+A binding that sets a slice size (or ``evictBetweenSlices``) keeps its choice. The plan is
+read from the job's own DataFrames before any query starts (Spark's analyzed logical plan);
+any operator not known to be stateless or bounded keeps the default.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.slicing.planner import DEFAULT_TARGET_ROWS
+from kappaplus.slicing.planner import DEFAULT_FIRST_SLICE_ROWS, DEFAULT_TARGET_ROWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,6 +42,12 @@ against 23.7 / 22.1 / 23.8 s and two at 90 days 34.7 / 35.2 s against 43.7 / 40.
 same peak memory (910 / 900 / 913 against 908 / 859 / 926 MB; 1,005 / 932 against 986 / 974
 MB). A task reads at most ``rowsPerPartition`` rows whatever the slice, so what grows with
 the slice is the number of tasks, not what one holds."""
+
+ROW_STATE_TARGET_ROWS = DEFAULT_FIRST_SLICE_ROWS
+"""Rows per slice by default for a job that keeps rows in state (see the module doc):
+500,000. The demo's sessionization under a 1 GB driver, 30 days x 100,000 rows/day: peak PSS
+1,159 MB against 1,539 MB with 2,000,000-row slices (1,027 MB for 7 days, one slice of
+700,000 rows), for 1.09x the time (63.1 against 57.8 s; docs/benchmarks.md, issue 51)."""
 
 #: Streaming operators that keep nothing per row between micro-batches.
 _STATELESS = frozenset(
@@ -71,6 +83,42 @@ _STATELESS = frozenset(
 _AGGREGATE = "Aggregate"
 #: Joins hold rows when both sides stream; a stream-static join holds nothing.
 _JOIN = "Join"
+
+
+#: Streaming operators that keep rows (not one entry per group) until the watermark passes.
+_ROW_STATE = frozenset(
+    {
+        "FlatMapGroupsWithState",
+        "FlatMapGroupsInPandasWithState",
+        "TransformWithState",
+        "TransformWithStateInPandas",
+        "TransformWithStateInPySpark",
+        "Deduplicate",
+        "DeduplicateWithinWatermark",
+    }
+)
+
+
+def keeps_rows(df: DataFrame) -> bool:
+    """Whether ``df``'s streaming plan keeps rows in state until the watermark passes them:
+    a session window, a join of two streams, deduplication or arbitrary state."""
+    plan = df._jdf.queryExecution().analyzed()
+
+    def visit(node: Any) -> bool:
+        if not node.isStreaming():
+            return False
+        name = str(node.nodeName())
+        children = node.children()
+        kids = [children.apply(i) for i in range(children.size())]
+        if name == _AGGREGATE and "session_window" in str(node.simpleString(200)).lower():
+            return True
+        if name == _JOIN and sum(1 for kid in kids if kid.isStreaming()) > 1:
+            return True
+        if name in _ROW_STATE:
+            return True
+        return any(visit(kid) for kid in kids)
+
+    return bool(visit(plan))
 
 
 def holds_groups_only(df: DataFrame) -> bool:
@@ -114,12 +162,59 @@ _SLICE_FIELDS = (
 )
 
 
-def with_aggregation_slices(
+def with_state_slices(
     resolved: ResolvedConfig, frames: Mapping[str, DataFrame]
 ) -> ResolvedConfig | None:
-    """``resolved`` with :data:`AGGREGATION_TARGET_ROWS` on each lake binding that sets no
-    slice size, when every one of ``frames`` only aggregates (:func:`holds_groups_only`);
-    None when nothing changes."""
+    """``resolved`` with the slicing its queries' state calls for, on each lake binding that
+    does not set it; None when nothing changes:
+
+    - every query only aggregates (:func:`holds_groups_only`): slices of
+      :data:`AGGREGATION_TARGET_ROWS`;
+    - some query keeps rows in state (:func:`keeps_rows`): slices of
+      :data:`ROW_STATE_TARGET_ROWS` and an eviction batch after each (``evictBetweenSlices``),
+      so a slice's closed sessions leave the state store before the next slice's rows are
+      merged with what is stored.
+    """
+    if not frames:
+        return None
+    if any(keeps_rows(df) for df in frames.values()):
+        sized = _each_lake(
+            resolved, "target_rows_per_trigger", ROW_STATE_TARGET_ROWS, _SLICE_FIELDS
+        )
+        evicting = _each_lake(
+            sized or resolved, "evict_between_slices", True, ("evict_between_slices",)
+        )
+        if sized is not None:
+            log.info(
+                "slices of about %d rows by default: the job keeps rows in state until the "
+                "watermark passes them; a binding's targetRowsPerTrigger overrides it",
+                ROW_STATE_TARGET_ROWS,
+            )
+        if evicting is not None:
+            log.info(
+                "an eviction micro-batch after each slice: the job keeps rows in state "
+                "(evictBetweenSlices = false turns it off)"
+            )
+        return evicting or sized
+    if not all(holds_groups_only(df) for df in frames.values()):
+        return None
+    changed = _each_lake(
+        resolved, "target_rows_per_trigger", AGGREGATION_TARGET_ROWS, _SLICE_FIELDS
+    )
+    if changed is not None:
+        log.info(
+            "slices of about %d rows by default: every query of the job aggregates (state per "
+            "group, not per row); a binding's targetRowsPerTrigger overrides it",
+            AGGREGATION_TARGET_ROWS,
+        )
+    return changed
+
+
+def _each_lake(
+    resolved: ResolvedConfig, field: str, value: Any, unless: tuple[str, ...]
+) -> ResolvedConfig | None:
+    """``resolved`` with ``field = value`` on each lake binding that sets none of
+    ``unless``; None when no binding changes."""
     import dataclasses
 
     updated: dict[str, Any] = {}
@@ -127,17 +222,10 @@ def with_aggregation_slices(
         lakes = {}
         for lake in ("hive", "iceberg", "delta"):
             model = getattr(binding, lake, None)
-            if model is not None and all(getattr(model, f, None) is None for f in _SLICE_FIELDS):
-                lakes[lake] = model.model_copy(
-                    update={"target_rows_per_trigger": AGGREGATION_TARGET_ROWS}
-                )
+            if model is not None and all(getattr(model, f, None) is None for f in unless):
+                lakes[lake] = model.model_copy(update={field: value})
         if lakes:
             updated[name] = dataclasses.replace(binding, **lakes)
-    if not updated or not frames or not all(holds_groups_only(df) for df in frames.values()):
+    if not updated:
         return None
-    log.info(
-        "slices of about %d rows by default: every query of the job aggregates (state per "
-        "group, not per row); a binding's targetRowsPerTrigger overrides it",
-        AGGREGATION_TARGET_ROWS,
-    )
     return dataclasses.replace(resolved, inputs={**resolved.inputs, **updated})

@@ -26,7 +26,7 @@ metric                                     type     meaning
 ``kappa_rows_dropped_late_total``          counter  Spark's ``numRowsDroppedByWatermark``
 ``kappa_dead_letters_total``               counter  per ``input``: Kafka records that failed
                                                     to decode
-``kappa_state_rows``                       gauge    rows in the query's state stores
+``kappa_state_rows``                       gauge    rows in the query's state stores (when counted)
 ``kappa_state_memory_bytes``               gauge    memory used by its state stores
 ``kappa_query_active``                     gauge    1 while the query runs, 0 once it ended
 =========================================  =======  ==========================================
@@ -124,8 +124,12 @@ class QueryMetrics:
 class MetricsListener(StreamingQueryListener):
     """Keeps per-query metrics from Spark's query events; :meth:`render` formats them."""
 
-    def __init__(self, names: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, names: Mapping[str, str] | None = None, *, state_rows_counted: bool = True
+    ) -> None:
         self.queries: dict[str, QueryMetrics] = {}
+        self.state_rows_counted = state_rows_counted
+        """False: the state stores do not count rows (``kappa_state_rows`` is left out)."""
         self.names = dict(names or {})  # query name -> output/input it serves
         self.lock = threading.Lock()
         self.catching_up: bool | None = None
@@ -203,7 +207,8 @@ class MetricsListener(StreamingQueryListener):
             if operators:
                 rows = sum(int(op.get("numRowsTotal") or 0) for op in operators)
                 memory = sum(int(op.get("memoryUsedBytes") or 0) for op in operators)
-                out.append(("kappa_state_rows", labels, rows))
+                if self.state_rows_counted:
+                    out.append(("kappa_state_rows", labels, rows))
                 out.append(("kappa_state_memory_bytes", labels, memory))
             for source in last.get("sources") or []:
                 for (topic, partition), lag in kafka_lag(source).items():

@@ -65,8 +65,12 @@ def serve_metrics(
     if run.metrics_port is None:
         return None
     from kappaplus.runtime.observe.metrics import MetricsListener, MetricsServer
+    from kappaplus.session import state_rows_counted
 
-    listener = MetricsListener({plan.query_name: name for name, plan in plans.items()})
+    listener = MetricsListener(
+        {plan.query_name: name for name, plan in plans.items()},
+        state_rows_counted=state_rows_counted(spark),
+    )
     try:
         server = MetricsServer(listener, run.metrics_port)
     except OSError as exc:

@@ -113,6 +113,8 @@ class BatchInfo:
     rows_dropped_late: int
     start_offsets: list[Any]
     end_offsets: list[Any]
+    state_rows_updated: int = 0
+    """Rows the batch's stateful operators wrote to their state stores."""
 
 
 @dataclass
@@ -130,7 +132,9 @@ class QueryStats:
     partial aggregation, so one per group and batch, not one per input row."""
     late_kept: dict[int, int] | None = None
     """Late rows kept per batch id (None: the output does not keep them)."""
-    state_rows: int = 0
+    state_rows: int | None = 0
+    """Rows in the query's state stores after the last batch; None where the stores do not
+    count them (RocksDB without ``trackTotalNumberOfRows``)."""
     rows_per_second: float = 0.0
     done: float | None = None
     done_at_start: float | None = None
@@ -215,7 +219,8 @@ class QueryStats:
             self.last_input_at = now if now is not None else time.monotonic()
         self.rows_per_second = float(_get(entry, "processedRowsPerSecond", 0.0) or 0.0)
         operators = _get(entry, "stateOperators", []) or []
-        self.state_rows = sum(int(_get(op, "numRowsTotal", 0)) for op in operators)
+        if self.state_rows is not None:
+            self.state_rows = sum(int(_get(op, "numRowsTotal", 0)) for op in operators)
         dropped = sum(int(_get(op, "numRowsDroppedByWatermark", 0)) for op in operators)
         self.spark_dropped_late += dropped
         if self.late_kept is None:
@@ -234,6 +239,7 @@ class QueryStats:
                 rows_dropped_late=dropped,
                 start_offsets=[_offset(_get(src, "startOffset")) for src in sources],
                 end_offsets=[_offset(_get(src, "endOffset")) for src in sources],
+                state_rows_updated=sum(int(_get(op, "numRowsUpdated", 0)) for op in operators),
             )
         )
         sources = _get(entry, "sources", []) or []
@@ -306,8 +312,10 @@ class ProgressTracker:
     """Per-query totals of a run, fed with Spark's progress events
     (:mod:`kappaplus.runtime.observe.progress_events`); a batch folded twice counts once."""
 
-    def __init__(self, names: Iterable[str]) -> None:
-        self.stats = {name: QueryStats(name) for name in names}
+    def __init__(self, names: Iterable[str], *, state_rows_counted: bool = True) -> None:
+        self.stats = {
+            name: QueryStats(name, state_rows=0 if state_rows_counted else None) for name in names
+        }
         self.started = time.monotonic()
         self.started_queries: float | None = None
         """When the queries were last (re)started: idleness counts from then at least."""
@@ -409,7 +417,7 @@ class ProgressTracker:
                 str(stats.rows),
                 "-" if stats.throughput is None else f"{stats.throughput:.0f}",
                 "-" if stats.done is None else f"{stats.done:.1%}",
-                str(stats.state_rows),
+                "-" if stats.state_rows is None else str(stats.state_rows),
                 str(stats.rows_dropped_late),
                 _behind_text(stats.behind),
                 _watermark_text(stats.watermark),
@@ -422,9 +430,10 @@ class ProgressTracker:
         for stats in self.stats.values():
             done = "" if stats.done is None else f" done={stats.done:.1%}"
             behind = f" behind={_behind_text(stats.behind)}" if stats.behind else ""
+            state = "" if stats.state_rows is None else f" state={stats.state_rows}"
             parts.append(
                 f"{stats.name}: batches={stats.batches} rows={stats.rows}"
-                f"{done} state={stats.state_rows} late={stats.rows_dropped_late}{behind}"
+                f"{done}{state} late={stats.rows_dropped_late}{behind}"
             )
         eta = self.eta_seconds()
         if eta is not None:
