@@ -2,7 +2,7 @@
 fixed driver memory for both.
 
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
-        [--rounds 2] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
+        [--rounds 2] [--rounds-of 365=1] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
         [--ways A,B] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
@@ -366,6 +366,15 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def rounds_of(args: argparse.Namespace, days: int) -> int:
+    """The rounds of ``days``: ``--rounds-of`` (``365=1,90=2``), else ``--rounds``."""
+    for item in filter(None, args.rounds_of.split(",")):
+        size, _, count = item.partition("=")
+        if int(size) == days:
+            return int(count)
+    return int(args.rounds)
+
+
 def bench_days(args: argparse.Namespace, work: Path, env: dict[str, str], days: int) -> list[Way]:
     kept = work / f"riders-{days}d-{args.rows_per_day}.json"
     if args.work and kept.exists():
@@ -378,7 +387,7 @@ def bench_days(args: argparse.Namespace, work: Path, env: dict[str, str], days: 
         kept.write_text(json.dumps(info))
         print(f"{days} days: {info} ({gen.seconds:.0f} s)", file=sys.stderr)
     ways: list[Way] = []
-    for r in range(args.rounds):
+    for r in range(rounds_of(args, days)):
         before = load()
         pair = [
             run_a(args, work, env, days, r, way) if way != "B" else run_b(args, work, env, days, r)
@@ -503,6 +512,11 @@ def main() -> None:
     parser.add_argument("--days", default="7,30,90,365")
     parser.add_argument("--rows-per-day", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--rounds-of",
+        default="",
+        help="rounds per size where they differ from --rounds, e.g. 365=1",
+    )
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--no-docs", action="store_true")
