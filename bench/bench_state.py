@@ -2,7 +2,8 @@
 fixed driver memory for both.
 
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
-        [--rounds 2] [--rounds-of 365=1] [--driver-memory 1g] [--timeout 1800] [--work DIR] [--no-docs]
+        [--rounds 2] [--rounds-of 365=1] [--driver-memory 1g] [--timeout 1800] [--work DIR]
+        [--no-docs]
         [--ways A,B] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
