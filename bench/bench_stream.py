@@ -2,7 +2,8 @@
 latency, beside a plain consume + decode loop over the same records.
 
     .venv/bin/python bench/bench_stream.py [--rates 2000,4000,8000] [--duration 300]
-        [--trigger "5 seconds"] [--loop-records 1000000] [--no-docs]
+        [--trigger "5 seconds"] [--loop-records 1000000] [--backlog-records 600000]
+        [--no-docs] [--keep]
 
 On an embedded broker, with topics of 4 partitions and the demo's rider events (JSON,
 :data:`kappaplus.examples.generate.RIDER_EVENT_DDL`, ``event_time`` = the moment the
@@ -167,7 +168,12 @@ def committed_position(checkpoints: Path) -> int:
 
 
 def start_job(
-    work: Path, env: dict[str, str], bootstrap: str, topic: str, trigger: str
+    work: Path,
+    env: dict[str, str],
+    bootstrap: str,
+    topic: str,
+    trigger: str,
+    max_offsets: int | None = None,
 ) -> tuple[subprocess.Popen, Path, str]:
     table = f"bench_stream_{topic.replace('-', '_')}"
     config = work / f"{topic}.toml"
@@ -176,8 +182,9 @@ def start_job(
         "[inputs.rider_events.kafka]\n"
         f'topic = "{topic}"\n'
         f'bootstrap_servers = "{bootstrap}"\n'
-        'starting_offsets = "earliest"\n\n'
-        "[outputs.enriched.hive]\n"
+        'starting_offsets = "earliest"\n'
+        + (f"maxOffsetsPerTrigger = {max_offsets}\n" if max_offsets else "")
+        + "\n[outputs.enriched.hive]\n"
         f'table = "{table}"\n'
     )
     checkpoints = work / "checkpoints" / topic
@@ -196,6 +203,70 @@ def start_job(
         "--no-progress",
     ]
     return subprocess.Popen(cmd, env=env, stdout=sys.stderr, stderr=sys.stderr), checkpoints, table
+
+
+def commit_times(checkpoints: Path) -> list[tuple[int, float, int]]:
+    """(batch id, commit file time, records read up to it) of every committed batch."""
+    out = []
+    for commit in checkpoints.glob("*/*/*/*/commits/[0-9]*"):
+        offsets = commit.parent.parent / "offsets" / commit.name
+        lines = offsets.read_text().strip().splitlines()
+        ends = json.loads(lines[-1]) if lines else {}
+        total = sum(sum(parts.values()) for parts in ends.values())
+        out.append((int(commit.name), commit.stat().st_mtime, total))
+    return sorted(out)
+
+
+def run_backlog(
+    args: argparse.Namespace, work: Path, env: dict[str, str], bootstrap: str, count: int
+) -> dict:
+    """The job's own rate: ``count`` records produced first, then the job started on them in
+    micro-batches of ``count / 6`` records (``maxOffsetsPerTrigger``, back to back: a catch-up);
+    records/s from its first micro-batch's commit to the commit of the last record (the first
+    batch, a fresh JVM's, is reported on its own). Spark's event log is kept in ``work``."""
+    from kappaplus.local.broker import create_topic
+
+    topic = f"backlog-{time.monotonic_ns() % 10**6}"
+    create_topic(bootstrap, topic, partitions=PARTITIONS)
+    out = work / f"produce-{topic}.json"
+    answer(run_child("produce", bootstrap=bootstrap, topic=topic, count=count, out=out), out)
+    events = work / "events" / topic
+    events.mkdir(parents=True)
+    logged = dict(env)
+    logged["KAPPA_DRIVER_JAVA_OPTIONS"] = (
+        f"{env.get('KAPPA_DRIVER_JAVA_OPTIONS', '')} -Dspark.eventLog.enabled=true "
+        f"-Dspark.eventLog.dir={events.as_uri()} -Dspark.eventLog.compress=false"
+    ).strip()
+    began = time.time()
+    job, checkpoints, table = start_job(
+        work, logged, bootstrap, topic, args.trigger, max_offsets=count // 6
+    )
+    deadline = began + 900
+    while committed_position(checkpoints) < count and time.time() < deadline:
+        if job.poll() is not None:
+            break
+        time.sleep(0.5)
+    failed = job.poll()
+    job.send_signal(signal.SIGTERM)
+    try:
+        job.wait(120)
+    except subprocess.TimeoutExpired:
+        job.kill()
+    commits = commit_times(checkpoints)
+    first = next((c for c in commits if c[2] > 0), None)
+    last = next((c for c in commits if c[2] >= count), None)
+    rate = None
+    if first is not None and last is not None and last[1] > first[1]:
+        rate = (last[2] - first[2]) / (last[1] - first[1])
+    return {
+        "records": count,
+        "job_failed": failed,
+        "batches": [(b, round(t - began, 1), n) for b, t, n in commits],
+        "first_commit_s": None if first is None else first[1] - began,
+        "first_records": None if first is None else first[2],
+        "rate": rate,
+        "events": str(events),
+    }
 
 
 def run_rate(
@@ -281,7 +352,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def render(loop: dict, steps: list[dict], latency: dict | None, args: argparse.Namespace) -> str:
+def render(
+    loop: dict,
+    steps: list[dict],
+    latency: dict | None,
+    args: argparse.Namespace,
+    backlog: dict | None = None,
+) -> str:
     loop_rate = loop["records"] / loop["seconds"]
     best = max((s["rate"] for s in steps if s["sustained"]), default=0)
     lines = [
@@ -294,6 +371,19 @@ def render(loop: dict, steps: list[dict], latency: dict | None, args: argparse.N
         f"Loop (consume + `json.loads`, one process): {loop['records']:,} records in "
         f"{loop['seconds']:.1f} s = **{loop_rate:,.0f} records/s**.",
         "",
+    ]
+    if backlog is not None and backlog["rate"]:
+        lines += [
+            f"Backlog (the job's own rate): {backlog['records']:,} records produced first, then "
+            "the job started on them, one sixth per micro-batch: first micro-batch committed "
+            f"{backlog['first_commit_s']:.1f} s "
+            f"after the command ({backlog['first_records']:,} records), then "
+            f"**{backlog['rate']:,.0f} records/s = {backlog['rate'] / loop_rate:.2f}x the "
+            f"loop's** to the last record; batches (id, s after the command, records read): "
+            f"{backlog['batches']}.",
+            "",
+        ]
+    lines += [
         "| rate records/s | producer reached /s | behind at the producer's end | caught up "
         "after s | sustained |",
         "|---:|---:|---:|---:|---|",
@@ -332,6 +422,12 @@ def main() -> None:
     parser.add_argument("--trigger", default="5 seconds")
     parser.add_argument("--loop-records", type=int, default=1_000_000)
     parser.add_argument("--latency-rate", type=int, help="default: half the highest sustained")
+    parser.add_argument(
+        "--backlog-records",
+        type=int,
+        default=0,
+        help="first measure the job's own rate on this many records produced beforehand",
+    )
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     for hidden in ("child", "out", "bootstrap", "topic"):
@@ -367,6 +463,10 @@ def main() -> None:
             out,
         )
         print(f"loop: {loop}", file=sys.stderr)
+        backlog = None
+        if args.backlog_records:
+            backlog = run_backlog(args, work, env, bootstrap, args.backlog_records)
+            print(f"backlog: {backlog}", file=sys.stderr)
         steps = []
         for rate in [int(r) for r in args.rates.split(",") if r]:
             step = run_rate(args, work, env, bootstrap, rate)
@@ -391,7 +491,7 @@ def main() -> None:
         broker.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    text = render(loop, steps, latency, args)
+    text = render(loop, steps, latency, args, backlog)
     print(text)
     if not args.no_docs:
         write_doc(text)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "getting-started.md"
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.S)
@@ -45,6 +46,9 @@ def test_the_guide_has_files_and_commands() -> None:
         assert step in commands
 
 
+# slow (~3 min: `kappa up` and six `kappa` commands); the README steps run by default
+# (tests/test_readme.py)
+@pytest.mark.slow
 def test_the_users_guide_backfills_as_written(tmp_path: Path) -> None:
     script = ["set -euo pipefail"]
     for kind, body in guide_blocks():

@@ -143,6 +143,8 @@ def _rides(lake: Path) -> Counter[tuple[int, str]]:
     return truth
 
 
+# slow (~1 min: spark-submit of a zipped job); the wheel's own run stays in the default run
+@pytest.mark.slow
 def test_spark_submit_runs_a_backfill_of_a_job_shipped_as_a_zip(
     installed: Path, tmp_path: Path
 ) -> None:

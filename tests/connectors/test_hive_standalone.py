@@ -21,6 +21,9 @@ HERE = Path(__file__).resolve().parent
 JOB = HERE / "standalone_job.py"
 
 
+# slow (~1 min: a master and two workers); tests/connectors/test_session_cluster.py
+# runs a cluster by default
+@pytest.mark.slow
 @pytest.mark.timeout(JOB_TIMEOUT + 180)
 def test_hive_stream_on_standalone_cluster(standalone_cluster: Cluster, tmp_path: Path) -> None:
     job_home = tmp_path / "job"

@@ -163,6 +163,8 @@ def as_session(row: list[Any]) -> tuple[Any, ...]:
     return (rider, start, end, count, tuple(kinds), trip)
 
 
+# slow (~2 min: two `kappa run` processes, the stream waiting out its idle time)
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_stream_and_backfill_run_at_the_same_time(
     stack_home: tuple[Path, str], kafka_bootstrap: str, new_topic: Any, tmp_path: Path

@@ -16,7 +16,7 @@ from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_tab
 from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
 
-START, END = "2024-03-01T00:00:00", "2024-03-02T00:00:00"
+START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
 SLICES = {"maxEventTimePerTrigger": "4 hours"}
 RIDERS = 60
 COLUMNS = [
@@ -30,7 +30,7 @@ COLUMNS = [
 
 
 def test_eviction_batches_write_each_session_once(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]
-    events = rider_events(riders=RIDERS, start=START, hours=24, seed=5, late_fraction=0.0)
+    events = rider_events(riders=RIDERS, start=START, hours=12, seed=5, late_fraction=0.0)
     truth = sessions_by_hand(events, 30 * 60)
     table = f"rider_events_{uid()}"
     write_table(spark, table, events, RIDER_EVENT_DDL)
@@ -62,8 +62,8 @@ def test_eviction_batches_write_each_session_once(spark, scratch: Path) -> None:
     data_slices = [
         b for b in on.tracker.stats["sessions"].history if b.input_rows and not _marker(b)
     ]
-    # a day in 4-hour slices: an eviction batch after each but the last (the end marker's)
-    assert len(data_slices) >= 5
+    # 12 hours in 4-hour slices: an eviction batch after each but the last (the end marker's)
+    assert len(data_slices) >= 3
     assert len(on_evictions) == len(data_slices) - 1, (len(on_evictions), len(data_slices))
     assert all(b.input_rows == 0 for b in on_evictions)
     assert off_evictions == []
@@ -75,7 +75,7 @@ def test_eviction_batches_write_each_session_once(spark, scratch: Path) -> None:
     # (its session still open there, merged with the next slice's events)
     assert len(truth) <= puts_on <= len(truth) + len(on_evictions) * RIDERS, (puts_on, len(truth))
     # without: the next slice also rewrites every closed session of each rider it touches
-    assert puts_off >= puts_on + len(truth) // 2, (puts_off, puts_on)
+    assert puts_off >= puts_on + len(truth) // 3, (puts_off, puts_on)
 
 
 def _evicts(offset: Any) -> bool:
