@@ -74,10 +74,21 @@ def producer_of(bootstrap: str):  # type: ignore[no-untyped-def]
     )
 
 
+FAILED = [0]
+"""Records the broker did not take (a delivery report with an error), in this process."""
+
+
+def delivered(err, _message) -> None:  # type: ignore[no-untyped-def]
+    if err is not None:
+        FAILED[0] += 1
+
+
 def send(producer, topic: str, i: int, now: float) -> None:  # type: ignore[no-untyped-def]
     while True:
         try:
-            producer.produce(topic, value=record(i, now), partition=i % PARTITIONS)
+            producer.produce(
+                topic, value=record(i, now), partition=i % PARTITIONS, on_delivery=delivered
+            )
             return
         except BufferError:
             producer.poll(0.01)
@@ -109,7 +120,9 @@ def child_produce(args: argparse.Namespace) -> None:
     if producer.flush(120) != 0:
         raise SystemExit("the producer could not deliver every record")
     seconds = time.time() - began
-    Path(args.out).write_text(json.dumps({"sent": sent, "seconds": seconds}))
+    # "sent": what the broker took (delivery reports without an error), what a job can read
+    answer = {"sent": sent - FAILED[0], "produced": sent, "failed": FAILED[0], "seconds": seconds}
+    Path(args.out).write_text(json.dumps(answer))
 
 
 def child_loop(args: argparse.Namespace) -> None:
