@@ -74,6 +74,9 @@ def producer_of(bootstrap: str):  # type: ignore[no-untyped-def]
     )
 
 
+CONFIG_EXTRA = [""]
+"""TOML appended to every job configuration (``--config-extra``)."""
+
 FAILED = [0]
 """Records the broker did not take (a delivery report with an error), in this process."""
 
@@ -198,7 +201,7 @@ def start_job(
         'starting_offsets = "earliest"\n'
         + (f"maxOffsetsPerTrigger = {max_offsets}\n" if max_offsets else "")
         + "\n[outputs.enriched.hive]\n"
-        f'table = "{table}"\n'
+        f'table = "{table}"\n' + (f"\n{CONFIG_EXTRA[0]}\n" if CONFIG_EXTRA[0] else "")
     )
     checkpoints = work / "checkpoints" / topic
     cmd = [
@@ -436,6 +439,11 @@ def main() -> None:
     parser.add_argument("--loop-records", type=int, default=1_000_000)
     parser.add_argument("--latency-rate", type=int, help="default: half the highest sustained")
     parser.add_argument(
+        "--config-extra",
+        default="",
+        help="TOML appended to the job's configuration, e.g. a setting to measure",
+    )
+    parser.add_argument(
         "--backlog-records",
         type=int,
         default=0,
@@ -448,6 +456,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    CONFIG_EXTRA[0] = args.config_extra.replace("\\n", "\n")
     if args.child:
         {"produce": child_produce, "loop": child_loop}[args.child](args)
         return
