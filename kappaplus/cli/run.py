@@ -27,7 +27,7 @@ from kappaplus.cli.errors import error_exit
 from kappaplus.cli.session_options import MASTER, METASTORE_URI, command_session
 from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.runtime.observe.progress import format_seconds
-from kappaplus.session import ROCKSDB_PROVIDER
+from kappaplus.state_store import ROCKSDB_PROVIDER
 
 _console = Console()
 log = logging.getLogger(__name__)
@@ -301,7 +301,7 @@ def _run_prepared(run: _PreparedRun, *, master: str | None, metastore_uri: str |
     from kappaplus.runtime.failures import metastore_uri as metastore_of
     from kappaplus.runtime.runner import run_job
     from kappaplus.runtime.state.records import exit_code
-    from kappaplus.session import STATE_STORE_SETTINGS
+    from kappaplus.state_store import STATE_STORE_SETTINGS
 
     try:
         spark = command_session(

@@ -201,7 +201,8 @@ def train(home: Path, classpath_file: Path) -> None:
     from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
     from kappaplus.runtime.options import RunOptions
     from kappaplus.runtime.runner import run_job
-    from kappaplus.session import STATE_STORE_SETTINGS, create_session, stop_session
+    from kappaplus.session import create_session, stop_session
+    from kappaplus.state_store import STATE_STORE_SETTINGS
 
     spark = create_session(
         "kappa-jvm-archive", master="local[2]", home=home, defaults=STATE_STORE_SETTINGS

@@ -174,7 +174,7 @@ class _PreparedRun:
     queries: dict[str, StreamingQuery] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from kappaplus.session import state_rows_counted
+        from kappaplus.state_store import state_rows_counted
 
         self.tracker = ProgressTracker(
             [*self.plans], state_rows_counted=state_rows_counted(self.spark)

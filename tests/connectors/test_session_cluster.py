@@ -37,7 +37,8 @@ CALLER = {
 JOB = textwrap.dedent(
     """
     import json, sys
-    from kappaplus.session import SESSION_SETTINGS, STATE_STORE_SETTINGS, create_session
+    from kappaplus.session import SESSION_SETTINGS, create_session
+    from kappaplus.state_store import STATE_STORE_SETTINGS
 
     master, home = sys.argv[1], sys.argv[2]
     keys, caller = json.loads(sys.argv[3]), json.loads(sys.argv[4])

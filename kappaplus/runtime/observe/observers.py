@@ -65,7 +65,7 @@ def serve_metrics(
     if run.metrics_port is None:
         return None
     from kappaplus.runtime.observe.metrics import MetricsListener, MetricsServer
-    from kappaplus.session import state_rows_counted
+    from kappaplus.state_store import state_rows_counted
 
     listener = MetricsListener(
         {plan.query_name: name for name, plan in plans.items()},
