@@ -180,7 +180,8 @@ class SliceBudgets(StrictModel):
     """A backfill runs one micro-batch with no rows after each slice, so the job's stateful
     operators drop what the slice closed before the next slice arrives. Default: on for a
     job that keeps rows in state (session windows, stream-stream joins, deduplication,
-    arbitrary state), off otherwise; ``false`` turns it off."""
+    arbitrary state) under an available-now trigger, off otherwise (under a processing-time
+    trigger each would take a trigger of its own); ``false`` turns it off."""
 
 
 class SlicedLakeInput(MappedLakeInput, SliceBudgets):

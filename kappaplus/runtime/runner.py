@@ -64,7 +64,7 @@ from kappaplus.runtime.observe.observers import (
 )
 from kappaplus.runtime.observe.progress import ProgressTracker
 from kappaplus.runtime.observe.progress_events import ProgressListener
-from kappaplus.runtime.options import RunOptions, slug
+from kappaplus.runtime.options import ONCE, RunOptions, slug
 from kappaplus.runtime.side_outputs.dead_letter_tap import (
     DeadLetterPublisher,
     dead_letter_publishers,
@@ -226,7 +226,11 @@ def _prepare(
             with held_lines("kappaplus.connectors") as first_binding:
                 inputs: dict[str, BoundInput] = bind(resolved)
                 frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-                larger = with_state_slices(resolved, frames) if run.mode.reads_lake else None
+                larger = (
+                    with_state_slices(resolved, frames, paced=trigger not in (AVAILABLE_NOW, ONCE))
+                    if run.mode.reads_lake
+                    else None
+                )
                 if larger is not None:
                     first_binding.drop()
             if larger is not None:  # bound again: the slice size is a source option

@@ -97,6 +97,12 @@ def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # t
     assert sized is not None
     assert sized.inputs["events"].hive.target_rows_per_trigger is None
     assert sized.inputs["events"].hive.evict_between_slices is True
+    # a processing-time trigger paces one slice per trigger: no eviction batch taking a
+    # trigger of its own, unless the binding asks for it
+    paced = with_state_slices(_resolved({}), sessions, paced=True)
+    assert paced is not None and paced.inputs["events"].hive.evict_between_slices is None
+    asked = with_state_slices(_resolved({"evictBetweenSlices": True}), sessions, paced=True)
+    assert asked is not None and asked.inputs["events"].hive.evict_between_slices is True
     kept = with_state_slices(_resolved({"evictBetweenSlices": False}), sessions)
     assert kept is not None and kept.inputs["events"].hive.evict_between_slices is False
     both = {"evictBetweenSlices": False, "targetRowsPerTrigger": 10}

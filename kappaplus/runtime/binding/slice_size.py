@@ -163,7 +163,7 @@ _SLICE_FIELDS = (
 
 
 def with_state_slices(
-    resolved: ResolvedConfig, frames: Mapping[str, DataFrame]
+    resolved: ResolvedConfig, frames: Mapping[str, DataFrame], *, paced: bool = False
 ) -> ResolvedConfig | None:
     """``resolved`` with the slicing its queries' state calls for, on each lake binding that
     does not set it; None when nothing changes:
@@ -173,7 +173,9 @@ def with_state_slices(
     - some query keeps rows in state (:func:`keeps_rows`): slices of
       :data:`ROW_STATE_TARGET_ROWS` and an eviction batch after each (``evictBetweenSlices``),
       so a slice's closed sessions leave the state store before the next slice's rows are
-      merged with what is stored.
+      merged with what is stored. Not when ``paced`` (a processing-time trigger: one slice
+      per trigger is the run's rate limit, and an eviction batch would take a trigger of its
+      own, halving the rate); ``evictBetweenSlices = true`` asks for them there too.
     """
     if not frames:
         return None
@@ -181,9 +183,11 @@ def with_state_slices(
         sized = _each_lake(
             resolved, "target_rows_per_trigger", ROW_STATE_TARGET_ROWS, _SLICE_FIELDS
         )
-        evicting = _each_lake(
-            sized or resolved, "evict_between_slices", True, ("evict_between_slices",)
-        )
+        evicting = None
+        if not paced:
+            evicting = _each_lake(
+                sized or resolved, "evict_between_slices", True, ("evict_between_slices",)
+            )
         if sized is not None:
             log.info(
                 "slices of about %d rows by default: the job keeps rows in state until the "
