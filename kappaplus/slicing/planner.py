@@ -223,10 +223,7 @@ class SlicePlanner:
         if pos.phase == PHASE_END and pos.markers >= MARKER_BATCHES:
             return start
         if (
-            self.options.evict_between_slices
-            and pos.phase == PHASE_DATA
-            and pos.manifest is not None
-            and not pos.evict
+            self._evicts_after(pos)
             and self.target is not None
             and pos.hi is not None
             and pos.hi < self.target
@@ -254,12 +251,21 @@ class SlicePlanner:
                 offset["markers"] = pos.markers + 1
                 return offset
             return start
-        if self.options.evict_between_slices and pos.manifest is not None and not pos.evict:
+        if self._evicts_after(pos):
             return self._eviction(start, late_files, late_rows)
         offset = self._plan(files, pos, limit, row_budget, late_files, late_rows)
         if ends_input and self.options.emits_end_marker and offset["hi"] >= limit:
             offset["markers"] = 1  # the last data slice carries the first marker
         return offset
+
+    def _evicts_after(self, pos: Position) -> bool:
+        """Whether an eviction batch comes next: ``pos`` ends a data slice that read files."""
+        return (
+            self.options.evict_between_slices
+            and pos.phase == PHASE_DATA
+            and pos.manifest is not None
+            and not pos.evict
+        )
 
     def _eviction(self, start: dict, late_files: int, late_rows: int) -> dict:
         """The offset of an eviction batch after the slice ending at ``start``: the same
