@@ -19,6 +19,15 @@ from kappaplus.config import JobConfig, config_from_dict
 
 EXAMPLES = Path(examples.__file__).parent
 US = 1_000_000
+#: The columns of the sessionization example's output, as the tests compare them.
+SESSION_COLUMNS = [
+    "rider_id",
+    "session_start",
+    "session_end",
+    "event_count",
+    "event_types",
+    "trip_requested",
+]
 
 
 def uid() -> str:

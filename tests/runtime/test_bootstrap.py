@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import (
     FLUSH_RIDER,
+    SESSION_COLUMNS,
     example_config,
     flush_events,
     sessions_by_hand,
@@ -36,14 +37,7 @@ T0 = datetime.fromisoformat(START + "+00:00")
 CUTOFF = T0 + timedelta(hours=5)
 RETAINED_FROM = T0 + timedelta(hours=4)  # what Kafka's retention still holds (arrival time)
 LAKE_UNTIL = T0 + timedelta(hours=6)  # the archive has more than the lake owns
-COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+COLUMNS = SESSION_COLUMNS
 GAP = 30 * 60
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
+from runtime_helpers import SESSION_COLUMNS, example_config, sessions_by_hand, table_rows, uid
 
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
@@ -19,14 +19,7 @@ from kappaplus.runtime.runner import run_job
 START, END = "2024-03-01T00:00:00", "2024-03-01T12:00:00"
 SLICES = {"maxEventTimePerTrigger": "4 hours"}
 RIDERS = 60
-COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+COLUMNS = SESSION_COLUMNS
 
 
 def test_eviction_batches_write_each_session_once(spark, scratch: Path) -> None:  # type: ignore[no-untyped-def]

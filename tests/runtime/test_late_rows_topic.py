@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from runtime_helpers import (
+    SESSION_COLUMNS,
     consume_topic,
     dropped_by_watermark,
     example_config,
@@ -28,14 +29,7 @@ from kappaplus.runtime.options import RunOptions
 from kappaplus.runtime.runner import run_job
 
 START = "2024-03-01T00:00:00"
-COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+COLUMNS = SESSION_COLUMNS
 GAP = 30 * 60
 BATCH = 150
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import (
     FLUSH_RIDER,
+    SESSION_COLUMNS,
     consume_topic,
     example_config,
     flush_events,
@@ -34,14 +35,7 @@ from kappaplus.runtime.runner import run_job
 START = "2024-03-01T00:00:00"
 T0 = datetime.fromisoformat(START + "+00:00")
 CUTOFF = T0 + timedelta(hours=4)
-COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+COLUMNS = SESSION_COLUMNS
 GAP = 30 * 60
 SESSIONS_PROTO = Path(__file__).parents[1] / "protobuf" / "sessions.proto"
 GARBAGE = [b"\xff\xff\xff\xff", b"\x0a\x10truncated"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime_helpers import (
+    SESSION_COLUMNS,
     dropped_by_watermark,
     example_config,
     flush_events,
@@ -25,14 +26,7 @@ from kappaplus.runtime.runner import run_job
 from kappaplus.runtime.state.records import list_runs, read_checkpoint
 
 START, END = "2024-03-01T00:00:00", "2024-03-01T08:00:00"
-COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+COLUMNS = SESSION_COLUMNS
 GAP = 30 * 60
 BATCH = 150
 
