@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from kappaplus.config import EventTimeBounds
     from kappaplus.core.ahead import AheadRule
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
 
 
 def bounds_metrics_name(input_name: str, prefix: str = "kappa_bounds") -> str:
@@ -113,13 +114,16 @@ def mark_out_of_bounds(
     bounds: EventTimeBounds,
     metrics: str,
     ahead: AheadRule | None = None,
+    tap: DeadLetterPlan | None = None,
 ) -> DataFrame:
     """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record whose event
     time is out of bounds has failed (its reason in the error column): good_events skips
     it, dead_letters writes it. Counted as ``out_of_bounds`` (observed metric ``metrics``),
     with the records then further ahead of their peers than ``ahead`` allows
     (:mod:`kappaplus.runtime.binding.outliers`), which fail the same way (an out-of-bounds
-    record is judged first: it is neither judged again nor anyone's peer)."""
+    record is judged first: it is neither judged again nor anyone's peer). With ``tap``
+    (the input's dead letters) the judge's pass is the dead-letter tap as well
+    (:class:`~kappaplus.runtime.side_outputs.dead_letter_tap.DeadLetterTap`)."""
     from pyspark.sql import functions as F
 
     from kappaplus.codecs import ERROR_COL
@@ -127,7 +131,7 @@ def mark_out_of_bounds(
 
     reason = out_of_bounds_reason(column, bounds)
     if (reason is None and ahead is None) or column not in decoded.columns:
-        return decoded
+        return mark_far_ahead(decoded, column, None, tap)
     if reason is None:
         reason = F.lit(None).cast("string")
     error = F.col(ERROR_COL)
@@ -135,7 +139,7 @@ def mark_out_of_bounds(
     outside = F.coalesce(error.isNull() & reason.isNotNull(), F.lit(False)).alias(_OUTSIDE)
     marked = F.when(error.isNull(), reason).otherwise(error).alias(ERROR_COL, metadata=metadata)
     columns = [marked if c == ERROR_COL else F.col(f"`{c}`") for c in decoded.columns]
-    judged = mark_far_ahead(decoded.select(*columns, outside), column, ahead)
+    judged = mark_far_ahead(decoded.select(*columns, outside), column, ahead, tap)
     far = F.coalesce(F.col(ERROR_COL).contains(PEERS), F.lit(False))
     bad = F.col(_OUTSIDE) | far
     counted = judged.observe(metrics, F.count(F.when(bad, 1)).alias("out_of_bounds"))

@@ -92,30 +92,35 @@ class StreamMode(RunMode):
         from kappaplus.codecs import decode_kafka, good_events
         from kappaplus.mapping import apply_mapping, is_identity
         from kappaplus.runtime.binding.bounds import bounds_metrics_name, mark_out_of_bounds
+        from kappaplus.runtime.binding.checked_decode import decode_and_check
         from kappaplus.runtime.binding.unify import kafka_resolution, refuse_mismatches
-        from kappaplus.runtime.side_outputs.dead_letter_tap import (
-            decode_metrics_name,
-            tap_dead_letters,
-        )
+        from kappaplus.runtime.side_outputs.dead_letter_tap import decode_metrics_name
 
         spec, kafka = ctx.spec, ctx.binding.kafka
         if kafka is None:
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
         decoder = decoder_spec(spec, kafka)
-        decoded = mark_out_of_bounds(
-            decode_kafka(
-                read_kafka_records(ctx.spark, kafka, ctx.drain_file),
+        records = read_kafka_records(ctx.spark, kafka, ctx.drain_file)
+        if decoder.json_decoder == "jvm":  # decoded in Spark: the checks' own pass after it
+            decoded = mark_out_of_bounds(
+                decode_kafka(records, decoder, metrics=decode_metrics_name(spec.name)),
+                decoder.event_time,
+                ctx.binding.bounds,
+                bounds_metrics_name(spec.name),
+                ctx.ahead,
+                tap=ctx.dead_letters,  # the judge's Python pass is the tap as well
+            )
+        else:  # decoding, bounds, judge and tap in one Python pass
+            decoded = decode_and_check(
+                records,
                 decoder,
-                metrics=decode_metrics_name(spec.name),
-            ),
-            decoder.event_time,
-            ctx.binding.bounds,
-            bounds_metrics_name(spec.name),
-            ctx.ahead,
-        )
+                ctx.binding.bounds,
+                ctx.ahead,
+                ctx.dead_letters,
+                decode_metrics=decode_metrics_name(spec.name),
+                bounds_metrics=bounds_metrics_name(spec.name),
+            )
         decoded = observe_kafka(decoded, spec.name, decoder.event_time)
-        if ctx.dead_letters is not None:
-            decoded = tap_dead_letters(decoded, ctx.dead_letters)
         raw = bind.with_kafka_metadata(decoded) if spec.kafka_metadata else good_events(decoded)
         resolution = kafka_resolution(ctx.spark, spec, kafka)  # the records' fields -> the job's
         refuse_mismatches(resolution)

@@ -28,7 +28,6 @@ time is null or that already failed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -36,13 +35,14 @@ from kappaplus.core.ahead import AUTO, AUTO_SPREAD, AheadRule
 from kappaplus.core.event_time import PEERS, far_ahead_reasons
 from kappaplus.core.timeutil import Duration, parse_duration
 
-__all__ = ["PEERS", "ahead_rule", "far_ahead_reasons", "mark_far_ahead"]
+__all__ = ["PEERS", "ahead_rule", "far_ahead_reasons", "judge_table", "mark_far_ahead"]
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from kappaplus.config import EventTimeBounds
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
 
 log = logging.getLogger(__name__)
 
@@ -107,43 +107,54 @@ def state_ahead_rule(input_name: str, rule: AheadRule | None) -> None:
     )
 
 
-def mark_far_ahead(decoded: DataFrame, column: str, max_ahead: AheadRule | None) -> DataFrame:
-    """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record further ahead
-    of its partition's median in its task than ``max_ahead`` allows has failed (its reason
-    in the error column), as :func:`~kappaplus.runtime.binding.bounds.mark_out_of_bounds`
-    fails an out-of-bounds record; unchanged when ``max_ahead`` is None."""
-    from pyspark.sql import functions as F
+def judge_table(table: pa.Table, column: str, max_ahead: AheadRule) -> pa.Table:
+    """``table`` (one task's decoded records) with the error of each record further ahead of
+    its partition's median than ``max_ahead`` allows set to its reason (earlier errors kept)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from kappaplus.codecs import ERROR_COL
     from kappaplus.codecs.schema import RECORD_COL
 
-    if max_ahead is None or column not in decoded.columns:
+    errors = table.column(ERROR_COL).combine_chunks()
+    record = table.column(RECORD_COL).combine_chunks()
+    reasons = far_ahead_reasons(
+        table.column(column).combine_chunks(),
+        record.field("partition"),
+        pc.is_valid(errors),
+        column,
+        max_ahead,
+    )
+    marked = pc.coalesce(errors, pa.array(reasons, errors.type))
+    index = table.schema.get_field_index(ERROR_COL)
+    return table.set_column(index, table.field(index), marked)
+
+
+def mark_far_ahead(
+    decoded: DataFrame,
+    column: str,
+    max_ahead: AheadRule | None,
+    tap: DeadLetterPlan | None = None,
+) -> DataFrame:
+    """A :func:`~kappaplus.codecs.decode_kafka` result where a decoded record further ahead
+    of its partition's median in its task than ``max_ahead`` allows has failed (its reason
+    in the error column), as :func:`~kappaplus.runtime.binding.bounds.mark_out_of_bounds`
+    fails an out-of-bounds record; unchanged when ``max_ahead`` is None and there is no
+    ``tap``. With ``tap`` the same Python pass is the input's dead-letter tap
+    (:class:`~kappaplus.runtime.side_outputs.dead_letter_tap.DeadLetterTap`): one crossing
+    between the JVM and Python instead of two."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.codecs import ERROR_COL
+    from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterTap
+
+    judging = max_ahead is not None and column in decoded.columns
+    if not judging and tap is None:
         return decoded
     schema = decoded.schema
     metadata = schema[ERROR_COL].metadata
     names = schema.names
-
-    def judge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        held = list(batches)
-        if not held:
-            return
-        table = pa.Table.from_batches(held)
-        errors = table.column(ERROR_COL).combine_chunks()
-        record = table.column(RECORD_COL).combine_chunks()
-        reasons = far_ahead_reasons(
-            table.column(column).combine_chunks(),
-            record.field("partition"),
-            pc.is_valid(errors),
-            column,
-            max_ahead,
-        )
-        marked = pc.coalesce(errors, pa.array(reasons, errors.type))
-        index = names.index(ERROR_COL)
-        yield from table.set_column(index, table.field(index), marked).to_batches()
-
-    judged = decoded.mapInArrow(judge, schema)
+    judge = (column, max_ahead) if judging and max_ahead is not None else None
+    judged = decoded.mapInArrow(DeadLetterTap(tap, judge), schema)
     error = F.col(ERROR_COL).alias(ERROR_COL, metadata=metadata)
     return judged.select(*[error if c == ERROR_COL else F.col(f"`{c}`") for c in names])

@@ -4,12 +4,15 @@ them, with no query of their own and no second read of the topic.
 For a Kafka input with a ``dlq`` topic or table (the output queries decode the topic anyway):
 
 1. **Tap** (executors): after decoding (and the event-time bounds, whose rejects are dead
-   letters too) every record passes through :class:`DeadLetterTap`, a ``mapInArrow`` that
-   passes the good records on and drops the failed ones. In the query that publishes the
-   input's dead letters (the *publisher*, below) it first stages them, in the dead-letter
-   schema, under ``<run checkpoint>/_dlq/<input>/batch=<N>/part-<P>.parquet`` (Spark's
-   task-local ``sql.streaming.queryId`` and ``streaming.sql.batchId`` say which query and
-   batch a task serves): one file per input partition, rewritten whole by a retried task.
+   letters too) every record passes through :class:`DeadLetterTap`, a ``mapInArrow`` (the
+   same pass as the ``max_ahead`` judge,
+   :func:`~kappaplus.runtime.binding.outliers.mark_far_ahead`) that passes every record on
+   without its raw key and value; ``good_events`` drops the failed ones after they are
+   counted. In the query that publishes the input's dead letters (the *publisher*, below)
+   it first stages them, in the dead-letter schema, under
+   ``<run checkpoint>/_dlq/<input>/batch=<N>/part-<P>.parquet`` (Spark's task-local
+   ``sql.streaming.queryId`` and ``streaming.sql.batchId`` say which query and batch a task
+   serves): one file per input partition, rewritten whole by a retried task.
 2. **Publish** (driver, in the output's ``foreachBatch``,
    :class:`kappaplus.runtime.binding.outputs.OutputWriter`): the batch is computed once
    (``persist``), its staged dead letters go to the target through
@@ -47,6 +50,7 @@ import pyarrow.parquet as pq
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from kappaplus.core.ahead import AheadRule
     from kappaplus.dead_letters.targets import DeadLetterTarget
     from kappaplus.jobs import Job
 
@@ -118,10 +122,18 @@ def publisher_checkpoint(plan: DeadLetterPlan) -> str | None:
 
 
 class DeadLetterTap:
-    """The ``mapInArrow`` function of one input after decoding (see the module docstring)."""
+    """The ``mapInArrow`` function of one input after decoding (see the module docstring).
 
-    def __init__(self, plan: DeadLetterPlan) -> None:
+    ``judge`` (the event-time column and its ``max_ahead`` rule) first fails the records
+    too far ahead of their peers (:func:`~kappaplus.runtime.binding.outliers.judge_table`),
+    so that judging and tapping cost one pass between the JVM and Python. Without ``plan``
+    it only judges. Either way the records leave without their raw key and value."""
+
+    def __init__(
+        self, plan: DeadLetterPlan | None, judge: tuple[str, AheadRule] | None = None
+    ) -> None:
         self.plan = plan
+        self.judge = judge
 
     def _staged_batch(self, context: Any) -> int | None:
         """The batch id when this task runs a batch of the publishing query, else None."""
@@ -131,7 +143,7 @@ class DeadLetterTap:
             query_id_of,
         )
 
-        if context is None:
+        if context is None or self.plan is None:
             return None
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         raw_batch = context.getLocalProperty(BATCH_ID_PROPERTY)
@@ -143,26 +155,66 @@ class DeadLetterTap:
         return int(raw_batch)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
+        from kappaplus.runtime.binding.outliers import judge_table
+
+        if self.judge is None:
+            tables: Iterator[pa.Table] = (pa.Table.from_batches([b]) for b in batches)
+        else:
+            held = list(batches)  # a record's peers: every record of the task
+            if not held:
+                return
+            tables = iter([judge_table(pa.Table.from_batches(held), *self.judge)])
+        yield from self.batches(tables)
+
+    def batches(self, tables: Iterator[pa.Table]) -> Iterator[pa.RecordBatch]:
+        """The tap over one task's decoded (and judged) records: stage the failed ones in
+        the publishing query, pass every one on without its raw key and value."""
         from pyspark import TaskContext
 
-        from kappaplus.codecs import ERROR_COL, dead_letter_arrow
+        from kappaplus.codecs import RECORD_COL
 
         context = TaskContext.get()
         batch_id = self._staged_batch(context)
         now = datetime.now(UTC)
         dead: list[pa.Table] = []
-        for batch in batches:
-            failed = pc.is_valid(batch.column(ERROR_COL))
-            if batch.num_rows == 0 or not pc.any(failed).as_py():
-                yield batch
-                continue
+        for table in tables:
             if batch_id is not None:
-                bad = batch.filter(failed)
-                dead.append(dead_letter_arrow(bad, bad.column(ERROR_COL), self.plan.job, now))
-            yield batch.filter(pc.invert(failed))
-        if dead and batch_id is not None and context is not None:
+                self._keep_dead_letters(table, now, dead)
+            # the failed records' raw bytes are staged (or have no dead letters to go
+            # to) and the good ones' are never read again: they do not cross back
+            yield from without_raw_bytes(table, RECORD_COL).to_batches()
+        if dead and batch_id is not None and context is not None and self.plan is not None:
             stage_dead_letters(self.plan, batch_id, context.partitionId(), dead)
+
+    def _keep_dead_letters(self, table: pa.Table, now: datetime, dead: list[pa.Table]) -> None:
+        """Add the failed records of ``table`` to ``dead``, as dead letters."""
+        import pyarrow.compute as pc
+
+        from kappaplus.codecs import ERROR_COL, dead_letter_arrow
+
+        if table.num_rows == 0 or self.plan is None:
+            return
+        failed = pc.is_valid(table.column(ERROR_COL))
+        if pc.any(failed).as_py():
+            bad = table.filter(failed)
+            dead.append(dead_letter_arrow(bad, bad.column(ERROR_COL), self.plan.job, now))
+
+
+def without_raw_bytes(table: pa.Table, column: str) -> pa.Table:
+    """``table`` with the ``key`` and ``value`` of its raw-record struct ``column`` null."""
+    index = table.schema.get_field_index(column)
+    record = table.column(index).combine_chunks()
+    struct_type = record.type
+    children = [
+        pa.nulls(len(record), struct_type.field(i).type)
+        if struct_type.field(i).name in ("key", "value")
+        else record.field(i)
+        for i in range(struct_type.num_fields)
+    ]
+    slim = pa.StructArray.from_arrays(
+        children, fields=list(struct_type), mask=record.is_null() if record.null_count else None
+    )
+    return table.set_column(index, table.field(index), slim)
 
 
 def stage_dead_letters(
@@ -173,12 +225,6 @@ def stage_dead_letters(
 
     directory = plan.batch_dir(batch_id)
     return Path(stage(pa.concat_tables(dead), str(directory), f"part-{partition}.parquet"))
-
-
-def tap_dead_letters(decoded: DataFrame, plan: DeadLetterPlan) -> DataFrame:
-    """``decoded`` (a :func:`~kappaplus.codecs.decode_kafka` result) without its failed
-    records, which the publishing query stages (same schema, metadata included)."""
-    return decoded.mapInArrow(DeadLetterTap(plan), decoded.schema)
 
 
 def observed_metrics(df: DataFrame) -> set[str]:
