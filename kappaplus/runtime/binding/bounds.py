@@ -6,10 +6,12 @@ input has :class:`~kappaplus.config.EventTimeBounds` (``[min, max)`` and ``max_f
 ahead of processing time, with defaults); the runtime applies them BELOW
 ``withWatermark`` (the watermark only ever sees rows within them):
 
-- Kafka inputs (``stream`` mode): :func:`mark_out_of_bounds` turns an out-of-bounds
-  decoded record into a dead letter (reason ``event time ... is ...``) in the output
-  queries, which skip it; the one that publishes the input's dead letters writes it
-  (:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`).
+- Kafka inputs (``stream`` mode): an out-of-bounds decoded record becomes a dead letter
+  (reason ``event time ... is ...``) in the output queries, which skip it; the one that
+  publishes the input's dead letters writes it
+  (:mod:`kappaplus.runtime.side_outputs.dead_letter_tap`). The check runs in the one Python
+  pass of :mod:`kappaplus.runtime.binding.checked_decode` (the same bounds, in Arrow), or,
+  after the JVM JSON decoder, as :func:`mark_out_of_bounds`.
 - A bootstrap's Kafka phase: the hybrid source makes such a record a dead letter itself
   (:func:`kappaplus.connectors.hybrid.reader.out_of_bounds_reasons`).
 - Every input (all modes): :func:`drop_out_of_bounds` removes what is left out of bounds

@@ -17,12 +17,13 @@ median (:class:`~kappaplus.core.ahead.AheadRule`), stated in the log when the ru
 
 The rule itself is :func:`kappaplus.core.event_time.far_ahead_reasons` (pure Arrow, shared
 with a bootstrap's Kafka phase, :mod:`kappaplus.connectors.hybrid.reader`). In a stream, the
-check runs in the output queries' decoding (:func:`mark_far_ahead`, a ``mapInArrow``
-over each task: a task reads one offset range of one partition). The peers of a record are
-exactly the records of its offset range, so a replayed micro-batch judges every record the
-same way. A record has peers only if its range has others: a partition that delivers one
-record per batch is not judged (the median is the record itself), nor records whose event
-time is null or that already failed.
+check runs in the output queries' decoding (:func:`judge_table`, in the one Python pass of
+:mod:`kappaplus.runtime.binding.checked_decode`, or :func:`mark_far_ahead` after the JVM JSON
+decoder: a ``mapInArrow`` over each task; a task reads one offset range of one partition).
+The peers of a record are exactly the records of its offset range, so a replayed
+micro-batch judges every record the same way. A record has peers only if its range has
+others: a partition that delivers one record per batch is not judged (the median is the
+record itself), nor records whose event time is null or that already failed.
 """
 
 from __future__ import annotations
