@@ -43,7 +43,7 @@ from kappaplus.codecs.spec import DecoderSpec
 from kappaplus.core.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def check_kafka_schema(df: DataFrame) -> None:
@@ -59,6 +59,29 @@ def check_kafka_schema(df: DataFrame) -> None:
             problems.append(f"column {name!r} is {present[name]}, expected {expected}")
     if problems:
         raise DataError("input does not have the Kafka record schema: " + "; ".join(problems))
+
+
+def decoded_arrow_schema(spec: DecoderSpec) -> pa.Schema:
+    """The Arrow schema of a decoding pass's output (``spec.decoded_schema()``, the raw
+    record as :data:`RECORD_ARROW_TYPE`)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.schema(
+        [
+            f.with_type(RECORD_ARROW_TYPE) if f.name == RECORD_COL else f
+            for f in to_arrow_schema(spec.decoded_schema(), timezone="UTC")
+        ]
+    )
+
+
+def kafka_record_columns() -> list[Column]:
+    """Spark's Kafka record columns as a decoding pass reads them (key and value binary)."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.col(n).cast("binary").alias(n) if n in ("key", "value") else F.col(n)
+        for n in KAFKA_COLUMNS
+    ]
 
 
 def decode_kafka(
@@ -81,18 +104,11 @@ def decode_kafka(
     ...                        .option("subscribe", "trips").load(), spec)  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     check_kafka_schema(df)
     out_schema = spec.decoded_schema()
-    arrow_schema = to_arrow_schema(out_schema, timezone="UTC")
-    arrow_schema = pa.schema(
-        [f.with_type(RECORD_ARROW_TYPE) if f.name == RECORD_COL else f for f in arrow_schema]
-    )
-    columns = [
-        F.col(n).cast("binary").alias(n) if n in ("key", "value") else F.col(n)
-        for n in KAFKA_COLUMNS
-    ]
+    arrow_schema = decoded_arrow_schema(spec)
+    columns = kafka_record_columns()
     frozen_spec = spec
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

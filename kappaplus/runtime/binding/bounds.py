@@ -71,6 +71,15 @@ def range_within_bounds(
     return True
 
 
+def bound_words(bounds: EventTimeBounds) -> tuple[str, str, str]:
+    """What a reason says after the event time, per bound: ``min``, ``max``, ``max_future``."""
+    return (
+        f"is before the bound min = {bounds.min}",
+        f"is not before the bound max = {bounds.max}",
+        f"is more than max_future = {bounds.max_future} ahead of now",
+    )
+
+
 def _violations(column: str, bounds: EventTimeBounds) -> list[tuple[Column, Column]]:
     """``(condition, reason)`` per bound; conditions are false for a null event time."""
     from pyspark.sql import functions as F
@@ -82,18 +91,18 @@ def _violations(column: str, bounds: EventTimeBounds) -> list[tuple[Column, Colu
     def reason(text: str) -> Column:
         return F.concat(F.lit(f"event time {column} = "), shown, F.lit(f" {text}"))
 
+    words = bound_words(bounds)
+
     if bounds.min is not None:
         low = F.timestamp_micros(F.lit(parse_timestamp(bounds.min, "min")))
-        found.append((col < low, reason(f"is before the bound min = {bounds.min}")))
+        found.append((col < low, reason(words[0])))
     if bounds.max is not None:
         high = F.timestamp_micros(F.lit(parse_timestamp(bounds.max, "max")))
-        found.append((col >= high, reason(f"is not before the bound max = {bounds.max}")))
+        found.append((col >= high, reason(words[1])))
     if bounds.max_future is not None:
         ahead = bounds.max_future.micros
         limit = F.timestamp_micros(F.unix_micros(F.current_timestamp()) + F.lit(ahead))
-        found.append(
-            (col > limit, reason(f"is more than max_future = {bounds.max_future} ahead of now"))
-        )
+        found.append((col > limit, reason(words[2])))
     return found
 
 

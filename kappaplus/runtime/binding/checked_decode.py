@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from kappaplus.core.timeutil import parse_timestamp
+from kappaplus.runtime.binding.bounds import bound_words
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,23 +73,13 @@ class BoundsCheck:
 
     @classmethod
     def of(cls, column: str, bounds: EventTimeBounds) -> BoundsCheck | None:
-        """None when no bound applies. The words are :func:`.bounds._violations`'s."""
+        """None when no bound applies; the words are the JVM check's (:func:`.bound_words`)."""
         low = None if bounds.min is None else parse_timestamp(bounds.min, "min")
         high = None if bounds.max is None else parse_timestamp(bounds.max, "max")
         ahead = None if bounds.max_future is None else bounds.max_future.micros
         if low is None and high is None and ahead is None:
             return None
-        return cls(
-            column,
-            low,
-            high,
-            ahead,
-            (
-                f"is before the bound min = {bounds.min}",
-                f"is not before the bound max = {bounds.max}",
-                f"is more than max_future = {bounds.max_future} ahead of now",
-            ),
-        )
+        return cls(column, low, high, ahead, bound_words(bounds))
 
     def reasons(self, times: pa.Array, now: int | None) -> list[str | None] | None:
         """Per record, why its event time is out of bounds (None within; a null time is
@@ -217,25 +208,20 @@ def decode_and_check(
     ... # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import ByteType, StructField, StructType
 
-    from kappaplus.codecs.frames import check_kafka_schema
-    from kappaplus.codecs.schema import ERROR_COL, KAFKA_COLUMNS, RECORD_ARROW_TYPE, RECORD_COL
+    from kappaplus.codecs.frames import (
+        check_kafka_schema,
+        decoded_arrow_schema,
+        kafka_record_columns,
+    )
+    from kappaplus.codecs.schema import ERROR_COL
 
     check_kafka_schema(df)
     decoded_type = spec.decoded_schema()
-    decoded_arrow = pa.schema(
-        [
-            f.with_type(RECORD_ARROW_TYPE) if f.name == RECORD_COL else f
-            for f in to_arrow_schema(decoded_type, timezone="UTC")
-        ]
-    )
+    decoded_arrow = decoded_arrow_schema(spec)
     checks = BoundsCheck.of(spec.event_time, bounds)
-    columns = [
-        F.col(n).cast("binary").alias(n) if n in ("key", "value") else F.col(n)
-        for n in KAFKA_COLUMNS
-    ]
+    columns = kafka_record_columns()
     if checks is not None and checks.ahead is not None:
         columns.append(F.current_timestamp().alias(NOW_COL))
     out_type = StructType([*decoded_type.fields, StructField(CHECK_COL, ByteType(), False)])
