@@ -53,6 +53,8 @@ from typing import Any
 from bench_backfill import BASE, DAY, ROOT, child, child_may_fail, iso, run_timed, session, stop
 from doc_blocks import replace_block
 
+from kappaplus.examples.sessionization import SESSION_COLUMNS
+
 BENCH = Path(__file__).resolve().parent
 DOC = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench_state:start -->", "<!-- bench_state:end -->"
@@ -63,14 +65,7 @@ MEAN_EVENTS = 5
 """Events per session: 2 to 8, uniform."""
 AREAS = ("downtown", "airport", "mission", "soma", "marina", "sunset")
 LATER_TYPES = ("search", "view_price", "request_trip", "cancel_trip")
-OUTPUT_COLUMNS = (
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-)
+OUTPUT_COLUMNS = SESSION_COLUMNS  # the example's own
 
 
 def table_name(days: int, rows_per_day: int) -> str:

@@ -21,6 +21,16 @@ from pyspark.sql import functions as F
 from kappaplus import InputSpec, Job, OutputSpec, Params
 from kappaplus.examples.generate import RIDER_EVENT_DDL
 
+SESSION_COLUMNS = (
+    "rider_id",
+    "session_start",
+    "session_end",
+    "event_count",
+    "event_types",
+    "trip_requested",
+)
+"""The columns of the ``sessions`` output, in order (what tests and benchmarks compare)."""
+
 
 def sessionize(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:
     """One row per rider session (see the module docstring)."""

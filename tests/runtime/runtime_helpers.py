@@ -16,18 +16,12 @@ from pyspark.sql import functions as F
 
 import kappaplus.examples as examples
 from kappaplus.config import JobConfig, config_from_dict
+from kappaplus.examples import sessionization
 
 EXAMPLES = Path(examples.__file__).parent
 US = 1_000_000
 #: The columns of the sessionization example's output, as the tests compare them.
-SESSION_COLUMNS = [
-    "rider_id",
-    "session_start",
-    "session_end",
-    "event_count",
-    "event_types",
-    "trip_requested",
-]
+SESSION_COLUMNS = list(sessionization.SESSION_COLUMNS)
 
 
 def uid() -> str:
