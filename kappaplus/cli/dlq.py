@@ -62,7 +62,9 @@ def _plan(job: str, config: Path | None, input_name: str | None, checkpoint: Pat
     target = DeadLetterTarget.of_kafka_input(kafka)
     if target is None:
         raise ConfigError(
-            f"inputs.{input_name}.kafka.dlq", None, "the input has no dead-letter table or topic"
+            f"inputs.{input_name}.kafka.dlq",
+            None,
+            "its dead letters are discarded (dlq = { discard = true }): nothing to replay",
         )
     bounds = binding.bounds
     settings = {k.removeprefix("kafka."): v for k, v in kafka.options.items()}

@@ -41,15 +41,29 @@ class DeadLetterQueue(StrictModel):
     """A Kafka input's ``dlq``: where its undecodable records go, with their reason, as
     written in the config (a Kafka topic or a Hive table). The run writes them through
     :class:`kappaplus.dead_letters.targets.DeadLetterTarget`, built from this and the
-    input's brokers by :meth:`~kappaplus.dead_letters.targets.DeadLetterTarget.of_kafka_input`."""
+    input's brokers by :meth:`~kappaplus.dead_letters.targets.DeadLetterTarget.of_kafka_input`.
+
+    Without a ``dlq`` an input's dead letters go to the topic ``<topic>.dlq`` on its own
+    brokers (:attr:`KafkaInput.dead_letters`): nothing is dropped by default. Dropping them
+    is said in so many words: ``dlq = { discard = true }`` (they are then only counted, and
+    the run's log says how many were discarded).
+
+    >>> DeadLetterQueue(topic="rides.dlq").discard
+    False
+    """
 
     topic: TopicName | None = None
     table: TableName | None = None
+    discard: bool = Field(False, strict=True)
 
     @model_validator(mode="after")
     def _one(self) -> DeadLetterQueue:
-        if (self.topic is None) == (self.table is None):
-            raise ValueError("set exactly one of 'topic' or 'table'")
+        chosen = (self.topic is not None) + (self.table is not None) + self.discard
+        if chosen != 1:
+            raise ValueError(
+                "set exactly one of 'topic', 'table' or 'discard = true' (without a 'dlq' "
+                "the dead letters go to the topic <topic>.dlq)"
+            )
         return self
 
 
@@ -252,11 +266,37 @@ class KafkaInput(StrictModel):
             raise ValueError("'fields' is for JSON; a Protobuf topic's fields are its message's")
         return self
 
+    @model_validator(mode="after")
+    def _default_dead_letters(self) -> KafkaInput:
+        if self.dlq is None and len(self.topic) + len(DEFAULT_DLQ_SUFFIX) > _MAX_TOPIC:
+            raise ValueError(
+                f"the default dead-letter topic {self.topic}{DEFAULT_DLQ_SUFFIX} is longer "
+                f"than Kafka's {_MAX_TOPIC} characters: set 'dlq' (a topic or a table)"
+            )
+        return self
+
+    @property
+    def dead_letters(self) -> DeadLetterQueue | None:
+        """Where this input's dead letters go: its ``dlq``, by default the topic
+        ``<topic>.dlq`` on its brokers; None only with ``dlq = { discard = true }``.
+
+        >>> KafkaInput(topic="rides", bootstrap_servers="b:9092").dead_letters.topic
+        'rides.dlq'
+        """
+        if self.dlq is None:
+            return DeadLetterQueue(topic=f"{self.topic}{DEFAULT_DLQ_SUFFIX}", discard=False)
+        return None if self.dlq.discard else self.dlq
+
     def __repr_args__(self):  # type: ignore[no-untyped-def]
         for key, value in super().__repr_args__():
             if key == "options":
                 value = redact(value)
             yield key, value
+
+
+DEFAULT_DLQ_SUFFIX = ".dlq"
+"""A Kafka input without a ``dlq`` sends its dead letters to ``<topic>.dlq``."""
+_MAX_TOPIC = 249
 
 
 def check_protobuf(format: str, schema_file: Path | None, message: str | None) -> None:

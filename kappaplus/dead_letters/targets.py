@@ -122,19 +122,22 @@ class DeadLetterTarget:
 
     @classmethod
     def of_kafka_input(cls, kafka: KafkaInput) -> DeadLetterTarget | None:
-        """The target of a Kafka input binding's ``dlq`` (None when it has none): its topic
-        on the input's brokers with the input's client settings, or its table."""
-        if kafka.dlq is None:
+        """The target of a Kafka input binding's dead letters
+        (:attr:`~kappaplus.config.KafkaInput.dead_letters`: its ``dlq``, by default the topic
+        ``<topic>.dlq``; None with ``dlq = { discard = true }``): a topic on the input's
+        brokers with the input's client settings, or a table."""
+        queue = kafka.dead_letters
+        if queue is None:
             return None
-        if kafka.dlq.topic is not None:
+        if queue.topic is not None:
             settings = {k.removeprefix("kafka."): v for k, v in kafka.options.items()}
             settings.pop("bootstrap.servers", None)
             return cls(
-                kafka_topic=kafka.dlq.topic,
+                kafka_topic=queue.topic,
                 kafka_bootstrap=kafka.bootstrap_servers,
                 kafka_settings=settings,
             )
-        return cls(hive_table=kafka.dlq.table)
+        return cls(hive_table=queue.table)
 
     def producer_config(self) -> dict[str, str]:
         """The librdkafka producer settings (contains secrets: do not log)."""

@@ -541,12 +541,20 @@ def _finish(
         seen = set() if stats is None else stats.seen
         inputs.setdefault(input_name, {}).update(publisher.counts(seen, int(dead)))
     for name, entry in inputs.items():
+        dead = int(entry.get("dead") or 0)
+        if dead and name not in publishers:
+            log.warning(
+                "input %s: %d record(s) failed decoding and were discarded, as its "
+                "dlq = { discard = true } says (without it they go to <topic>.dlq)",
+                name,
+                dead,
+            )
         if entry.get("out_of_bounds"):
             log.warning(
                 "input %s: %d row(s) with an event time outside the sanity bounds %s",
                 name,
                 entry["out_of_bounds"],
-                "went to the dead letters" if name in publishers else "were left out",
+                "went to the dead letters" if name in publishers else "were discarded",
             )
     for input_name, counts in (bootstrap or {}).items():
         inputs.setdefault(input_name, {}).update(counts)

@@ -150,8 +150,8 @@ def dropped_by_watermark(
 
 
 def consume_topic(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
-    """Every record of the one-partition ``topic`` from its beginning: read until no record
-    came for ``idle`` seconds (at most 60 s)."""
+    """Every record of ``topic`` (each of its partitions) from its beginning: read until no
+    record came for ``idle`` seconds (at most 60 s)."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -164,7 +164,9 @@ def consume_topic(bootstrap: str, topic: str, idle: float = 3.0) -> list[Any]:
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+    partitions = sorted(metadata.partitions) or [0]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     out, last = [], time.monotonic()
     deadline = last + 60
     try:

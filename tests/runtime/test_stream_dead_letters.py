@@ -248,3 +248,77 @@ def test_dead_letters_are_written_by_the_output_queries_once_each(  # type: igno
     assert sorted(rows(tables["everything"])) == sorted(truth(good["a"] + good["b"]))
     assert Counter(m.key() for m in consume_topic(kafka_bootstrap, dlq_topic)) == keys
     print(json.dumps({"replayed": replayed, "inputs": again.record.inputs}, default=str))
+
+
+def union(inputs: Mapping[str, DataFrame], params: Params) -> dict[str, DataFrame]:
+    columns = ["event_id", "rider_id", "event_type", "event_time"]
+    return {"everything": inputs["a"].select(*columns).unionByName(inputs["b"].select(*columns))}
+
+
+UNION_JOB = Job(
+    name="dead-letter-defaults",
+    description="One input without a dlq (the default topic), one that discards explicitly.",
+    inputs=[
+        InputSpec("a", RIDER_EVENT_DDL, "event_time"),
+        InputSpec("b", RIDER_EVENT_DDL, "event_time"),
+    ],
+    outputs=[OutputSpec("everything", event_time_column="event_time")],
+    transform=union,
+    watermark_delay="1 minute",
+)
+
+
+def test_without_a_dlq_dead_letters_go_to_the_topic_dot_dlq(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path, caplog
+) -> None:
+    """Defaults protect: an input without ``dlq`` keeps its bad records in ``<topic>.dlq``;
+    only ``dlq = { discard = true }`` drops them, and the run's log says how many."""
+    import logging
+
+    topics = {name: new_topic(partitions=PARTITIONS, prefix=f"dd-{name}") for name in "ab"}
+    table = f"dd_everything_{uid()}"
+    good: list[dict[str, Any]] = []
+    placed: dict[str, dict[tuple[int, int], int]] = {}
+    values: dict[str, list[bytes]] = {}
+    for seed, name in enumerate("ab"):
+        events = without_arrival(
+            rider_events(riders=4, start="2024-03-01T00:00:00", hours=2, seed=seed + 11)
+        )
+        for e in events:
+            e["event_id"] = f"{name}-{e['event_id']}"
+        good.extend(events)
+        values[name] = [v for v, _ in BAD[:2]] + [to_json(e) for e in events]
+        placed[name] = produce_values(kafka_bootstrap, topics[name], values[name])
+    kafka = {"bootstrap_servers": kafka_bootstrap, "starting_offsets": "earliest"}
+    config = config_from_dict(
+        {
+            "checkpoint_dir": str(scratch / "checkpoints"),
+            "inputs": {
+                "a": {"kafka": {**kafka, "topic": topics["a"]}},
+                "b": {"kafka": {**kafka, "topic": topics["b"], "dlq": {"discard": True}}},
+            },
+            "outputs": {"everything": {"hive": {"table": table}}},
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="kappaplus"):
+        stream = run_job(spark, UNION_JOB, config, RunOptions("stream", trigger="available-now"))
+    assert stream.status == "finished"
+    got = spark.table(table).select("event_id").collect()
+    assert sorted(r[0] for r in got) == sorted(e["event_id"] for e in good)
+
+    # a: no dlq configured, its two bad records are in a.dlq, keyed by position, with reasons
+    messages = consume_topic(kafka_bootstrap, f"{topics['a']}.dlq")
+    bad_a = {pos: BAD[i] for pos, i in placed["a"].items() if i < 2}
+    assert Counter(m.key() for m in messages) == Counter(
+        {dlq_key(topics["a"], p, o): 1 for p, o in bad_a}
+    )
+    for msg in messages:
+        parsed = parse_dlq_message(msg.value())
+        value, reason = bad_a[(parsed["partition"], parsed["offset"])]
+        assert parsed["value"] == value and reason in parsed["reason"]
+    assert stream.record.inputs["a"]["dead_letters_written"] == 2, stream.record.inputs
+
+    # b: discarded as configured, counted, and the log says so with the count
+    assert stream.record.inputs["b"]["dead"] == 2, stream.record.inputs
+    said = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
+    assert any("input b: 2 record(s)" in s for s in said), said

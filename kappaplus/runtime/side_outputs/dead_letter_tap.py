@@ -100,16 +100,26 @@ def decode_metrics_name(input_name: str) -> str:
 
 
 def stream_dead_letter_plans(job: Job, resolved: Any, mode_dir: Path) -> dict[str, DeadLetterPlan]:
-    """The plans of the inputs of a stream run that have a ``dlq``, by input name."""
+    """The plans of the Kafka inputs of a stream run, by input name: every one but those
+    whose ``dlq`` says ``discard = true`` (the log says where each input's go)."""
     from kappaplus.dead_letters.targets import DeadLetterTarget
 
     plans: dict[str, DeadLetterPlan] = {}
     for spec in job.inputs:
         kafka = resolved.inputs[spec.name].kafka
-        target = None if kafka is None else DeadLetterTarget.of_kafka_input(kafka)
-        if target is not None:
-            staging = str(mode_dir / STAGING_DIR / spec.name)
-            plans[spec.name] = DeadLetterPlan(spec.name, job.name, staging, target)
+        if kafka is None:
+            continue
+        target = DeadLetterTarget.of_kafka_input(kafka)
+        if target is None:
+            log.warning(
+                "input %s: dead letters are counted and discarded (dlq = { discard = true })",
+                spec.name,
+            )
+            continue
+        staging = str(mode_dir / STAGING_DIR / spec.name)
+        plans[spec.name] = DeadLetterPlan(spec.name, job.name, staging, target)
+        where = target.kafka_topic if target.hive_table is None else target.hive_table
+        log.info("input %s: dead letters go to %s", spec.name, where)
     return plans
 
 
