@@ -102,8 +102,19 @@ class HiveTableSink:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self.write_batch(batch_df, batch_id)
 
-    def write_batch(self, batch_df: DataFrame, batch_id: int) -> bool:
-        """Commit ``batch_df`` as batch ``batch_id``; False if it was already committed."""
+    def write_batch(
+        self,
+        batch_df: DataFrame,
+        batch_id: int,
+        before_commit: Callable[[bool], None] | None = None,
+    ) -> bool:
+        """Commit ``batch_df`` as batch ``batch_id``; False if it was already committed.
+
+        ``before_commit(ran)``, when given, is called once the rows are staged and before
+        any is published (also for a batch committed before, then before returning False);
+        ``ran`` says whether ``batch_df`` was computed by this call (its staging write),
+        so that the caller can compute it otherwise when it was not (an earlier attempt
+        staged it)."""
         self._began = time.monotonic()
         spark = batch_df.sparkSession
         opts = self.options
@@ -123,11 +134,15 @@ class HiveTableSink:
                 batch_id,
                 opts.query_name,
             )
+            if before_commit is not None:
+                before_commit(False)
             return False
         manifest_path = f"{staging}/_MANIFEST.json"
         observation = None
         if not fs.exists(manifest_path):
             observation = self._stage(spark, fs, df, location, staging, manifest_path, batch_id)
+        if before_commit is not None:
+            before_commit(observation is not None)
         manifest = json.loads(fs.read_text(manifest_path))
         visibility = manifest.get("visibility", "partition")
         if visibility != opts.visibility:

@@ -2,8 +2,7 @@
 Iceberg or Delta table.
 
 Every output query uses ``foreachBatch`` with :class:`OutputWriter` (there is no other
-kind of output writer), which per micro-batch computes the rows once (``persist``) and
-writes them to
+kind of output writer), which per micro-batch computes the rows once and writes them to
 
 - the Hive table through :class:`~kappaplus.connectors.hive.sink.HiveTableSink` (exactly once:
   a replayed batch publishes nothing twice), and/or
@@ -14,10 +13,14 @@ writes them to
   value is the row as JSON and its key the SHA-256 of that JSON, so a replayed record
   carries the same key and consumers (or a compacted topic) drop the second copy.
 
+An output that is one Hive table and nothing else computes its batch in the sink's staging
+write (no ``persist``); any other computes it once into Spark's cache (``persist``) and
+writes it to each target from there.
+
 When the query publishes a Kafka input's dead letters or keeps late rows (its side outputs,
 :mod:`kappaplus.runtime.side_outputs`), the batch runs first (the taps stage what they
-find), the staged dead letters are published, then the rows are written and the late rows
-kept.
+find; for a Hive-only output that run is the sink's staging write), the staged dead letters
+are published, then the rows are committed and the late rows kept.
 
 The backfill mode writes the backfill targets that :func:`kappaplus.config.resolve`
 chose (``<table>_backfill`` / ``<topic>_backfill`` by default): production output is
@@ -240,6 +243,9 @@ class OutputWriter:
         side = self.side_outputs()
         for output in side:
             output.before(batch_id)
+        if self._hive_only():
+            self._hive_only_batch(batch, batch_id, side)
+            return
         batch.persist()
         try:
             ran = False
@@ -274,6 +280,46 @@ class OutputWriter:
             self._note(batch, batch_id)
         finally:
             batch.unpersist()
+
+    def _hive_only(self) -> bool:
+        """The output is one Hive table and nothing else (the stream's usual case)."""
+        return (
+            self.hive_sink is not None
+            and self.iceberg_sink is None
+            and self.delta_sink is None
+            and self.plan.kafka is None
+        )
+
+    def _hive_only_batch(self, batch: DataFrame, batch_id: int, side: list[SideOutput]) -> None:
+        """A batch of an output that is only a Hive table, without ``persist``: the sink's
+        staging write is the batch's one run (its taps stage the dead letters and late rows
+        then); the dead letters are published after the rows are staged and before they
+        are committed, as :meth:`__call__` does with a persisted batch. (Building the
+        cache was a sixth of a stream's executor time, ``docs/benchmarks.md``.)"""
+        assert self.hive_sink is not None
+        ran = False
+
+        def before_commit(staged_now: bool) -> None:
+            nonlocal ran
+            ran = staged_now
+            if side and not ran:
+                # an earlier attempt staged (or committed) the rows: run the batch for the
+                # taps, whose dead letters and late rows this attempt publishes
+                batch.count()
+                ran = True
+            for output in side:
+                if output.publish_before_rows:
+                    output.publish(batch, batch_id)
+
+        self.hive_sink.write_batch(batch, batch_id, before_commit=before_commit)
+        if not ran:
+            # a replayed batch the sink had committed: run it once anyway, so its audit
+            # counts (observed on this plan) are reported again for this batch
+            batch.count()
+        for output in side:
+            if not output.publish_before_rows:
+                output.publish(batch, batch_id)
+        self._note(batch, batch_id)
 
     def _note(self, batch: DataFrame, batch_id: int) -> None:
         """Note the batch and what it counted before Spark commits it: a run killed right
