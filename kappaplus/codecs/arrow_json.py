@@ -25,7 +25,7 @@ A batch is answered when
   event time with a unit, an integer whose microseconds stay within year 9999.
 
 >>> reader = ArrowJsonReader.of(spec, arrow_schema)  # doctest: +SKIP
->>> columns = reader.decode(batch)  # None: decode this batch record by record
+>>> columns = reader.decode(batch)  # doctest: +SKIP
 """
 
 from __future__ import annotations

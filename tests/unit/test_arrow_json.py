@@ -156,8 +156,9 @@ def test_good_batches_are_read_by_arrow_and_equal_the_python_decoder() -> None:
     for large in (False, True):
         batch = kafka_batch(GOOD, large=large)
         assert reader.decode(batch.column("value")) is not None, "Arrow did not vouch"
-        fast, slow = decoded(the_spec, batch, arrow_json=True), decoded(
-            the_spec, batch, arrow_json=False
+        fast, slow = (
+            decoded(the_spec, batch, arrow_json=True),
+            decoded(the_spec, batch, arrow_json=False),
         )
         assert slow.column("_decode_error").null_count == len(GOOD)  # all good, by Python
         assert same(fast, slow), diff(fast, slow)
@@ -167,8 +168,9 @@ def test_good_batches_are_read_by_arrow_and_equal_the_python_decoder() -> None:
 def test_a_tricky_record_gets_the_python_decoders_outcome(value: bytes) -> None:
     the_spec = spec(required=("n",)) if value.endswith(b'"n": NaN}') else spec()
     batch = kafka_batch([GOOD[0], value, GOOD[1]])
-    fast, slow = decoded(the_spec, batch, arrow_json=True), decoded(
-        the_spec, batch, arrow_json=False
+    fast, slow = (
+        decoded(the_spec, batch, arrow_json=True),
+        decoded(the_spec, batch, arrow_json=False),
     )
     assert same(fast, slow), diff(fast, slow)
 
