@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 MAX_BRACKETS = 500
 """More ``[``/``{`` bytes than this in a value and the batch goes to Python, whose parser
-stops at a nesting depth Arrow's does not (:mod:`kappaplus.codecs.fastjson` has the same
-bound)."""
+stops at a nesting depth Arrow's does not (the JVM JSON decoder, :mod:`kappaplus.codecs.fastjson`,
+uses the same bound)."""
 _DATE = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-[0-9]{2}-[0-9]{2}"
 _ZONE = r"(?:Z|[+-][0-9]{2}:[0-9]{2})"
 ISO_TIMESTAMP = rf"^{_DATE}[T ][0-9]{{2}}:[0-9]{{2}}(?::[0-9]{{2}}(?:\.[0-9]{{1,6}})?)?{_ZONE}?$"
@@ -50,7 +50,6 @@ ISO_TIMESTAMP = rf"^{_DATE}[T ][0-9]{{2}}:[0-9]{{2}}(?::[0-9]{{2}}(?:\.[0-9]{{1,
 read them to the same instant (no zone: UTC). Any other string sends the batch to Python."""
 ISO_ZONED = ISO_TIMESTAMP.replace(f"{_ZONE}?$", f"{_ZONE}$")
 _ZONED = rf"{_ZONE}$"
-_MAX_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z, as the Python decoder
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -144,7 +143,7 @@ class ArrowJsonReader:
         try:
             values.cast(pa.large_string() if large else pa.string()).validate(full=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
+            return None  # invalid UTF-8: the record-by-record decoder names the byte
         if pc.any(pc.starts_with(values, _UTF8_BOM)).as_py():  # type: ignore[arg-type]
             return None
         if pc.max(pc.binary_length(values)).as_py() >= 2 * MAX_BRACKETS:
@@ -179,19 +178,21 @@ class ArrowJsonReader:
         try:
             table = pj.read_json(io.BytesIO(text), read_options=read_options, parse_options=parse)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
-            return None
+            return None  # a record Arrow refuses: the record-by-record decoder says why
         return table if table.num_rows == rows else None
 
     def _epoch_micros(self, column: pa.Array, kind: pa.DataType) -> pa.Array | None:
         """An integer event time in its unit as microseconds; None when out of range."""
         import pyarrow.compute as pc
 
+        from kappaplus.codecs.convert import MAX_MICROS
+
         assert self.unit_micros is not None
         try:
             micros = pc.multiply_checked(column, self.unit_micros)
         except pa.ArrowInvalid:
-            return None
-        if pc.any(pc.greater(pc.abs_checked(micros), _MAX_MICROS)).as_py():
+            return None  # overflow: out of range, the record-by-record decoder says so
+        if pc.any(pc.greater(pc.abs_checked(micros), MAX_MICROS)).as_py():
             return None
         return micros.cast(kind)
 
@@ -205,7 +206,7 @@ def _iso_micros(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
         if pc.all(pc.match_substring_regex(column, ISO_ZONED), min_count=0).as_py():
             return pc.cast(column, kind)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+        return None  # not a valid time (2024-02-30): the record-by-record decoder says so
     if not pc.all(pc.match_substring_regex(column, ISO_TIMESTAMP), min_count=0).as_py():
         return None
     zoned = pc.match_substring_regex(column, _ZONED)
@@ -213,4 +214,4 @@ def _iso_micros(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
     try:
         return pc.cast(with_zone, kind)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+        return None  # not a valid time: the record-by-record decoder says so

@@ -97,7 +97,7 @@ def event_time_converter(name: str, unit: str | None) -> Converter:
             if not math.isfinite(float(v)):
                 raise _mismatch(p, "timestamp", v)
             micros = int(v) * factor if isinstance(v, int) else int(round(Decimal(v) * factor))
-            if abs(micros) > _MAX_MICROS:
+            if abs(micros) > MAX_MICROS:
                 raise _mismatch(p, "timestamp", v, f"out of range as epoch {unit}")
             return micros
         return _json_timestamp_micros(v, p)
@@ -105,7 +105,8 @@ def event_time_converter(name: str, unit: str | None) -> Converter:
     return conv_event_time
 
 
-_MAX_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+MAX_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+"""The largest event time, in epoch microseconds, either way of 1970 (year 9999's end)."""
 
 
 def _json_converter(kind: DataType) -> Converter:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from kappaplus.codecs.arrow_json import MAX_BRACKETS
 from kappaplus.codecs.decoder import decode_flagged
 from kappaplus.codecs.schema import ERROR_COL, EVENT_SCHEMA_KEY, KAFKA_COLUMNS, RECORD_COL
 from kappaplus.codecs.spec import DecoderSpec
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, DecimalType, StructType
 
 _INTEGRAL_KINDS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
-_MAX_BRACKETS = 500
+_MAX_BRACKETS = MAX_BRACKETS
 """More ``[``/``{`` characters than this (in the raw text, strings included) and the record
 goes to Python: Python's parser stops at a nesting depth below Jackson's limit."""
 _MAX_EPOCH_MILLIS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
