@@ -224,6 +224,43 @@ def test_true_end_offsets_despite_coarse_watermark(kafka_bootstrap: str, new_top
         oracle.close()
 
 
+def test_a_streams_end_offsets_stop_at_records_stamped_after_the_question(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, new_topic
+) -> None:
+    """A stream's next batch ends where the partition ended when it asked: the probe past
+    the reported watermark stops at the first record stamped after the call (without that it
+    chased a busy partition for its whole time bound); a run's fixed target still reads to
+    the end of what is there."""
+    topic = new_topic(partitions=1)
+    now_ms = int(time.time() * 1000)
+    produce(
+        kafka_bootstrap, topic, (str(i) for i in range(1500)), timestamps=lambda i: now_ms - 60_000
+    )
+    produce(
+        kafka_bootstrap,
+        topic,
+        (str(i) for i in range(1500, 3000)),
+        timestamps=lambda i: now_ms + 3_600_000,  # "arrived after the question"
+    )
+    oracle = OffsetOracle(
+        KafkaSourceOptions.parse({"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic})
+    )
+    try:
+        tps = oracle.topic_partitions()
+        reported = oracle.watermarks(tps)[(topic, 0)][1]
+        # tansu reports a lower bound (the last record batch's base offset + 1), so the cut
+        # below is the probe's; against Apache Kafka the watermark is exact and both are 3000
+        assert reported <= 3000
+        # what exists below the reported watermark is in; past it, nothing stamped after the call
+        assert oracle.end_offsets(tps, as_of_call=True) == {(topic, 0): max(reported, 1500)}
+        assert oracle.end_offsets(tps, known={(topic, 0): 1200}, as_of_call=True) == {
+            (topic, 0): max(reported, 1500)
+        }
+        assert oracle.end_offsets(tps) == {(topic, 0): 3000}
+    finally:
+        oracle.close()
+
+
 def test_a_topic_that_does_not_exist_is_named_with_exit_2(kafka_bootstrap: str) -> None:
     """`kappa dlq replay` / `trail` of a misspelt topic: a name the caller got wrong."""
     from kappaplus.connectors.kafka.whole_topic import true_ends

@@ -31,6 +31,15 @@ Offsets = dict[TopicPartitionKey, int]
 PARTITION_EOF = -191
 AUTO_OFFSET_RESET = -140
 OFFSET_OUT_OF_RANGE = 1
+TIMESTAMP_NOT_AVAILABLE = 0  # confluent_kafka.TIMESTAMP_NOT_AVAILABLE
+QUIET_S = 0.25
+"""A stream's end probe (``as_of_call``) takes a partition that has given records and then
+none for this long as ended: what arrives later is the next batch's."""
+STREAM_PROBE_S = 0.5
+"""A stream's end probe (``as_of_call``) gives up after this long (a run's target probe after
+``probe_timeout``): the embedded broker was seen to leave a partition's fetch unanswered for
+2 s while the job's own batch had the cores, and the probe's answer is only a lower bound
+(what it did not see is the next batch's)."""
 
 
 def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
@@ -181,13 +190,27 @@ class OffsetOracle:
         return {tp: low for tp, (low, _) in self.watermarks(tps).items()}
 
     def end_offsets(
-        self, tps: Iterable[TopicPartitionKey], known: Mapping[TopicPartitionKey, int] | None = None
+        self,
+        tps: Iterable[TopicPartitionKey],
+        known: Mapping[TopicPartitionKey, int] | None = None,
+        *,
+        as_of_call: bool = False,
     ) -> Offsets:
         """The offset after the last record of each partition (exact, see the module doc).
 
         ``known`` are offsets already known to exist (e.g. the start of this batch); the probe
         starts from the larger of those and the reported watermark, minus one.
+
+        ``as_of_call``: the end as of this call, for a stream's next micro-batch. Without it
+        the probe reads on until the end of each partition, which under steady production
+        keeps moving: it chased the producer for its whole time bound (2 s of each 5-s
+        trigger at 11,000 records/s, reading every new record on the driver). With it, a
+        partition's probe stops at its first record stamped after the call began (that one
+        and the rest are the next batch's); so a record stamped ahead by its producer's clock
+        waits one trigger more, which is why a run's fixed target (``availableNow``) does
+        not use it.
         """
+        since_ms = int(time.time() * 1000) if as_of_call else None
         tps = list(tps)
         marks = self.watermarks(tps)
         known = known or {}
@@ -200,7 +223,7 @@ class OffsetOracle:
             if position >= low and position >= 0:
                 probe[tp] = position
         if probe:
-            seen = self._probe(probe)
+            seen = self._probe(probe, since_ms)
             # A position past the real end (the partition lost data, or was recreated) returns
             # nothing: probe those again from the reported watermark.
             retry = {
@@ -209,34 +232,53 @@ class OffsetOracle:
                 if tp not in seen and position > marks[tp][1] - 1 >= marks[tp][0]
             }
             if retry:
-                seen.update(self._probe(retry))
+                seen.update(self._probe(retry, since_ms))
             for tp, end in seen.items():
                 ends[tp] = max(ends[tp], end)
         return ends
 
-    def _probe(self, positions: Offsets) -> Offsets:
-        """Fetch from each position until end-of-partition; the next offset after what exists."""
+    def _probe(self, positions: Offsets, since_ms: int | None = None) -> Offsets:
+        """Fetch from each position until end-of-partition; the next offset after what exists.
+
+        With ``since_ms``, a partition is also done at its first record stamped after
+        ``since_ms`` (epoch ms): the offset of that record; and once it has given a record
+        and then nothing for :data:`QUIET_S`; and at :data:`STREAM_PROBE_S` at the latest."""
         from confluent_kafka import TopicPartition
 
         consumer = self.consumer()
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
         ends: Offsets = {}
         done: set[TopicPartitionKey] = set()
-        deadline = time.monotonic() + self.probe_timeout
+        last_seen: dict[TopicPartitionKey, float] = {}
+        bound = self.probe_timeout if since_ms is None else min(self.probe_timeout, STREAM_PROBE_S)
+        deadline = time.monotonic() + bound
         try:
             while len(done) < len(positions) and time.monotonic() < deadline:
                 for message in consumer.consume(10_000, 0.05):
                     tp = (message.topic(), message.partition())
-                    if tp not in positions:
+                    if tp not in positions or tp in done:
                         continue
                     error = message.error()
                     if error is None:
-                        ends[tp] = max(ends.get(tp, 0), message.offset() + 1)
+                        last_seen[tp] = time.monotonic()
+                        kind, stamp = message.timestamp()
+                        if (
+                            since_ms is not None
+                            and kind != TIMESTAMP_NOT_AVAILABLE
+                            and stamp > since_ms
+                        ):
+                            ends[tp] = max(ends.get(tp, 0), message.offset())
+                            done.add(tp)
+                        else:
+                            ends[tp] = max(ends.get(tp, 0), message.offset() + 1)
                     elif error.code() == PARTITION_EOF:
                         ends[tp] = max(ends.get(tp, 0), message.offset())
                         done.add(tp)
                     elif error.code() in (AUTO_OFFSET_RESET, OFFSET_OUT_OF_RANGE):
                         done.add(tp)  # nothing at that position: the reported watermark stands
+                if since_ms is not None:
+                    quiet = time.monotonic() - QUIET_S
+                    done.update(tp for tp, at in last_seen.items() if at < quiet)
         finally:
             consumer.unassign()
         return ends

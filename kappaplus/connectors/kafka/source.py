@@ -231,7 +231,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{start_offsets[tp]}); dropping it",
             )
         tps = [tp for tp in tps if tp in present]
-        ends = oracle.end_offsets(tps, known=start_offsets)
+        # a stream's next batch: what is there now (not what arrives while the probe reads)
+        ends = oracle.end_offsets(tps, known=start_offsets, as_of_call=self._target is None)
         self._latest = dict(ends)
         caps = self._target if self._target is not None else {}
         fixed = self._fixed_endings(tps)
