@@ -38,8 +38,8 @@ none for this long as ended: what arrives later is the next batch's."""
 STREAM_PROBE_S = 0.5
 """A stream's end probe (``as_of_call``) gives up after this long (a run's target probe after
 ``probe_timeout``): the embedded broker was seen to leave a partition's fetch unanswered for
-2 s while the job's own batch had the cores, and the probe's answer is only a lower bound
-(what it did not see is the next batch's)."""
+2 s on a busy machine (cause not found), and the probe's answer is only a lower bound (what it
+did not see is the next batch's)."""
 
 
 def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
