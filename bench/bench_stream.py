@@ -26,7 +26,7 @@ producer sends the record):
   ``event_time``; p50 and p99 over the rows, and over the rows sent after the first minute
   (the first micro-batch of a fresh driver commits 14-25 s after the producer starts).
 
-"Behind" counts from what the broker holds (its end offsets), which the table reports
+"Behind" counts from what the broker holds (its true end offsets), which the table reports
 beside what was sent when they differ.
 """
 
@@ -176,17 +176,11 @@ def answer(proc: subprocess.Popen, out: Path) -> dict:
 
 
 def topic_end(bootstrap: str, topic: str) -> int:
-    """The records ``topic`` holds: its partitions' end offsets, summed."""
-    from confluent_kafka import Consumer, TopicPartition
+    """The records ``topic`` holds: its partitions' true end offsets, summed (the embedded
+    broker's reported high watermark is only a lower bound: docs/broker.md)."""
+    from kappaplus.connectors.kafka.whole_topic import true_ends
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-end", "log_level": 0})
-    try:
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        consumer.close()
+    return sum(end for _, end in true_ends(bootstrap, {}, topic).values())
 
 
 def committed_position(checkpoints: Path) -> int:
