@@ -343,6 +343,11 @@ class HiveInput(SlicedLakeInput):
     reader: Literal["auto", "jvm", "python"] = "auto"
     """Which read path: ``jvm`` (Spark's Parquet reader, built at set-up), ``python`` (the
     Python data source) or ``auto`` (the JVM one where it can serve the table)."""
+    listing_interval: DurationField | None = None
+    """How long a bounded run (a backfill, a bootstrap's lake phase) plans slices from one
+    listing of the table's files before listing them again; default 30 seconds, ``"0
+    seconds"`` lists before every slice. A file landing meanwhile in a part of the range
+    the table had declared complete is reported as late, as after its slice."""
 
     @field_validator("partition_format")
     @classmethod

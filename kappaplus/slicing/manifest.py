@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import pyarrow.fs as pafs
 
@@ -48,11 +49,24 @@ class SliceManifest:
     previous: str | None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return self._json
+
+    @cached_property
+    def _json(self) -> str:
+        # the fields as dataclasses.asdict gives them (the same text, so the same digest),
+        # without its deep copy: a year's slice has hundreds of entries
+        raw = {
+            "table": self.table,
+            "lo": self.lo,
+            "hi": self.hi,
+            "entries": [vars(e) for e in self.entries],
+            "previous": self.previous,
+        }
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:32]
+        return hashlib.sha256(self._json.encode()).hexdigest()[:32]
 
     @classmethod
     def from_json(cls, text: str) -> SliceManifest:

@@ -10,9 +10,10 @@ every event time: its statistics place it in every slice its ``[min, max]`` over
 the reader applies the slice's filter.
 
 The planner runs in the source's driver-side Python process. Each call of :meth:`next`
-lists the table once, checks it for files that appeared in already-delivered ranges
-(reported, never mixed in), picks the next slice within the per-trigger budgets, stores
-the slice's manifest, and returns the new offset.
+lists the table (a bounded run reuses a listing younger than ``listingInterval``), checks
+it for files that appeared in already-delivered ranges (reported, never mixed in), picks
+the next slice within the per-trigger budgets, stores the slice's manifest, and returns
+the new offset.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ RAMP_SLICES = 1
 of rows: a backfill that fits one slice keeps its one micro-batch (a range of one slice
 made to start small only shows its first output later; ``docs/benchmarks.md``)."""
 
+DEFAULT_LISTING_INTERVAL = 30_000_000
+"""How long (microseconds) a bounded run plans from one listing of the table: a listing
+costs time in proportion to the table's files (a year of hourly partitions, 8,760 files:
+0.3-0.6 s), so listing before every slice made a long backfill's planning grow with the
+square of its range. A file that lands meanwhile in a part of the range the table had
+already declared complete is reported as late by the next listing, as it is when it lands
+after its slice; the run's end (and a wait for more data) always lists afresh. A stream
+that follows the table (no end) lists every micro-batch."""
+
 log = logging.getLogger(__name__)
 
 
@@ -88,6 +98,8 @@ class SliceOptions(Protocol):
     def emits_end_marker(self) -> bool: ...
     @property
     def evict_between_slices(self) -> bool: ...
+    @property
+    def listing_interval(self) -> int: ...
 
 
 class FileLister(Protocol):
@@ -126,6 +138,12 @@ class SlicePlanner:
         self._owned: set[str] = set()  # files some manifest has included
         self._reported: set[tuple[str, int, int]] = set()  # late files already reported
         self._seeded = False
+        self._listed: list[DataFile] | None = None
+        self._listed_at = 0.0
+        self._reused = False  # whether the last listing() returned a kept listing
+        self._audited: list[DataFile] | None = None  # the listing last audited
+        self._by_start: tuple[list[DataFile], list[DataFile]] | None = None
+        self._frontier: tuple[list[DataFile], int | None] | None = None
         self._fallback_logged = False
         self.pacer: BatchPacer | None = None
         if options.target_batch_duration is not None:
@@ -136,8 +154,24 @@ class SlicePlanner:
 
     # -- listing and statistics -------------------------------------------------------
 
-    def listing(self) -> list[DataFile]:
-        return self.lister.files()
+    def listing(self, *, reuse: bool = False) -> list[DataFile]:
+        """The table's files: listed now, or with ``reuse`` the last listing while it is
+        younger than ``listingInterval``."""
+        age = time.monotonic() - self._listed_at
+        self._reused = (
+            reuse and self._listed is not None and age * 1_000_000 < self.options.listing_interval
+        )
+        if self._reused:
+            assert self._listed is not None
+            return self._listed
+        self._listed = self.lister.files()
+        self._listed_at = time.monotonic()
+        return self._listed
+
+    @property
+    def bounded(self) -> bool:
+        """Whether this run ends (an end bound, or available-now's target)."""
+        return self.target is not None or self.options.ending_timestamp is not None
 
     def stats(self, f: DataFile) -> tuple[RowGroupStats, ...]:
         return self.lister.stats(f)
@@ -176,12 +210,17 @@ class SlicePlanner:
     def frontier(self, files: list[DataFile]) -> int | None:
         """How far the table is complete: the end of its newest time partition (less the
         lateness an arrival-time partition allows and the completeness delay), or for
-        tables without time partitions, the end of its data."""
+        tables without time partitions, the end of its data (worked out once per listing)."""
+        if self._frontier is not None and self._frontier[0] is files:
+            return self._frontier[1]
         newest = self.lister.partition_frontier(files) if files else None
         if newest is not None:
-            return newest - self.options.completeness_delay
-        extent = self.data_extent(files)
-        return None if extent is None else extent[1] + 1 - self.options.completeness_delay
+            found: int | None = newest - self.options.completeness_delay
+        else:
+            extent = self.data_extent(files)
+            found = None if extent is None else extent[1] + 1 - self.options.completeness_delay
+        self._frontier = (files, found)
+        return found
 
     # -- Trigger.AvailableNow -----------------------------------------------------------
 
@@ -231,9 +270,13 @@ class SlicePlanner:
             # a bounded run's eviction batch needs no listing (0.5 s a call over a year of
             # hourly partitions): the next call lists, and audits, before the next slice
             return self._eviction(start, pos.late_files, pos.late_rows)
-        files = self.listing()
+        files = self.listing(reuse=self.bounded and pos.hi is not None)
         self._seed(pos)
         limit, ends_input = self._limit(files)
+        if self._reused and (limit is None or pos.hi is None or pos.hi >= limit):
+            # about to wait, or to end the input: on a listing of now
+            files = self.listing()
+            limit, ends_input = self._limit(files)
         if pos.hi is None:  # the table was empty when the query started
             extent = self.data_extent(files)
             if extent is None:
@@ -288,7 +331,7 @@ class SlicePlanner:
         span = o.max_event_time_per_trigger
         # files by the start of their partition's range: both the earliest data and the
         # slice's size are found from the first of them (row_density keeps this order)
-        by_start = sorted(files, key=lambda f: f.admissible_lo)
+        by_start = self._ordered(files)
         first = self._first_data(by_start, pos.hi, limit)
         if first is None:  # nothing more until the limit: one empty batch jumps there
             log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
@@ -313,7 +356,7 @@ class SlicePlanner:
         enough = None
         if rows_target is not None:  # the statistics of a few slices ahead are enough
             enough = max(2, RAMP_SLICES + 1) * rows_target
-        density = row_density(by_start, self.stats, lo, hi, enough)
+        density = row_density(by_start, self.stats, lo, hi, enough, presorted=True)
         hi = self._adaptive_end(
             density, lo, min(hi, density.complete_below), first=pos.manifest is None
         )
@@ -536,9 +579,21 @@ class SlicePlanner:
             self._owned.update(e.path for e in manifest.entries)
             digest = manifest.previous
 
+    def _ordered(self, files: list[DataFile]) -> list[DataFile]:
+        """``files`` by the start of their admissible range (sorted once per listing)."""
+        if self._by_start is None or self._by_start[0] is not files:
+            self._by_start = (files, sorted(files, key=lambda f: f.admissible_lo))
+        return self._by_start[1]
+
     def _audit(self, files: list[DataFile], pos: Position) -> tuple[int, int]:
-        """Count (and log) files with rows in ``[origin, hi)`` that no slice delivered."""
+        """Count (and log) files with rows in ``[origin, hi)`` that no slice delivered.
+
+        A listing already audited finds nothing new: the range delivered since was planned
+        from that same listing, so every file of it with rows there is in a manifest."""
         assert pos.origin is not None and pos.hi is not None
+        if files is self._audited:
+            return 0, 0
+        self._audited = files
         found_files = found_rows = 0
         for f in files:
             key = (f.path, f.size, f.mtime_ns)

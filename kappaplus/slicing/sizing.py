@@ -72,6 +72,8 @@ def row_density(
     lo: int,
     hi: int,
     enough: int | None = None,
+    *,
+    presorted: bool = False,
 ) -> RowDensity:
     """The :class:`RowDensity` of ``[lo, hi)`` from row-group statistics (``stats``).
 
@@ -85,6 +87,7 @@ def row_density(
     month of hourly files rather than of the whole range (the planner alone: 0.50 -> 0.32 s
     at 90 days, 4,320 files; 1.27 -> 0.47 s at 365 days, 17,520 files).
     Files without a time partition admit every time and come first: all of them are read.
+    ``presorted``: ``files`` are in that order already (the planner sorts once per listing).
     """
     starts: list[int] = []
     ends: list[int] = []
@@ -94,7 +97,7 @@ def row_density(
     placed = 0.0  # rows placed in time so far (an upper bound of those below any point)
     complete_below = hi
     checked = UNBOUNDED_LO  # the last file start the estimate was taken below
-    ordered = files if enough is None else sorted(files, key=lambda f: f.admissible_lo)
+    ordered = files if enough is None or presorted else sorted(files, key=lambda f: f.admissible_lo)
     for f in ordered:
         if not f.admits(lo, hi):
             continue

@@ -29,7 +29,11 @@ from kappaplus.core.options import (
     read_options,
     to_options,
 )
-from kappaplus.slicing.planner import DEFAULT_FIRST_SLICE_ROWS, DEFAULT_TARGET_ROWS
+from kappaplus.slicing.planner import (
+    DEFAULT_FIRST_SLICE_ROWS,
+    DEFAULT_LISTING_INTERVAL,
+    DEFAULT_TARGET_ROWS,
+)
 from kappaplus.slicing.stored_time import storage_of
 
 SUPPORTED_FORMATS = ("parquet", "orc")
@@ -171,6 +175,10 @@ class LakeSourceOptions:
     operators evict what the slice's watermark closed (:mod:`~kappaplus.slicing.offsets`).
     The runtime turns it on for jobs that keep rows in state (session windows, stream-stream
     joins)."""
+    listing_interval: int = option("listingInterval", MICROS, default=DEFAULT_LISTING_INTERVAL)
+    """How long a bounded run (an end bound, or available-now) plans from one listing of
+    the table before listing it again (microseconds; 0: every micro-batch lists), see
+    :data:`~kappaplus.slicing.planner.DEFAULT_LISTING_INTERVAL`."""
     drain_file: str | None = option(DRAIN_OPTION, default=None)
     """Once this file exists the source admits no new data (:mod:`kappaplus.core.draining`)."""
 
