@@ -43,8 +43,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
-
+from kappaplus.runtime.observe.json_listener import JsonProgressListener
 from kappaplus.runtime.observe.lag import offsets_behind
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ class QueryMetrics:
         self.last = dict(progress)
 
 
-class MetricsListener(StreamingQueryListener):
+class MetricsListener(JsonProgressListener):
     """Keeps per-query metrics from Spark's query events; :meth:`render` formats them."""
 
     def __init__(

@@ -24,12 +24,12 @@ import logging
 import threading
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from kappaplus.runtime.observe.json_listener import JsonProgressListener
 
 log = logging.getLogger(__name__)
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JsonProgressListener):
     """Queues every progress event per query name; :meth:`take` hands them over once."""
 
     def __init__(self) -> None:
