@@ -26,6 +26,7 @@ import numpy as np
 
 from kappaplus.core.timeutil import format_duration, iso
 from kappaplus.slicing.files import UNBOUNDED_HI, DataFile, RowGroupStats
+from kappaplus.slicing.late_files import DeliveredFiles
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
 from kappaplus.slicing.offsets import (
     FALLBACK_SPAN,
@@ -56,13 +57,11 @@ of rows: a backfill that fits one slice keeps its one micro-batch (a range of on
 made to start small only shows its first output later; ``docs/benchmarks.md``)."""
 
 DEFAULT_LISTING_INTERVAL = 30_000_000
-"""How long (microseconds) a bounded run plans from one listing of the table: a listing
-costs time in proportion to the table's files (a year of hourly partitions, 8,760 files:
-0.3-0.6 s), so listing before every slice made a long backfill's planning grow with the
-square of its range. A file that lands meanwhile in a part of the range the table had
-already declared complete is reported as late by the next listing, as it is when it lands
-after its slice; the run's end (and a wait for more data) always lists afresh. A stream
-that follows the table (no end) lists every micro-batch."""
+"""How long (microseconds) a bounded run plans from one listing of the table (a year of
+hourly partitions: 0.3-0.6 s a listing; one per slice grew with the square of the range).
+A file landing meanwhile in a range the table had declared complete is reported as late
+by the next listing; the run's end and a wait list afresh; a followed table lists every
+micro-batch (``docs/hive-source.md``)."""
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +134,10 @@ class SlicePlanner:
         self.lister = lister
         self.store = ManifestStore(options.manifest_dir)
         self.target: int | None = None  # fixed end for Trigger.AvailableNow
-        self._owned: set[str] = set()  # files some manifest has included
-        self._reported: set[tuple[str, int, int]] = set()  # late files already reported
-        self._seeded = False
+        self.delivered = DeliveredFiles(options.table, self.store, self._rows_in)
         self._listed: list[DataFile] | None = None
         self._listed_at = 0.0
         self._reused = False  # whether the last listing() returned a kept listing
-        self._audited: list[DataFile] | None = None  # the listing last audited
         self._by_start: tuple[list[DataFile], list[DataFile]] | None = None
         self._frontier: tuple[list[DataFile], int | None] | None = None
         self._fallback_logged = False
@@ -182,6 +178,9 @@ class SlicePlanner:
 
     def times(self, f: DataFile, group: int) -> np.ndarray:
         return self.lister.times(f, group)
+
+    def _rows_in(self, f: DataFile, lo: int, hi: int) -> int:
+        return sum(len(self._times_in(f, g, lo, hi)) for g in self.stats(f))
 
     def _times_in(self, f: DataFile, group: RowGroupStats, lo: int, hi: int) -> np.ndarray:
         lo, hi = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
@@ -271,7 +270,7 @@ class SlicePlanner:
             # hourly partitions): the next call lists, and audits, before the next slice
             return self._eviction(start, pos.late_files, pos.late_rows)
         files = self.listing(reuse=self.bounded and pos.hi is not None)
-        self._seed(pos)
+        self.delivered.seed(pos.manifest)
         limit, ends_input = self._limit(files)
         if self._reused and (limit is None or pos.hi is None or pos.hi >= limit):
             # about to wait, or to end the input: on a listing of now
@@ -283,7 +282,7 @@ class SlicePlanner:
                 return start
             pos = Position(extent[0], extent[0], extent[0], None, PHASE_DATA)
         assert pos.origin is not None and pos.hi is not None
-        late_files, late_rows = self._audit(files, pos)
+        late_files, late_rows = self.delivered.audit(files, pos.origin, pos.hi)
         late_files += pos.late_files
         late_rows += pos.late_rows
         if limit is None or pos.hi >= limit:
@@ -367,7 +366,7 @@ class SlicePlanner:
         manifest = SliceManifest(o.table, lo, hi, entries, pos.manifest)
         digest = self.store.put(manifest)
         sliced = {f.path: f for f in files if f.admits(lo, hi)}
-        self._owned.update(sliced)
+        self.delivered.include(sliced)
         rows = sum(
             g.num_rows
             for e in entries
@@ -541,7 +540,7 @@ class SlicePlanner:
             groups = self.stats(f)
             deliver = [g.index for g in groups if g.may_overlap(a, b)]
             route: list[int] = []
-            if f.path not in self._owned:  # this slice owns the file's undeliverable rows
+            if f.path not in self.delivered.owned:  # this slice owns the file's undeliverable rows
                 route = [
                     g.index
                     for g in groups
@@ -566,53 +565,11 @@ class SlicePlanner:
                 )
         return entries
 
-    # -- files that appear in already-delivered ranges -----------------------------------
-
-    def _seed(self, pos: Position) -> None:
-        """After a restart, recover the files earlier slices included from the manifest chain."""
-        if self._seeded:
-            return
-        self._seeded = True
-        digest = pos.manifest
-        while digest:
-            manifest = self.store.get(digest)
-            self._owned.update(e.path for e in manifest.entries)
-            digest = manifest.previous
-
     def _ordered(self, files: list[DataFile]) -> list[DataFile]:
         """``files`` by the start of their admissible range (sorted once per listing)."""
         if self._by_start is None or self._by_start[0] is not files:
             self._by_start = (files, sorted(files, key=lambda f: f.admissible_lo))
         return self._by_start[1]
-
-    def _audit(self, files: list[DataFile], pos: Position) -> tuple[int, int]:
-        """Count (and log) files with rows in ``[origin, hi)`` that no slice delivered.
-
-        A listing already audited finds nothing new: the range delivered since was planned
-        from that same listing, so every file of it with rows there is in a manifest."""
-        assert pos.origin is not None and pos.hi is not None
-        if files is self._audited:
-            return 0, 0
-        self._audited = files
-        found_files = found_rows = 0
-        for f in files:
-            key = (f.path, f.size, f.mtime_ns)
-            if f.path in self._owned or key in self._reported or not f.admits(pos.origin, pos.hi):
-                continue
-            rows = sum(len(self._times_in(f, g, pos.origin, pos.hi)) for g in self.stats(f))
-            if rows:
-                self._reported.add(key)
-                found_files += 1
-                found_rows += rows
-                log.warning(
-                    "table %r: file %s appeared after its event-time range was delivered; "
-                    "%d rows before %s are not part of this run (re-run that range to include them)",  # noqa: E501
-                    self.options.table,
-                    f.path,
-                    rows,
-                    iso(pos.hi),
-                )
-        return found_files, found_rows
 
     def _offset(
         self,
