@@ -139,6 +139,11 @@ def _start_stack(home: Path) -> tuple[str, str, SparkSession]:
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                 failure.append(exc)
 
+        # pyspark imported here first: the metastore's start imports it in its thread while
+        # this one builds the session, and two threads importing it at once can find it half
+        # initialised ("cannot import name 'SQLContext' from partially initialized module")
+        import pyspark.sql  # noqa: F401
+
         thread = threading.Thread(target=start, name="metastore-start", daemon=True)
         thread.start()
     with console.status("starting Spark (local mode) and the Hive metastore server"):
