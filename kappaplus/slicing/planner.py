@@ -151,8 +151,7 @@ class SlicePlanner:
     # -- listing and statistics -------------------------------------------------------
 
     def listing(self, *, reuse: bool = False) -> list[DataFile]:
-        """The table's files: listed now, or with ``reuse`` the last listing while it is
-        younger than ``listingInterval``."""
+        """The files listed now, or (``reuse``) the last listing within ``listingInterval``."""
         age = time.monotonic() - self._listed_at
         self._reused = (
             reuse and self._listed is not None and age * 1_000_000 < self.options.listing_interval
