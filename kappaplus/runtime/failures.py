@@ -20,6 +20,12 @@ resumes from its checkpoint
 ...         "kappaplus.core.errors.DataError: table 't': file 'f' was removed\\n"
 ...         "\\tat org.X(X.java:1)")
 "table 't': file 'f' was removed"
+>>> explain("[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data "
+...         "source perform latestOffset: Traceback (most recent call last):\\n"
+...         '  File "o.py", line 9, in end_offsets\\n'
+...         "ValueError: no end for t-0\\n\\tat org.X(X.java:1)")
+'[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source \
+perform latestOffset: ValueError: no end for t-0 (run with -v for the stack trace)'
 """
 
 from __future__ import annotations
@@ -60,6 +66,29 @@ _METASTORE_DOWN = "Could not connect to meta store"
 :data:`kappaplus.session.METASTORE_RETRIES`)."""
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def python_raised(text: str) -> str | None:
+    r"""The exception line of the last Python traceback in ``text`` (a Python data source or
+    UDF failed in a worker and Spark passed its traceback on); None without one.
+
+    >>> python_raised("Failed when ... perform latestOffset: Traceback (most recent call last):\n"
+    ...               '  File "x.py", line 3, in latestOffset\n'
+    ...               "    raise KafkaException(e)\n"
+    ...               "cimpl.KafkaException: KafkaError{code=_TIMED_OUT}\n"
+    ...               "\tat org.apache.spark.X(X.scala:1)")
+    'cimpl.KafkaException: KafkaError{code=_TIMED_OUT}'
+    """
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return None
+    for line in text[start + len(_TRACEBACK) :].splitlines():
+        if line.strip() and not line[0].isspace():
+            return line.strip()[:400]
+    return None
+
+
 def metastore_uri(spark: Any) -> str | None:
     """The metastore server a session uses (``hive.metastore.uris``); None: embedded."""
     try:
@@ -88,6 +117,10 @@ def explain(text: str, *, metastore_uri: str | None = None) -> str:
             return message
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     first = lines[0] if lines else str(text)
+    raised = python_raised(str(text))
+    if raised is not None:
+        # Spark's message ends its first line with "Traceback (most recent call last):"
+        first = f"{first.split(_TRACEBACK)[0].strip()} {raised}".strip()
     if len(first) > 400:
         first = first[:400] + "..."
     return f"{first} (run with -v for the stack trace)" if len(lines) > 1 else first
