@@ -5,6 +5,7 @@ fixed driver memory for both.
         [--rounds 2] [--rounds-of 365=1] [--driver-memory 1g] [--timeout 1800] [--work DIR]
         [--no-docs]
         [--ways A,B] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
+        [--memory-profile]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
 :data:`kappaplus.examples.generate.RIDER_EVENT_DDL`; partitioned ``dt``/``hr``) is written:
@@ -33,7 +34,10 @@ first finished B's (both directions of ``exceptAll``), and with what the generat
 (sessions count, events count). ``--ways A,A2`` measures a setting against the defaults: A2 is
 A with ``--a2-java-options`` added to the driver's JVM options (``-Dspark.sql...`` settings
 reach the session as Spark reads ``spark.*`` system properties) and ``--a2-hive`` lines added
-to its Hive input binding (``evictBetweenSlices = false``).
+to its Hive input binding (``evictBetweenSlices = false``). ``--memory-profile`` samples
+A's driver JVM and Python every 2 s (:mod:`memory_profile`): PSS and the JVM's compiled code,
+class metadata, thread stacks and heap at fixed seconds of the run, so runs of different
+lengths compare at the same second.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Any
 
 from bench_backfill import BASE, DAY, ROOT, child, child_may_fail, iso, run_timed, session, stop
 from doc_blocks import replace_block
+from memory_profile import NMT_OPTION, TABLE_HEAD, MemoryProfile
 
 from kappaplus.examples.sessionization import SESSION_COLUMNS
 
@@ -313,7 +318,15 @@ def run_a(
     if way == "A2":
         java = f"{capped['KAPPA_DRIVER_JAVA_OPTIONS']} {args.a2_java_options}"
         capped["KAPPA_DRIVER_JAVA_OPTIONS"] = java
+    profile = None
+    if args.memory_profile:
+        capped["KAPPA_DRIVER_JAVA_OPTIONS"] += f" {NMT_OPTION}"
+        profile = MemoryProfile(str(events))
+        profile.start()
     timed = run_timed(cmd, capped, timeout=args.timeout)
+    if profile is not None:
+        profile.stop()
+        PROFILES.extend(profile.table(f"{days} d {way} r{r}"))
     return Way(
         days,
         way,
@@ -356,6 +369,9 @@ def run_b(args: argparse.Namespace, work: Path, env: dict[str, str], days: int, 
 
 #: A suffix of the output tables: with ``--work`` each run writes new ones.
 RUN_TAG = [""]
+
+PROFILES: list[str] = []
+"""``--memory-profile`` rows of every A run (:mod:`memory_profile`)."""
 
 
 def load() -> str:
@@ -527,6 +543,11 @@ def main() -> None:
     parser.add_argument(
         "--a2-hive", default="", help="A2: A with these TOML lines in its Hive input binding"
     )
+    parser.add_argument(
+        "--memory-profile",
+        action="store_true",
+        help="sample A's driver JVM (PSS, Native Memory Tracking) and its Python every 2 s",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--table", help=argparse.SUPPRESS)
@@ -559,6 +580,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     text = render(ways, args, info)
     print(text)
+    if PROFILES:
+        title = "Memory of (A) over its run (--memory-profile):"
+        print("\n".join(["", title, "", *TABLE_HEAD, *PROFILES]))
     if not args.no_docs:
         write_doc(text)
 
