@@ -498,6 +498,7 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     broker = EmbeddedBroker(work / "broker", port=free_port())
     bootstrap = broker.start()
+    steps: list[dict] = []
     try:
         create_topic(bootstrap, "loop", partitions=PARTITIONS)
         out = work / "loop-produce.json"
@@ -517,7 +518,6 @@ def main() -> None:
         if args.backlog_records:
             backlog = run_backlog(args, work, env, bootstrap, args.backlog_records)
             print(f"backlog: {backlog}", file=sys.stderr)
-        steps = []
         for rate in [int(r) for r in args.rates.split(",") if r]:
             step = run_rate(args, work, env, bootstrap, rate)
             print(step, file=sys.stderr)
@@ -546,6 +546,12 @@ def main() -> None:
                 }
     finally:
         broker.stop()
+        failed = any(s.get("job_failed") is not None for s in steps)
+        if failed and not args.keep:
+            # a failed job's logs outlive the run: its error, in full, is in kappa.log
+            kept = Path(tempfile.mkdtemp(prefix="bench-stream-failed-"))
+            shutil.copytree(work / "home" / "logs", kept / "logs", dirs_exist_ok=True)
+            print(f"a job failed: its logs are kept in {kept}", file=sys.stderr)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     text = render(loop, steps, latency, args, backlog)
