@@ -12,7 +12,7 @@ from runtime_helpers import example_config, sessions_by_hand, table_rows, uid
 from typer.testing import CliRunner
 
 from kappaplus.cli import app
-from kappaplus.core.errors import ConfigError
+from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.examples import sessionization
 from kappaplus.examples.generate import RIDER_EVENT_DDL, rider_events, write_table
 from kappaplus.runtime.failures import CheckpointError, check_checkpoint_files, explain
@@ -239,3 +239,55 @@ def test_a_topic_that_does_not_exist_is_refused_before_any_query(
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert f"topic {topic!r} does not exist at {kafka_bootstrap}" in lines[0], result.output
     assert "kappa topic create" in lines[0] and "Traceback" not in result.output
+
+
+def test_a_python_sources_failure_is_told_by_its_exception(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path
+) -> None:
+    """Spark passes a Python data source's traceback on in the query's failure; the one line
+    names the exception (it ended at "Traceback (most recent call last):")."""
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from kappaplus.runtime.waiting import raise_if_failed
+
+    class FailingReader(DataSourceStreamReader):
+        def initialOffset(self) -> dict:  # type: ignore[type-arg]
+            return {"n": 0}
+
+        def latestOffset(self) -> dict:  # type: ignore[type-arg]
+            raise ValueError("no end offset for topic t-0")
+
+        def partitions(self, start: dict, end: dict) -> list:  # type: ignore[type-arg]
+            return [InputPartition(0)]
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            return iter(())
+
+    class Failing(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "kappa_test_failing_latest"
+
+        def schema(self) -> str:
+            return "n int"
+
+        def streamReader(self, schema):  # type: ignore[no-untyped-def]
+            return FailingReader()
+
+    spark.dataSource.register(Failing)
+    query = (
+        spark.readStream.format("kappa_test_failing_latest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination(120)
+    with pytest.raises(KappaError) as info:
+        raise_if_failed("failing", query, None)
+    line = str(info.value)
+    assert "\n" not in line
+    assert "ValueError: no end offset for topic t-0" in line
+    assert "latestOffset" in line
