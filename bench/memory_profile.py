@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kappaplus.local.processes import parent_pid
+
 NMT_OPTION = "-XX:NativeMemoryTracking=summary"
 """The JVM option the profile needs (a few percent of the JVM's time, per the JDK's docs)."""
 
@@ -41,13 +43,6 @@ def _pss_mb(pid: int) -> int:
         return 0
     match = re.search(r"^Pss:\s+(\d+) kB", text, re.M)
     return int(match.group(1)) // 1024 if match else 0
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _nmt_mb(pid: int) -> dict[str, int]:
@@ -111,7 +106,7 @@ class MemoryProfile:
                 if jvm:
                     nmt = _nmt_mb(pid) if count % 5 == 0 else {}
                     seconds = time.perf_counter() - self._began
-                    self.samples.append(Sample(seconds, jvm, _pss_mb(_parent(pid)), nmt))
+                    self.samples.append(Sample(seconds, jvm, _pss_mb(parent_pid(pid)), nmt))
                     count += 1
             self._stop.wait(self.every)
 
