@@ -106,7 +106,9 @@ class MemoryProfile:
                 if jvm:
                     nmt = _nmt_mb(pid) if count % 5 == 0 else {}
                     seconds = time.perf_counter() - self._began
-                    self.samples.append(Sample(seconds, jvm, _pss_mb(parent_pid(pid)), nmt))
+                    parent = parent_pid(pid)
+                    python = _pss_mb(parent) if parent else 0
+                    self.samples.append(Sample(seconds, jvm, python, nmt))
                     count += 1
             self._stop.wait(self.every)
 
