@@ -547,7 +547,7 @@ def main() -> None:
     finally:
         broker.stop()
         failed = any(s.get("job_failed") is not None for s in steps)
-        if failed and not args.keep:
+        if failed and not args.keep and (work / "home" / "logs").is_dir():
             # a failed job's logs outlive the run: its error, in full, is in kappa.log
             kept = Path(tempfile.mkdtemp(prefix="bench-stream-failed-"))
             shutil.copytree(work / "home" / "logs", kept / "logs", dirs_exist_ok=True)
