@@ -499,6 +499,7 @@ def main() -> None:
     broker = EmbeddedBroker(work / "broker", port=free_port())
     bootstrap = broker.start()
     steps: list[dict] = []
+    failures = 0  # of the latency run's job
     try:
         create_topic(bootstrap, "loop", partitions=PARTITIONS)
         out = work / "loop-produce.json"
@@ -527,6 +528,7 @@ def main() -> None:
         rate = args.latency_rate or best // 2
         if rate:
             step = run_rate(args, work, env, bootstrap, rate)
+            failures += step.get("job_failed") is not None
             rows = latencies(work / "home", step["table"])
             values = [lag for _, lag in rows]
             # the first minute holds the fresh driver's first micro-batch (it commits some
@@ -546,7 +548,7 @@ def main() -> None:
                 }
     finally:
         broker.stop()
-        failed = any(s.get("job_failed") is not None for s in steps)
+        failed = failures or any(s.get("job_failed") is not None for s in steps)
         if failed and not args.keep and (work / "home" / "logs").is_dir():
             # a failed job's logs outlive the run: its error, in full, is in kappa.log
             kept = Path(tempfile.mkdtemp(prefix="bench-stream-failed-"))
