@@ -85,7 +85,7 @@ def python_raised(text: str) -> str | None:
         return None
     for line in text[start + len(_TRACEBACK) :].splitlines():
         if line.strip() and not line[0].isspace():
-            return line.strip()[:400]
+            return line.strip()  # explain() shortens the line it shows
     return None
 
 
