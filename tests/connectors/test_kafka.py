@@ -508,3 +508,57 @@ def test_read_never_hangs_on_missing_offsets(kafka_bootstrap: str, new_topic) ->
         assert f"{topic}-0" in str(info.value) and str(rng.until_offset) in str(info.value)
         rows = [o for b in read_range(options(False), rng) for o in b.column("offset").to_pylist()]
         assert rows == list(range(rng.from_offset, 300))
+
+
+def test_a_read_pass_runs_where_the_source_reads(  # type: ignore[no-untyped-def]
+    spark, kafka_bootstrap: str, new_topic, scratch: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    def upper_values(batches):  # type: ignore[no-untyped-def]
+        """Each record's value upper-cased, with its partition and offset (a function of
+        the test: pickled by value for the source's worker)."""
+        for batch in batches:
+            values = pc.utf8_upper(pc.cast(batch.column("value"), pa.string()))
+            yield pa.RecordBatch.from_arrays(
+                [values, batch.column("partition"), batch.column("offset")],
+                names=["upper", "partition", "offset"],
+            )
+
+    topic = new_topic(partitions=2)
+    sent = produce(kafka_bootstrap, topic, (f"v{i}" for i in range(3000)), partitions=2)
+    schema = StructType(
+        [
+            StructField("upper", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+        ]
+    )
+    df = read_kafka_stream(
+        spark,
+        read_pass=upper_values,
+        schema=schema,
+        bootstrap=kafka_bootstrap,
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger=1000,
+        alignPartitions="false",  # the even split: three batches of 1,000
+    )
+    assert df.schema == schema
+    query = (
+        df.writeStream.format("memory")
+        .queryName("kafka_read_pass")
+        .option("checkpointLocation", str(scratch / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None
+    rows = spark.sql("SELECT * FROM kafka_read_pass").collect()
+    assert sorted(r.upper for r in rows) == sorted(v.upper() for v in sent)
+    assert len({(r.partition, r.offset) for r in rows}) == len(sent) == 3000
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [1000] * 3
+    with pytest.raises(TypeError, match="read_pass needs the schema"):
+        read_kafka_stream(spark, read_pass=upper_values, bootstrap=kafka_bootstrap, subscribe=topic)

@@ -36,6 +36,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from kappaplus.connectors.kafka.options import KafkaSourceOptions
+from kappaplus.connectors.kafka.read_pass import (
+    ReadPass,
+    pass_options,
+    read_pass_of,
+    read_pass_schema,
+    without_pass_options,
+)
 from kappaplus.connectors.kafka.reader import SCHEMA_DDL, SCHEMA_DDL_HEADERS
 from kappaplus.connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 from kappaplus.connectors.kafka.source import (
@@ -57,17 +64,23 @@ class KafkaDataSource(DataSource):
         return SHORT_NAME
 
     def _source_options(self, streaming: bool) -> KafkaSourceOptions:
-        return KafkaSourceOptions.parse(self.options, streaming=streaming)
+        return KafkaSourceOptions.parse(without_pass_options(self.options), streaming=streaming)
 
-    def schema(self) -> str:
+    def _read_pass(self) -> ReadPass | None:
+        return read_pass_of(self.options)
+
+    def schema(self) -> str | StructType:
+        passed = read_pass_schema(self.options)
+        if passed is not None:  # the records as the pass yields them
+            return passed
         opts = self._source_options(streaming=True)
         return SCHEMA_DDL_HEADERS if opts.include_headers else SCHEMA_DDL
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(self._source_options(streaming=True))
+        return KafkaStreamReader(self._source_options(streaming=True), self._read_pass())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(self._source_options(streaming=False))
+        return KafkaBatchReader(self._source_options(streaming=False), self._read_pass())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return KafkaStreamWriter(self.options, schema)
@@ -76,14 +89,28 @@ class KafkaDataSource(DataSource):
         return KafkaBatchWriter(self.options, schema)
 
 
-def read_kafka_stream(spark: SparkSession, **options: Any) -> DataFrame:
+def read_kafka_stream(
+    spark: SparkSession,
+    *,
+    read_pass: ReadPass | None = None,
+    schema: StructType | None = None,
+    **options: Any,
+) -> DataFrame:
     """A streaming DataFrame over Kafka; options are validated here, before Spark sees them.
+
+    ``read_pass`` (with the ``schema`` it yields): a function over each task's record
+    batches, run where the source reads them; the DataFrame holds what it yields
+    (:mod:`kappaplus.connectors.kafka.read_pass`).
 
     >>> df = read_kafka_stream(spark, bootstrap="127.0.0.1:9092", subscribe="events",
     ...     startingOffsets="earliest", maxOffsetsPerTrigger=10_000)  # doctest: +SKIP
     """
     opts = spark_options(options)
     KafkaSourceOptions.parse(opts, streaming=True)  # raises ConfigError naming the option
+    if read_pass is not None:
+        if schema is None:
+            raise TypeError("read_kafka_stream: read_pass needs the schema it yields")
+        opts.update(pass_options(read_pass, schema))
     spark.dataSource.register(KafkaDataSource)
     return spark.readStream.format(SHORT_NAME).options(**opts).load()
 

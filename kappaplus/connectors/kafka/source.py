@@ -35,6 +35,7 @@ from kappaplus.connectors.kafka.offsets import (
     to_json,
 )
 from kappaplus.connectors.kafka.options import EARLIEST, LATEST, KafkaSourceOptions
+from kappaplus.connectors.kafka.read_pass import ReadPass
 from kappaplus.connectors.kafka.reader import (
     OffsetRange,
     read_range,
@@ -174,8 +175,9 @@ def _ending_caps(options: KafkaSourceOptions, ends: Offsets) -> Offsets:
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader; its driver methods run in one long-lived process per query."""
 
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions, read_pass: ReadPass | None = None) -> None:
         self.options = options
+        self.read_pass = read_pass
         self._oracle: OffsetOracle | None = None
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
@@ -343,9 +345,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaInputPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaInputPartition):
-            return iter(())  # Spark reads a placeholder partition when there are none
-        return read_range(self.options, partition.range)
+        return read_partition(self.options, partition, self.read_pass)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
@@ -373,8 +373,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class KafkaBatchReader(DataSourceReader):
     """Batch read of ``[startingOffsets, endingOffsets)`` (defaults: earliest, latest)."""
 
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions, read_pass: ReadPass | None = None) -> None:
         self.options = options
+        self.read_pass = read_pass
 
     def partitions(self) -> Sequence[InputPartition]:
         oracle = OffsetOracle(self.options)
@@ -389,9 +390,17 @@ class KafkaBatchReader(DataSourceReader):
         return [KafkaInputPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, KafkaInputPartition):
-            return iter(())  # Spark reads a placeholder partition when there are none
-        return read_range(self.options, partition.range)
+        return read_partition(self.options, partition, self.read_pass)
+
+
+def read_partition(
+    options: KafkaSourceOptions, partition: InputPartition, read_pass: ReadPass | None
+) -> Iterator[pa.RecordBatch]:
+    """A partition's records, through ``read_pass`` when there is one."""
+    if not isinstance(partition, KafkaInputPartition):
+        return iter(())  # Spark reads a placeholder partition when there are none
+    batches = read_range(options, partition.range)
+    return batches if read_pass is None else read_pass(batches)
 
 
 def spark_options(options: Mapping[str, Any]) -> dict[str, str]:

@@ -9,12 +9,17 @@ crossing costs more than the work it carries (``docs/benchmarks.md``, issue 51).
 are one ``mapInArrow``, in that order, with the same outcomes and words:
 
 - the bounds are those of :func:`.bounds.out_of_bounds_reason`, compared in Arrow;
-  ``max_future`` against the micro-batch's timestamp, which the pass receives as a column
-  (``current_timestamp()``: the same when the batch is replayed);
+  ``max_future`` against the micro-batch's timestamp (the same when the batch is replayed),
+  which the pass reads from the query's offset log (:mod:`.batch_time`) or, after any
+  source, receives as a column (``current_timestamp()``);
 - the judge is :func:`.outliers.judge_table` over the task's records (its peers), which
   skips the records that already failed;
 - the tap stages the failed records of the publishing query as before, and every record
   leaves without its raw key and value.
+
+A stream run gives the pass to the ``kappa_kafka`` source (:func:`read_checked_kafka`), which
+runs it where it reads the records, so they cross from Python into the JVM once, decoded;
+:func:`decode_and_check` runs it after any source of Kafka-shaped records (``mapInArrow``).
 
 The pass keeps every record (failed ones carry their reason) and says which check failed
 it in a column the counts read (``dead`` of the decode counts, ``out_of_bounds`` of the
@@ -35,11 +40,13 @@ from kappaplus.core.timeutil import parse_timestamp
 from kappaplus.runtime.binding.bounds import bound_words
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from kappaplus.codecs.spec import DecoderSpec
     from kappaplus.config import EventTimeBounds
     from kappaplus.core.ahead import AheadRule
+    from kappaplus.runtime.binding.batch_time import MicroBatchTime
     from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterPlan
 
 CHECK_COL = "__kappa_failed_check"
@@ -127,9 +134,11 @@ class RecordChecks:
         bounds: BoundsCheck | None,
         ahead: AheadRule | None,
         tap: DeadLetterPlan | None,
+        batch_time: MicroBatchTime | None = None,
     ) -> None:
         from kappaplus.runtime.side_outputs.dead_letter_tap import DeadLetterTap
 
+        self.batch_time = batch_time
         self.spec = spec
         self.decoded_schema = decoded_schema
         self.bounds = bounds
@@ -140,6 +149,10 @@ class RecordChecks:
         from kappaplus.codecs.decoder import decode_batches
 
         now: list[int] = []
+        if self.batch_time is not None and self.bounds is not None and self.bounds.ahead:
+            from pyspark import TaskContext
+
+            now.append(self.batch_time.micros(TaskContext.get()))
 
         def inputs() -> Iterator[pa.RecordBatch]:
             for batch in batches:
@@ -187,6 +200,42 @@ class RecordChecks:
         return table.append_column(pa.field(CHECK_COL, pa.int8(), nullable=False), failed_by)
 
 
+def read_checked_kafka(
+    spark: SparkSession,
+    options: dict[str, object],
+    spec: DecoderSpec,
+    bounds: EventTimeBounds,
+    ahead: AheadRule | None,
+    tap: DeadLetterPlan | None,
+    *,
+    checkpoints: str | None,
+    decode_metrics: str,
+    bounds_metrics: str,
+) -> DataFrame:
+    """A Kafka topic read as a stream (``options`` of
+    :func:`~kappaplus.connectors.kafka.read_kafka_stream`) with the pass inside the
+    source's read: what :func:`decode_and_check` returns, with one crossing of each record
+    from Python into the JVM. ``checkpoints``: the run's directory, where ``max_future``
+    finds the micro-batch's timestamp (:class:`.batch_time.MicroBatchTime`); None only when
+    no ``max_future`` applies.
+
+    >>> events = good_events(read_checked_kafka(spark, kafka_options(binding), spec, bounds,
+    ...     rule, plan, checkpoints=str(mode_dir), decode_metrics="kappa_decode_trips",
+    ...     bounds_metrics="kappa_bounds_trips"))  # doctest: +SKIP
+    """
+    from kappaplus.connectors.kafka import read_kafka_stream
+    from kappaplus.runtime.binding.batch_time import MicroBatchTime
+
+    checks = BoundsCheck.of(spec.event_time, bounds)
+    needs_time = checks is not None and checks.ahead is not None
+    if needs_time and checkpoints is None:
+        raise ValueError("read_checked_kafka: max_future needs the run's checkpoints")
+    batch_time = MicroBatchTime(checkpoints) if needs_time and checkpoints else None
+    record_checks, out_type = _record_checks(spec, checks, ahead, tap, batch_time)
+    checked = read_kafka_stream(spark, read_pass=record_checks, schema=out_type, **options)
+    return _counted(checked, spec, checks, ahead, decode_metrics, bounds_metrics)
+
+
 def decode_and_check(
     df: DataFrame,
     spec: DecoderSpec,
@@ -208,27 +257,51 @@ def decode_and_check(
     ... # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, StructField, StructType
 
-    from kappaplus.codecs.frames import (
-        check_kafka_schema,
-        decoded_arrow_schema,
-        kafka_record_columns,
-    )
-    from kappaplus.codecs.schema import ERROR_COL
+    from kappaplus.codecs.frames import check_kafka_schema, kafka_record_columns
 
     check_kafka_schema(df)
-    decoded_type = spec.decoded_schema()
-    decoded_arrow = decoded_arrow_schema(spec)
     checks = BoundsCheck.of(spec.event_time, bounds)
     columns = kafka_record_columns()
     if checks is not None and checks.ahead is not None:
         columns.append(F.current_timestamp().alias(NOW_COL))
+    record_checks, out_type = _record_checks(spec, checks, ahead, tap, None)
+    checked = df.select(*columns).mapInArrow(record_checks, out_type)
+    return _counted(checked, spec, checks, ahead, decode_metrics, bounds_metrics)
+
+
+def _record_checks(
+    spec: DecoderSpec,
+    checks: BoundsCheck | None,
+    ahead: AheadRule | None,
+    tap: DeadLetterPlan | None,
+    batch_time: MicroBatchTime | None,
+) -> tuple[RecordChecks, StructType]:
+    """The pass and the Spark schema of what it yields."""
+    from pyspark.sql.types import ByteType, StructField, StructType
+
+    from kappaplus.codecs.frames import decoded_arrow_schema
+
+    decoded_type = spec.decoded_schema()
     out_type = StructType([*decoded_type.fields, StructField(CHECK_COL, ByteType(), False)])
-    checked = df.select(*columns).mapInArrow(
-        RecordChecks(spec, decoded_arrow, checks, ahead, tap), out_type
-    )
-    metadata = decoded_type[ERROR_COL].metadata
+    record_checks = RecordChecks(spec, decoded_arrow_schema(spec), checks, ahead, tap, batch_time)
+    return record_checks, out_type
+
+
+def _counted(
+    checked: DataFrame,
+    spec: DecoderSpec,
+    checks: BoundsCheck | None,
+    ahead: AheadRule | None,
+    decode_metrics: str,
+    bounds_metrics: str,
+) -> DataFrame:
+    """The pass's records with the error column's metadata, counted, without the check."""
+    from pyspark.sql import functions as F
+
+    from kappaplus.codecs.schema import ERROR_COL
+
+    metadata = spec.decoded_schema()[ERROR_COL].metadata
     error = F.col(ERROR_COL).alias(ERROR_COL, metadata=metadata)
     checked = checked.select(
         *[error if c == ERROR_COL else F.col(f"`{c}`") for c in checked.columns]

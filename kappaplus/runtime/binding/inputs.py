@@ -276,6 +276,9 @@ class InputContext:
     ahead: AheadRule | None = None
     """How far ahead of its peers a Kafka record may be (``max_ahead``,
     :func:`~kappaplus.runtime.binding.outliers.ahead_rule`); None: not judged."""
+    checkpoints: str | None = None
+    """The run's checkpoint directory (its output queries' checkpoints are in it): where a
+    task finds its micro-batch's timestamp (:mod:`kappaplus.runtime.binding.batch_time`)."""
 
 
 class SourceReader(Protocol):
@@ -500,6 +503,7 @@ def bind_inputs(
                 late_plans=late_plans,
                 dead_letters=(dead_letters or {}).get(spec.name),
                 ahead=ahead[spec.name],
+                checkpoints=None if mode_dir is None else str(mode_dir),
             ),
             reader,
         )

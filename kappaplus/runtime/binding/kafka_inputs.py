@@ -164,7 +164,12 @@ def read_kafka_records(
     see :mod:`kappaplus.core.draining`."""
     from kappaplus.connectors.kafka import read_kafka_stream
 
+    return read_kafka_stream(spark, **kafka_source_options(kafka, drain_file))
+
+
+def kafka_source_options(kafka: KafkaInput, drain_file: str | None = None) -> dict[str, Any]:
+    """:func:`kafka_options` and, with ``drain_file``, the source's drain option."""
     options = kafka_options(kafka)
     if drain_file is not None:
         options[DRAIN_OPTION] = drain_file
-    return read_kafka_stream(spark, **options)
+    return options

@@ -29,7 +29,11 @@ from kappaplus.core.draining import DRAIN_OPTION
 from kappaplus.core.errors import ConfigError
 from kappaplus.core.modes import Mode
 from kappaplus.runtime.binding import inputs as bind
-from kappaplus.runtime.binding.kafka_inputs import decoder_spec, read_kafka_records
+from kappaplus.runtime.binding.kafka_inputs import (
+    decoder_spec,
+    kafka_source_options,
+    read_kafka_records,
+)
 from kappaplus.runtime.binding.pinned_inputs import pinned_backfill, pinned_bootstrap
 from kappaplus.runtime.binding.pinned_lakes import pinned_lake_of
 
@@ -92,7 +96,7 @@ class StreamMode(RunMode):
         from kappaplus.codecs import decode_kafka, good_events
         from kappaplus.mapping import apply_mapping, is_identity
         from kappaplus.runtime.binding.bounds import bounds_metrics_name, mark_out_of_bounds
-        from kappaplus.runtime.binding.checked_decode import decode_and_check
+        from kappaplus.runtime.binding.checked_decode import read_checked_kafka
         from kappaplus.runtime.binding.unify import kafka_resolution, refuse_mismatches
         from kappaplus.runtime.side_outputs.dead_letter_tap import decode_metrics_name
 
@@ -100,8 +104,8 @@ class StreamMode(RunMode):
         if kafka is None:
             raise ConfigError(f"inputs.{spec.name}.kafka", None, "stream mode needs a topic")
         decoder = decoder_spec(spec, kafka)
-        records = read_kafka_records(ctx.spark, kafka, ctx.drain_file)
         if decoder.json_decoder == "jvm":  # decoded in Spark: the checks' own pass after it
+            records = read_kafka_records(ctx.spark, kafka, ctx.drain_file)
             decoded = mark_out_of_bounds(
                 decode_kafka(records, decoder, metrics=decode_metrics_name(spec.name)),
                 decoder.event_time,
@@ -110,13 +114,15 @@ class StreamMode(RunMode):
                 ctx.ahead,
                 tap=ctx.dead_letters,  # the judge's Python pass is the tap as well
             )
-        else:  # decoding, bounds, judge and tap in one Python pass
-            decoded = decode_and_check(
-                records,
+        else:  # decoding, bounds, judge and tap in one Python pass, inside the source's read
+            decoded = read_checked_kafka(
+                ctx.spark,
+                kafka_source_options(kafka, ctx.drain_file),
                 decoder,
                 ctx.binding.bounds,
                 ctx.ahead,
                 ctx.dead_letters,
+                checkpoints=ctx.checkpoints,
                 decode_metrics=decode_metrics_name(spec.name),
                 bounds_metrics=bounds_metrics_name(spec.name),
             )
