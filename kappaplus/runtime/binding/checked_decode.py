@@ -149,7 +149,11 @@ class RecordChecks:
         from kappaplus.codecs.decoder import decode_batches
 
         now: list[int] = []
-        if self.batch_time is not None and self.bounds is not None and self.bounds.ahead:
+        if (
+            self.batch_time is not None
+            and self.bounds is not None
+            and self.bounds.ahead is not None
+        ):
             from pyspark import TaskContext
 
             now.append(self.batch_time.micros(TaskContext.get()))
