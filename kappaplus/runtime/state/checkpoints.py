@@ -51,8 +51,9 @@ def check_shared_checkpoint(config: JobConfig, run: RunOptions, master: str) -> 
     """Refuse the default checkpoint root (under the driver's state directory) on a cluster.
 
     Executors write the state store, staged dead letters and late rows, and read the slice
-    manifests under a run's checkpoint directory, so on any master but ``local[...]`` it must
-    be a path every executor sees (a shared mount); ``$KAPPA_HOME`` is the driver's own.
+    manifests and a stream query's offset log (its batch's timestamp, for ``max_future``)
+    under a run's checkpoint directory, so on any master but ``local[...]`` it must be a path
+    every executor sees (a shared mount); ``$KAPPA_HOME`` is the driver's own.
     """
     from kappaplus.session import is_local_master
 
