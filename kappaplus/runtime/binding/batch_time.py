@@ -12,7 +12,6 @@ the output queries' checkpoints under the run's directory.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,23 +19,24 @@ from typing import Any
 from kappaplus.core.errors import StateError
 
 
-def offset_log_timestamp_ms(offsets_file: Path) -> int:
-    """``batchTimestampMs`` of one offset log entry (``v1``, the batch's metadata, offsets).
+def batch_timestamp_ms(checkpoint: Path, batch_id: str) -> int:
+    """``batchTimestampMs`` of batch ``batch_id`` in ``checkpoint``'s offset log.
 
     >>> import tempfile, pathlib
-    >>> f = pathlib.Path(tempfile.mkdtemp()) / "7"
-    >>> _ = f.write_text('v1\\n{"batchWatermarkMs":0,"batchTimestampMs":1764374400000}\\n{}')
-    >>> offset_log_timestamp_ms(f)
+    >>> cp = pathlib.Path(tempfile.mkdtemp()); (cp / "offsets").mkdir()
+    >>> _ = (cp / "offsets" / "7").write_text('v1\\n{"batchTimestampMs":1764374400000}\\n{}')
+    >>> batch_timestamp_ms(cp, "7")
     1764374400000
     """
+    from kappaplus.runtime.state.records import offset_log_metadata
+
     try:
-        lines = offsets_file.read_text(encoding="utf-8").splitlines()
-        return int(json.loads(lines[1])["batchTimestampMs"])
+        return int(offset_log_metadata(checkpoint, int(batch_id))["batchTimestampMs"])
     except (OSError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise StateError(
-            f"{offsets_file}: cannot read the micro-batch's timestamp from the offset log "
-            f"({type(exc).__name__}: {exc}); is the run's checkpoint directory readable "
-            "from the executors?"
+            f"{checkpoint / 'offsets' / batch_id}: cannot read the micro-batch's timestamp "
+            f"from the offset log ({type(exc).__name__}: {exc}); is the run's checkpoint "
+            "directory readable from the executors?"
         ) from None
 
 
@@ -66,7 +66,7 @@ class MicroBatchTime:
                 "streaming query's batch (no sql.streaming.queryId / streaming.sql.batchId)"
             )
         checkpoint = self._checkpoint(str(query_id))
-        return offset_log_timestamp_ms(checkpoint / "offsets" / str(batch_id)) * 1000
+        return batch_timestamp_ms(checkpoint, str(batch_id)) * 1000
 
     def _checkpoint(self, query_id: str) -> Path:
         from kappaplus.runtime.side_outputs.late_rows import query_id_of

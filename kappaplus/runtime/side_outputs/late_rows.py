@@ -144,11 +144,12 @@ def late_rows_plans(
 def late_watermark(checkpoint: str | Path, batch_id: int) -> int:
     """The watermark (epoch microseconds) rows of ``batch_id`` are judged late by: the one
     batch ``batch_id - 1`` ran under, from its offset log entry (0: none yet)."""
+    from kappaplus.runtime.state.records import offset_log_metadata
+
     if batch_id <= 0:
         return 0
     try:
-        lines = (Path(checkpoint) / "offsets" / str(batch_id - 1)).read_text().splitlines()
-        return int(json.loads(lines[1]).get("batchWatermarkMs", 0)) * 1000
+        return int(offset_log_metadata(checkpoint, batch_id - 1).get("batchWatermarkMs", 0)) * 1000
     except (OSError, IndexError, ValueError):
         return 0
 

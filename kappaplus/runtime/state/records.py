@@ -195,6 +195,25 @@ def _latest(directory: Path) -> int | None:
     return max(ids) if ids else None
 
 
+def offset_log_metadata(checkpoint: str | os.PathLike[str], batch_id: int) -> dict[str, Any]:
+    """The metadata line of batch ``batch_id``'s entry in a query checkpoint's offset log
+    (``batchWatermarkMs``, ``batchTimestampMs``, the conf): ``OSError``, ``IndexError`` or
+    ``ValueError`` when there is none, for the caller to say what that means.
+
+    >>> import tempfile, pathlib
+    >>> cp = pathlib.Path(tempfile.mkdtemp()); (cp / "offsets").mkdir()
+    >>> entry = 'v1\\n{"batchWatermarkMs":5,"batchTimestampMs":9}\\n{}'
+    >>> _ = (cp / "offsets" / "3").write_text(entry)
+    >>> offset_log_metadata(cp, 3)["batchTimestampMs"]
+    9
+    """
+    lines = (Path(checkpoint) / "offsets" / str(int(batch_id))).read_text().splitlines()
+    metadata = json.loads(lines[1])
+    if not isinstance(metadata, dict):
+        raise ValueError(f"not an offset log entry's metadata: {lines[1][:80]}")
+    return metadata
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointState:
     """Read Spark's offset and commit logs of a query checkpoint (no Spark needed)."""
     root = Path(path)
