@@ -194,8 +194,17 @@ class SliceBudgets(StrictModel):
     """A backfill runs one micro-batch with no rows after each slice, so the job's stateful
     operators drop what the slice closed before the next slice arrives. Default: on for a
     job that keeps rows in state (session windows, stream-stream joins, deduplication,
-    arbitrary state) under an available-now trigger, off otherwise (under a processing-time
-    trigger each would take a trigger of its own); ``false`` turns it off."""
+    arbitrary state) under an available-now trigger when ``watermarkAhead`` cannot be used,
+    off otherwise (under a processing-time trigger each would take a trigger of its own);
+    ``false`` turns it off."""
+    watermark_ahead: bool | None = Field(None, alias="watermarkAhead")
+    """Each slice of a bounded backfill fixes the next one and carries a marker row at its
+    end, so the next slice's micro-batch evicts with a watermark covering its own rows: the
+    job's stateful operators emit and drop what a slice closes in the slice's own batch,
+    without eviction batches. Default: on for a job that keeps rows in state, when Spark
+    judges late rows by the previous batch's watermark
+    (``spark.sql.streaming.statefulOperator.allowMultiple``, Spark's default); ``false``
+    turns it off (then ``evictBetweenSlices`` applies)."""
 
 
 class SlicedLakeInput(MappedLakeInput, SliceBudgets):

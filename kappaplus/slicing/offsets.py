@@ -24,6 +24,14 @@ MARKER_BATCHES = 2
 # batch does not read, merge and rewrite the closed sessions of every key it touches before
 # evicting them (docs/benchmarks.md, issue 51). Such an offset repeats the slice's manifest
 # (the chain a restart follows) with ``"evict": true``; it reads nothing.
+# Watermark ahead (``watermarkAhead``), which makes eviction batches unneeded: a data slice's
+# offset also fixes the next slice, ``"ahead": [lo, hi]``, and its batch carries a marker row
+# at that slice's end (``hi`` - 1 microsecond). Spark judges a batch's late rows by the
+# watermark of the batch before and evicts by the batch's own, so the next slice's batch
+# reads every row of ``[lo, hi)`` as on time and then evicts with a watermark of its own
+# end less the delay: what the slice closed leaves the state store in the slice's own
+# batch, where an eviction batch would follow. The next call of the planner reads exactly
+# that slice (a replay too: it is in the offset), since the watermark already stands there.
 OFFSET_VERSION = 1
 FALLBACK_SPAN = 3_600_000_000  # adaptive slicing without statistics: 1 hour
 
@@ -43,6 +51,9 @@ class Position:
     evict: bool = False
     """An eviction batch: no rows, the slice before it already read (``evictBetweenSlices``);
     the job's stateful operators drop what that slice's watermark closed."""
+    ahead: tuple[int, int] | None = None
+    """The next slice ``[lo, hi)``, fixed by this batch, whose marker row moves the watermark
+    to its end (``watermarkAhead``)."""
 
     @classmethod
     def parse(cls, offset: dict) -> Position:
@@ -56,7 +67,36 @@ class Position:
             late_files=int(offset.get("lateFiles", 0)),
             late_rows=int(offset.get("lateRows", 0)),
             evict=bool(offset.get("evict", False)),
+            ahead=_ahead(offset.get("ahead")),
         )
+
+
+def _ahead(value: object) -> tuple[int, int] | None:
+    if isinstance(value, list | tuple) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    return None
+
+
+def marker_times(first: Position, last: Position, watermark_delay: int | None) -> list[int]:
+    """Event times of the marker rows the micro-batch from ``first`` to ``last`` carries:
+    the end-of-input marker (the end bound plus the watermark delay) when the batch starts or
+    advances the end phase, and the watermark-ahead marker, one microsecond before the end
+    of the next slice, when the batch reads a slice that fixed its successor.
+
+    >>> data = Position(0, 0, 10, "m0", PHASE_DATA, ahead=(10, 20))
+    >>> marker_times(Position(0, 0, 0, None, PHASE_DATA), data, 5)
+    [19]
+    >>> last = Position(0, 20, 30, "m2", PHASE_DATA, markers=1)
+    >>> marker_times(data, last, 5)
+    [35]
+    """
+    times: list[int] = []
+    if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
+        assert last.hi is not None and watermark_delay is not None
+        times.append(last.hi + watermark_delay)
+    if last.ahead is not None and last.phase == PHASE_DATA and not last.evict and first != last:
+        times.append(last.ahead[1] - 1)
+    return times
 
 
 def align_down(value: int, step: int) -> int:

@@ -98,6 +98,8 @@ class SliceOptions(Protocol):
     @property
     def evict_between_slices(self) -> bool: ...
     @property
+    def watermark_ahead(self) -> bool: ...
+    @property
     def listing_interval(self) -> int: ...
 
 
@@ -299,10 +301,18 @@ class SlicePlanner:
             offset["markers"] = 1  # the last data slice carries the first marker
         return offset
 
+    @property
+    def plans_ahead(self) -> bool:
+        """Whether each slice fixes the next and moves the watermark to its end
+        (``watermarkAhead``; a bounded run only: a followed table's next slice may not be
+        complete yet). It replaces the eviction batches (:mod:`~kappaplus.slicing.offsets`)."""
+        return self.options.watermark_ahead and self.bounded
+
     def _evicts_after(self, pos: Position) -> bool:
         """Whether an eviction batch comes next: ``pos`` ends a data slice that read files."""
         return (
             self.options.evict_between_slices
+            and not self.plans_ahead
             and pos.phase == PHASE_DATA
             and pos.manifest is not None
             and not pos.evict
@@ -326,41 +336,27 @@ class SlicePlanner:
     ) -> dict:
         o = self.options
         assert pos.origin is not None and pos.hi is not None
-        span = o.max_event_time_per_trigger
-        # files by the start of their partition's range: both the earliest data and the
-        # slice's size are found from the first of them (row_density keeps this order)
-        by_start = self._ordered(files)
-        first = self._first_data(by_start, pos.hi, limit)
-        if first is None:  # nothing more until the limit: one empty batch jumps there
-            log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
-            return self._offset(
-                pos.origin,
-                limit,
-                limit,
-                None,
-                PHASE_DATA,
-                0,
-                late_files,
-                late_rows,
-                self._done(pos.origin, limit, limit),
-            )
-        if span is None:  # adaptive only: the gap before `first` holds no rows, it costs nothing
-            lo, hi = pos.hi, limit
+        density: RowDensity | None = None
+        if pos.ahead is not None:
+            # the batch before fixed this slice and moved the watermark to its end: read
+            # exactly it, whatever this run's options (a restart from that checkpoint too)
+            lo, hi = pos.ahead
         else:
-            lo = pos.hi if first < pos.hi + span else max(pos.hi, align_down(first, span))
-            hi = min(align_down(lo, span) + span, limit)
-        # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
-        rows_target = self._rows_target()
-        enough = None
-        if rows_target is not None:  # the statistics of a few slices ahead are enough
-            enough = max(2, RAMP_SLICES + 1) * rows_target
-        density = row_density(by_start, self.stats, lo, hi, enough, presorted=True)
-        hi = self._adaptive_end(
-            density, lo, min(hi, density.complete_below), first=pos.manifest is None
-        )
-        budget = self._row_budget(files, lo, hi, row_budget)
-        if budget is not None:
-            hi = self._fit(files, lo, hi, budget)
+            bounds = self._bounds(files, pos.hi, limit, row_budget, first=pos.manifest is None)
+            if bounds is None:  # nothing more until the limit: one empty batch jumps there
+                log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
+                return self._offset(
+                    pos.origin,
+                    limit,
+                    limit,
+                    None,
+                    PHASE_DATA,
+                    0,
+                    late_files,
+                    late_rows,
+                    self._done(pos.origin, limit, limit),
+                )
+            lo, hi, density = bounds
         entries = self._entries(files, lo, hi, pos.origin)
         manifest = SliceManifest(o.table, lo, hi, entries, pos.manifest)
         digest = self.store.put(manifest)
@@ -381,9 +377,9 @@ class SlicePlanner:
             rows,
         )
         if self.pacer is not None:
-            estimate = density.rows_within(lo, hi)
+            estimate = density.rows_within(lo, hi) if density is not None else 0
             self.pacer.planned(hi, estimate or rows, time.monotonic())
-        return self._offset(
+        offset = self._offset(
             pos.origin,
             lo,
             hi,
@@ -394,6 +390,42 @@ class SlicePlanner:
             late_rows,
             self._done(pos.origin, hi, limit),
         )
+        if self.plans_ahead and hi < limit:
+            following = self._bounds(files, hi, limit, row_budget, first=False)
+            if following is not None:
+                offset["ahead"] = [following[0], following[1]]
+        return offset
+
+    def _bounds(
+        self, files: list[DataFile], start: int, limit: int, row_budget: int | None, *, first: bool
+    ) -> tuple[int, int, RowDensity] | None:
+        """The slice ``[lo, hi)`` to read after ``start`` (and where its rows lie), within
+        the span cap, the rows targets and the row budgets; None when no file has data in
+        ``[start, limit)``. ``first``: the query's first slice (``firstSliceRows``)."""
+        o = self.options
+        span = o.max_event_time_per_trigger
+        # files by the start of their partition's range: both the earliest data and the
+        # slice's size are found from the first of them (row_density keeps this order)
+        by_start = self._ordered(files)
+        earliest = self._first_data(by_start, start, limit)
+        if earliest is None:
+            return None
+        if span is None:  # adaptive only: the gap before the data holds no rows, it costs nothing
+            lo, hi = start, limit
+        else:
+            lo = start if earliest < start + span else max(start, align_down(earliest, span))
+            hi = min(align_down(lo, span) + span, limit)
+        # where the rows of [lo, hi) lie: sizes the slice, and its rows for pacing after the caps
+        rows_target = self._rows_target()
+        enough = None
+        if rows_target is not None:  # the statistics of a few slices ahead are enough
+            enough = max(2, RAMP_SLICES + 1) * rows_target
+        density = row_density(by_start, self.stats, lo, hi, enough, presorted=True)
+        hi = self._adaptive_end(density, lo, min(hi, density.complete_below), first=first)
+        budget = self._row_budget(files, lo, hi, row_budget)
+        if budget is not None:
+            hi = self._fit(files, lo, hi, budget)
+        return lo, hi, density
 
     def batch_committed(self, end: dict) -> None:
         """Spark committed the batch ending at offset ``end`` (the source's ``commit``):

@@ -85,29 +85,62 @@ def test_larger_slices_only_where_the_binding_sets_no_size(events) -> None:  # t
         assert with_state_slices(_resolved(chosen), hourly) is None, chosen
     sessions = {"s": events.groupBy(F.session_window("ts", "10 minutes")).count()}
     # one output holding rows keeps the default size for the inputs every output shares,
-    # and asks for an eviction batch after each slice
+    # and drops what a slice closed in the slice's own batch (the watermark ahead), with
+    # eviction batches where the watermark cannot go ahead (a run without an end)
     for frames in (sessions, {**hourly, **sessions}):
         evicting = with_state_slices(_resolved({}), frames)
         assert evicting is not None
         hive = evicting.inputs["events"].hive
-        assert hive.evict_between_slices is True
+        assert hive.watermark_ahead is True and hive.evict_between_slices is True
         assert hive.target_rows_per_trigger == ROW_STATE_TARGET_ROWS < DEFAULT_TARGET_ROWS
-    # a slice size of the binding's own is kept; the eviction batches still come
+    # a slice size of the binding's own is kept; the rest still comes
     sized = with_state_slices(_resolved({"maxEventTimePerTrigger": "1 hour"}), sessions)
     assert sized is not None
     assert sized.inputs["events"].hive.target_rows_per_trigger is None
+    assert sized.inputs["events"].hive.watermark_ahead is True
     assert sized.inputs["events"].hive.evict_between_slices is True
-    # a processing-time trigger paces one slice per trigger: no eviction batch taking a
-    # trigger of its own, unless the binding asks for it
+    # a processing-time trigger paces one slice per trigger: the watermark goes ahead (no
+    # batch of its own), no eviction batch taking a trigger of its own unless asked for
     paced = with_state_slices(_resolved({}), sessions, paced=True)
     assert paced is not None and paced.inputs["events"].hive.evict_between_slices is None
+    assert paced.inputs["events"].hive.watermark_ahead is True
     asked = with_state_slices(_resolved({"evictBetweenSlices": True}), sessions, paced=True)
     assert asked is not None and asked.inputs["events"].hive.evict_between_slices is True
+    # a binding that chooses either way keeps its choice, and gets no other
+    assert asked.inputs["events"].hive.watermark_ahead is None
     kept = with_state_slices(_resolved({"evictBetweenSlices": False}), sessions)
     assert kept is not None and kept.inputs["events"].hive.evict_between_slices is False
+    assert kept.inputs["events"].hive.watermark_ahead is None
+    behind = with_state_slices(_resolved({"watermarkAhead": False}), sessions)
+    assert behind is not None and behind.inputs["events"].hive.watermark_ahead is False
+    assert behind.inputs["events"].hive.evict_between_slices is None
     both = {"evictBetweenSlices": False, "targetRowsPerTrigger": 10}
     assert with_state_slices(_resolved(both), sessions) is None
     assert with_state_slices(_resolved({}), {"rows": events.where("key > 2")}) is None
+
+
+def test_the_watermark_goes_ahead_only_where_late_rows_are_judged_by_the_batch_before(
+    spark, events
+) -> None:  # type: ignore[no-untyped-def]
+    """With Spark's single watermark for late rows and eviction (its compatibility mode), a
+    watermark moved to the end of the slice being read would make that slice's own rows
+    late: eviction batches instead."""
+    sessions = {"s": events.groupBy(F.session_window("ts", "10 minutes")).count()}
+    key = "spark.sql.streaming.statefulOperator.allowMultiple"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        single = with_state_slices(_resolved({}), sessions)
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+    assert single is not None
+    assert single.inputs["events"].hive.watermark_ahead is None
+    assert single.inputs["events"].hive.evict_between_slices is True
+    ahead = with_state_slices(_resolved({}), sessions)
+    assert ahead is not None and ahead.inputs["events"].hive.watermark_ahead is True
 
 
 def test_what_keeps_rows_in_state(events) -> None:  # type: ignore[no-untyped-def]

@@ -107,6 +107,7 @@ def plan_all(opts: LakeSourceOptions, row_budget: int | None) -> list[dict]:
     admission=st.one_of(st.none(), st.integers(1, 40)),
     group_rows=st.integers(1, 30),
     evict=st.booleans(),
+    ahead=st.booleans(),
 )
 def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
     files: list[list[int]],
@@ -115,6 +116,7 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
     admission: int | None,
     group_rows: int,
     evict: bool,
+    ahead: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root, manifests = Path(tmp) / "table", Path(tmp) / "manifests"
@@ -127,13 +129,24 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
             max_event_time_per_trigger=span,
             max_rows_per_trigger=max_rows,
             evict_between_slices=evict,
+            watermark_ahead=ahead,
         )
         planned = plan_all(opts, admission)
+        # the watermark ahead: a data slice that fixed the next one is followed by exactly
+        # that slice (its marker moved the watermark to that slice's end, so the batch
+        # after must read all of it); the eviction batches it replaces do not come
+        for before, offset in zip([None, *planned], planned, strict=False):
+            if before is not None and before.get("ahead"):
+                assert ahead and offset.get("phase", PHASE_DATA) == PHASE_DATA
+                assert [offset["lo"], offset["hi"]] == before["ahead"], (before, offset)
+            elif ahead and before is not None and before.get("manifest"):
+                # only the last slice, or one before a stretch with no data, fixes none
+                assert offset.get("markers") or not offset.get("manifest"), (before, offset)
         # an eviction batch follows each slice that read files, and only such a slice: it
         # repeats the slice's position and manifest and reads nothing
         for before, offset in zip([None, *planned], planned, strict=False):
             if offset.get("evict"):
-                assert evict and before is not None and before.get("manifest")
+                assert evict and not ahead and before is not None and before.get("manifest")
                 assert not before.get("evict")
                 assert {**offset, "evict": None, "files": None} == {
                     **before,
@@ -141,7 +154,11 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
                     "files": None,
                 }
             elif (
-                evict and before is not None and before.get("manifest") and not before.get("evict")
+                evict
+                and not ahead
+                and before is not None
+                and before.get("manifest")
+                and not before.get("evict")
             ):
                 assert offset.get("markers") or offset.get("phase") != PHASE_DATA, offset
         offsets = [o for o in planned if not o.get("evict")]

@@ -175,6 +175,12 @@ class LakeSourceOptions:
     operators evict what the slice's watermark closed (:mod:`~kappaplus.slicing.offsets`).
     The runtime turns it on for jobs that keep rows in state (session windows, stream-stream
     joins)."""
+    watermark_ahead: bool = option("watermarkAhead", BOOL, default=False)
+    """Each data slice of a bounded run fixes the next and carries a marker row at its end,
+    so the job's stateful operators drop what a slice closes in the slice's own micro-batch,
+    with no eviction batch (:mod:`~kappaplus.slicing.offsets`). The runtime turns it on for
+    jobs that keep rows in state when Spark judges late rows by the previous batch's
+    watermark (``spark.sql.streaming.statefulOperator.allowMultiple``, on by default)."""
     listing_interval: int = option("listingInterval", MICROS, default=DEFAULT_LISTING_INTERVAL)
     """How long a bounded run (an end bound, or available-now) plans from one listing of
     the table before listing it again (microseconds; 0: every micro-batch lists), see

@@ -28,7 +28,7 @@ from kappaplus.core.errors import ConfigError, KappaError
 from kappaplus.core.table import HIVE_DEFAULT_PARTITION
 from kappaplus.slicing.files import UNBOUNDED_HI
 from kappaplus.slicing.manifest import ManifestStore
-from kappaplus.slicing.offsets import PHASE_DATA, Position
+from kappaplus.slicing.offsets import PHASE_DATA, Position, marker_times
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,7 @@ def jvm_partitions(reader: ListedFilesStreamReader, start: dict, end: dict) -> d
         "files": [],
         "markers": [],
     }
-    if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
-        assert last.hi is not None and options.watermark_delay is not None
-        plan["markers"].append(last.hi + options.watermark_delay)
+    plan["markers"] = marker_times(first, last, options.watermark_delay)
     if last.phase != PHASE_DATA or last.manifest is None or last.evict or start == end:
         return plan
     manifest = ManifestStore(options.manifest_dir).get(last.manifest)

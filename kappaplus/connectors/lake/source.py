@@ -33,7 +33,7 @@ from kappaplus.connectors.lake.delivery import (
 from kappaplus.connectors.lake.options import MARKER_COLUMN, LakeSourceOptions
 from kappaplus.core.draining import drain_requested
 from kappaplus.slicing.manifest import ManifestEntry, ManifestStore
-from kappaplus.slicing.offsets import PHASE_DATA, Position
+from kappaplus.slicing.offsets import PHASE_DATA, Position, marker_times
 from kappaplus.slicing.planner import FileLister, SlicePlanner
 
 TARGET_PARTITIONS = 8
@@ -114,12 +114,12 @@ class ListedFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = Position.parse(start), Position.parse(end)
-        markers: list[InputPartition] = []
-        if (first.phase, first.markers) != (last.phase, last.markers) and last.markers > 0:
-            # an end-of-input marker batch, or the last data slice carrying the first marker
-            assert last.hi is not None and self.options.watermark_delay is not None
-            marker = last.hi + self.options.watermark_delay
-            markers = [SlicePartition(last.hi, last.hi, last.origin or 0, [], marker)]
+        # the end-of-input markers, and the watermark-ahead marker of a slice that fixed its
+        # successor (kappaplus.slicing.offsets)
+        markers: list[InputPartition] = [
+            SlicePartition(last.hi or 0, last.hi or 0, last.origin or 0, [], marker)
+            for marker in marker_times(first, last, self.options.watermark_delay)
+        ]
         if last.phase != PHASE_DATA or last.manifest is None or last.evict or start == end:
             return markers
         manifest = ManifestStore(self.options.manifest_dir).get(last.manifest)

@@ -100,6 +100,7 @@ def hive_options(hive: HiveInput, run: RunOptions, watermark_delay: str) -> dict
         "maxEarliness": hive.max_earliness,
         "reader": hive.reader,
         "evictBetweenSlices": hive.evict_between_slices,
+        "watermarkAhead": hive.watermark_ahead,
         "listingInterval": hive.listing_interval,
     }
     if hive.partition_format:

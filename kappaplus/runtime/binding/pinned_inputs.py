@@ -63,6 +63,7 @@ def pinned_backfill(
     options.update(stored_options(lake))
     options["reader"] = lake.reader
     options["evictBetweenSlices"] = lake.evict_between_slices
+    options["watermarkAhead"] = lake.watermark_ahead
     # the runtime applies the watermark; the option makes a bounded run end with markers
     options["watermarkDelay"] = watermark_delay
     options["adviceConfigPrefix"] = f"inputs.{spec.name}.{lake_format.key}"

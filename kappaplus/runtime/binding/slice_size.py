@@ -171,39 +171,55 @@ def with_state_slices(
     - every query only aggregates (:func:`holds_groups_only`): slices of
       :data:`AGGREGATION_TARGET_ROWS`;
     - some query keeps rows in state (:func:`keeps_rows`): slices of
-      :data:`ROW_STATE_TARGET_ROWS` and an eviction batch after each (``evictBetweenSlices``),
-      so a slice's closed sessions leave the state store before the next slice's rows are
-      merged with what is stored. Not when ``paced`` (a processing-time trigger: one slice
-      per trigger is the run's rate limit, and an eviction batch would take a trigger of its
-      own, halving the rate); ``evictBetweenSlices = true`` asks for them there too.
+      :data:`ROW_STATE_TARGET_ROWS`, and a slice's closed sessions leave the state store
+      before the next slice's rows are merged with what is stored: in the slice's own batch
+      (``watermarkAhead``, a bounded run, when Spark judges late rows by the previous
+      batch's watermark: :func:`late_rows_judged_by_previous_batch`), else in an eviction
+      batch after each slice (``evictBetweenSlices``; not when ``paced``, a processing-time
+      trigger: one slice per trigger is the run's rate limit, and an eviction batch would
+      take a trigger of its own, halving the rate). A binding that sets either keeps its
+      choice.
     """
     if not frames:
         return None
     if any(keeps_rows(df) for df in frames.values()):
         sized = _each_lake(
-            resolved, "target_rows_per_trigger", ROW_STATE_TARGET_ROWS, _SLICE_FIELDS
+            resolved, {"target_rows_per_trigger": ROW_STATE_TARGET_ROWS}, _SLICE_FIELDS
         )
-        evicting = None
-        if not paced:
-            evicting = _each_lake(
-                sized or resolved, "evict_between_slices", True, ("evict_between_slices",)
+        dropping: dict[str, Any] = {}
+        if late_rows_judged_by_previous_batch(next(iter(frames.values()))):
+            dropping["watermark_ahead"] = True
+        if not paced:  # where the watermark cannot go ahead (a run without an end)
+            dropping["evict_between_slices"] = True
+        chosen = None
+        if dropping:  # a binding that chooses either way keeps its choice
+            chosen = _each_lake(
+                sized or resolved, dropping, ("watermark_ahead", "evict_between_slices")
             )
+        ahead = chosen if "watermark_ahead" in dropping else None
+        evicting = chosen if "evict_between_slices" in dropping else None
         if sized is not None:
             log.info(
                 "slices of about %d rows by default: the job keeps rows in state until the "
                 "watermark passes them; a binding's targetRowsPerTrigger overrides it",
                 ROW_STATE_TARGET_ROWS,
             )
-        if evicting is not None:
+        if ahead is not None:
+            log.info(
+                "each slice's micro-batch drops what the slice closed: the job keeps rows in "
+                "state, the watermark goes ahead to the end of the slice being read "
+                "(watermarkAhead = false turns it off)"
+            )
+        elif evicting is not None:
             log.info(
                 "an eviction micro-batch after each slice: the job keeps rows in state "
                 "(evictBetweenSlices = false turns it off)"
             )
-        return evicting or sized
+        return chosen or sized
     if not all(holds_groups_only(df) for df in frames.values()):
         return None
     changed = _each_lake(
-        resolved, "target_rows_per_trigger", AGGREGATION_TARGET_ROWS, _SLICE_FIELDS
+        resolved, {"target_rows_per_trigger": AGGREGATION_TARGET_ROWS}, _SLICE_FIELDS
     )
     if changed is not None:
         log.info(
@@ -214,10 +230,22 @@ def with_state_slices(
     return changed
 
 
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+def late_rows_judged_by_previous_batch(df: DataFrame) -> bool:
+    """Whether Spark's stateful operators judge a micro-batch's late rows by the previous
+    batch's watermark and evict by the batch's own (its watermark propagation, on by
+    default: ``spark.sql.streaming.statefulOperator.allowMultiple``); with one watermark
+    for both, a watermark moved ahead would make the next slice's rows late."""
+    value = df.sparkSession.conf.get(ALLOW_MULTIPLE, "true") or "true"
+    return value.strip().lower() == "true"
+
+
 def _each_lake(
-    resolved: ResolvedConfig, field: str, value: Any, unless: tuple[str, ...]
+    resolved: ResolvedConfig, values: Mapping[str, Any], unless: tuple[str, ...]
 ) -> ResolvedConfig | None:
-    """``resolved`` with ``field = value`` on each lake binding that sets none of
+    """``resolved`` with ``values`` (field -> value) on each lake binding that sets none of
     ``unless``; None when no binding changes."""
     import dataclasses
 
@@ -227,7 +255,7 @@ def _each_lake(
         for lake in ("hive", "iceberg", "delta"):
             model = getattr(binding, lake, None)
             if model is not None and all(getattr(model, f, None) is None for f in unless):
-                lakes[lake] = model.model_copy(update={field: value})
+                lakes[lake] = model.model_copy(update=dict(values))
         if lakes:
             updated[name] = dataclasses.replace(binding, **lakes)
     if not updated:
