@@ -313,6 +313,7 @@ def run_a(
         str(work / "checkpoints" / tag),
         "--fresh",
         "--no-progress",
+        *args.run_arg,
     ]
     capped = capped_env(env, args, events)
     if way == "A2":
@@ -534,6 +535,12 @@ def main() -> None:
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--work", help="keep tables and logs here and reuse its tables")
     parser.add_argument("--kappa-arg", action="append", default=[], help="a `kappa` option of A")
+    parser.add_argument(
+        "--run-arg",
+        action="append",
+        default=[],
+        help="a `kappa run` option of A and A2, e.g. --run-arg='--trigger=1 second'",
+    )
     parser.add_argument("--ways", default="A,B", help="A, B and A2, in each round's order")
     parser.add_argument(
         "--a2-java-options",

@@ -309,13 +309,16 @@ class SlicePlanner:
         return self.options.watermark_ahead and self.bounded
 
     def _evicts_after(self, pos: Position) -> bool:
-        """Whether an eviction batch comes next: ``pos`` ends a data slice that read files."""
+        """Whether an eviction batch comes next: ``pos`` ends a data slice that read files
+        and fixed no next slice (a batch with no rows after one that moved the watermark
+        ahead would drop sessions the fixed slice's rows still extend)."""
         return (
             self.options.evict_between_slices
             and not self.plans_ahead
             and pos.phase == PHASE_DATA
             and pos.manifest is not None
             and not pos.evict
+            and pos.ahead is None
         )
 
     def _eviction(self, start: dict, late_files: int, late_rows: int) -> dict:

@@ -196,6 +196,31 @@ def test_slices_never_overlap_never_go_back_cover_the_range_and_keep_budgets(
             assert len(set(inside)) == 1, "over budget with more than one timestamp"
 
 
+def test_a_slice_fixed_ahead_is_read_next_even_by_a_run_without_it() -> None:
+    """The watermark already stands at the end of a slice fixed ahead, so the batch after
+    must read that slice, also when the run restarts with eviction batches instead (one
+    without rows there would drop sessions the slice's rows still extend)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root, manifests = Path(tmp) / "table", Path(tmp) / "manifests"
+        root.mkdir()
+        write_table(root, [list(range(0, 48 * 3600, 60))], 10)
+        span = 4 * HOUR
+        ahead = HiveSlicePlanner(
+            options(root, manifests, watermark_ahead=True, max_event_time_per_trigger=span)
+        )
+        ahead.prepare_available_now()
+        first = ahead.next(ahead.initial_offset(), None)
+        assert (first["lo"], first["hi"], first["ahead"]) == (0, span, [span, 2 * span])
+        evicting = HiveSlicePlanner(
+            options(root, manifests, evict_between_slices=True, max_event_time_per_trigger=span)
+        )
+        evicting.prepare_available_now()
+        second = evicting.next(first, None)
+        assert not second.get("evict") and [second["lo"], second["hi"]] == first["ahead"]
+        assert "ahead" not in second
+        assert evicting.next(second, None).get("evict")
+
+
 @given(
     origin=st.integers(0, 2**50),
     lo=st.integers(0, 2**50),

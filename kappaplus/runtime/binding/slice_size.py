@@ -11,11 +11,14 @@ holds per row:
 - a job that keeps rows in state until the watermark passes them (a session window, a join
   of two streams, deduplication, arbitrary state; :func:`keeps_rows`) holds a slice's rows
   and sorts them at once, so its memory follows the slice: its lake inputs take
-  :data:`ROW_STATE_TARGET_ROWS`, and an eviction batch after each slice
-  (``evictBetweenSlices``) drops what the slice closed before the next one is merged in;
+  :data:`ROW_STATE_TARGET_ROWS`, and what a slice closed is dropped before the next one is
+  merged in: in the slice's own batch, the watermark having gone ahead to its end
+  (``watermarkAhead``), or where it cannot, in an eviction batch after it
+  (``evictBetweenSlices``);
 - any other job keeps :data:`~kappaplus.slicing.planner.DEFAULT_TARGET_ROWS`.
 
-A binding that sets a slice size (or ``evictBetweenSlices``) keeps its choice. The plan is
+A binding that sets a slice size (or ``watermarkAhead`` or ``evictBetweenSlices``) keeps its
+choice. The plan is
 read from the job's own DataFrames before any query starts (Spark's analyzed logical plan);
 any operator not known to be stateless or bounded keeps the default.
 """
