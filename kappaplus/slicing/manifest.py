@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import pyarrow.fs as pafs
 
 from kappaplus.core.errors import ReplayError
+from kappaplus.slicing.files import DataFile, RowGroupStats
 
 
 @dataclass(frozen=True)
@@ -112,3 +114,51 @@ class ManifestStore:
                 f"slice manifest {digest} is missing from {self.root!r} ({exc}); the batch "
                 "cannot be replayed exactly. Keep manifestDir with the checkpoint."
             ) from exc
+
+
+def slice_entries(
+    files: list[DataFile],
+    lo: int,
+    hi: int,
+    origin: int,
+    end: int,
+    owned: Collection[str],
+    stats: Callable[[DataFile], tuple[RowGroupStats, ...]],
+) -> list[ManifestEntry]:
+    """The manifest entries of the slice ``[lo, hi)`` of a run planned from ``origin`` to
+    ``end``: each file that admits the slice with the row groups it delivers there, and,
+    for a file no earlier slice owns (``owned``), the row groups holding rows no slice can
+    deliver (null or unknown event times, or event times outside the file's admissible
+    range but within the run), which this slice then routes."""
+    entries = []
+    for f in files:
+        if not f.admits(lo, hi):
+            continue
+        a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
+        groups = stats(f)
+        deliver = [g.index for g in groups if g.may_overlap(a, b)]
+        route: list[int] = []
+        if f.path not in owned:  # this slice owns the file's undeliverable rows
+            route = [
+                g.index
+                for g in groups
+                if g.may_have_nulls
+                or g.ts_min is None
+                or g.ts_max is None
+                or (g.ts_min < f.admissible_lo and g.ts_max >= origin)
+                or (g.ts_max >= f.admissible_hi and g.ts_min < end)
+            ]
+        if deliver or route:
+            entries.append(
+                ManifestEntry(
+                    f.path,
+                    f.size,
+                    f.mtime_ns,
+                    f.partition_values,
+                    f.admissible_lo,
+                    f.admissible_hi,
+                    deliver,
+                    route,
+                )
+            )
+    return entries

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kappaplus.core.timeutil import iso
+
 PHASE_DATA = "data"
 PHASE_END = "end"
 # End-of-input markers. The first moves the watermark to the end bound; it rides in the
@@ -101,3 +103,36 @@ def marker_times(first: Position, last: Position, watermark_delay: int | None) -
 
 def align_down(value: int, step: int) -> int:
     return value - (value % step)
+
+
+def slice_offset(
+    origin: int | None,
+    lo: int | None,
+    hi: int | None,
+    manifest: str | None,
+    phase: str,
+    files: int,
+    late_files: int,
+    late_rows: int,
+    done: float | None,
+) -> dict:
+    """The offset of a micro-batch as the planner writes it (:class:`Position` reads it):
+    the planned range, the slice and its manifest, the phase, the files read and the late
+    files found so far, with the slice in words and the fraction done for people reading
+    the checkpoint."""
+    offset: dict = {
+        "v": OFFSET_VERSION,
+        "origin": origin,
+        "lo": lo,
+        "hi": hi,
+        "manifest": manifest,
+        "phase": phase,
+        "files": files,
+        "lateFiles": late_files,
+        "lateRows": late_rows,
+    }
+    if lo is not None and hi is not None:
+        offset["range"] = f"[{iso(lo)}, {iso(hi)})"
+    if done is not None:
+        offset["done"] = done
+    return offset

@@ -27,15 +27,15 @@ import numpy as np
 from kappaplus.core.timeutil import format_duration, iso
 from kappaplus.slicing.files import UNBOUNDED_HI, DataFile, RowGroupStats
 from kappaplus.slicing.late_files import DeliveredFiles
-from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest
+from kappaplus.slicing.manifest import ManifestEntry, ManifestStore, SliceManifest, slice_entries
 from kappaplus.slicing.offsets import (
     FALLBACK_SPAN,
     MARKER_BATCHES,
-    OFFSET_VERSION,
     PHASE_DATA,
     PHASE_END,
     Position,
     align_down,
+    slice_offset,
 )
 from kappaplus.slicing.pacing import BatchPacer
 from kappaplus.slicing.sizing import RowDensity, choose_end, row_density
@@ -242,7 +242,7 @@ class SlicePlanner:
         if start is None:
             extent = self.data_extent(self.listing())
             start = None if extent is None else extent[0]
-        return self._offset(start, start, start, None, PHASE_DATA, 0, 0, 0, None)
+        return slice_offset(start, start, start, None, PHASE_DATA, 0, 0, 0, None)
 
     def _limit(self, files: list[DataFile]) -> tuple[int | None, bool]:
         """The event time planning may reach now, and whether reaching it ends the input."""
@@ -288,7 +288,7 @@ class SlicePlanner:
         late_rows += pos.late_rows
         if limit is None or pos.hi >= limit:
             if ends_input and self.options.emits_end_marker:
-                offset = self._offset(
+                offset = slice_offset(
                     pos.origin, pos.hi, pos.hi, None, PHASE_END, 0, late_files, late_rows, 1.0
                 )
                 offset["markers"] = pos.markers + 1
@@ -348,7 +348,7 @@ class SlicePlanner:
             bounds = self._bounds(files, pos.hi, limit, row_budget, first=pos.manifest is None)
             if bounds is None:  # nothing more until the limit: one empty batch jumps there
                 log.info("table %r: no data in [%s, %s)", o.table, iso(pos.hi), iso(limit))
-                return self._offset(
+                return slice_offset(
                     pos.origin,
                     limit,
                     limit,
@@ -382,7 +382,7 @@ class SlicePlanner:
         if self.pacer is not None:
             estimate = density.rows_within(lo, hi) if density is not None else 0
             self.pacer.planned(hi, estimate or rows, time.monotonic())
-        offset = self._offset(
+        offset = slice_offset(
             pos.origin,
             lo,
             hi,
@@ -564,72 +564,12 @@ class SlicePlanner:
         return cut
 
     def _entries(self, files: list[DataFile], lo: int, hi: int, origin: int) -> list[ManifestEntry]:
-        o = self.options
-        end = o.ending_timestamp if o.ending_timestamp is not None else UNBOUNDED_HI
-        entries = []
-        for f in files:
-            if not f.admits(lo, hi):
-                continue
-            a, b = max(lo, f.admissible_lo), min(hi, f.admissible_hi)
-            groups = self.stats(f)
-            deliver = [g.index for g in groups if g.may_overlap(a, b)]
-            route: list[int] = []
-            if f.path not in self.delivered.owned:  # this slice owns the file's undeliverable rows
-                route = [
-                    g.index
-                    for g in groups
-                    if g.may_have_nulls
-                    or g.ts_min is None
-                    or g.ts_max is None
-                    or (g.ts_min < f.admissible_lo and g.ts_max >= origin)
-                    or (g.ts_max >= f.admissible_hi and g.ts_min < end)
-                ]
-            if deliver or route:
-                entries.append(
-                    ManifestEntry(
-                        f.path,
-                        f.size,
-                        f.mtime_ns,
-                        f.partition_values,
-                        f.admissible_lo,
-                        f.admissible_hi,
-                        deliver,
-                        route,
-                    )
-                )
-        return entries
+        end = self.options.ending_timestamp
+        end = end if end is not None else UNBOUNDED_HI
+        return slice_entries(files, lo, hi, origin, end, self.delivered.owned, self.stats)
 
     def _ordered(self, files: list[DataFile]) -> list[DataFile]:
         """``files`` by the start of their admissible range (sorted once per listing)."""
         if self._by_start is None or self._by_start[0] is not files:
             self._by_start = (files, sorted(files, key=lambda f: f.admissible_lo))
         return self._by_start[1]
-
-    def _offset(
-        self,
-        origin: int | None,
-        lo: int | None,
-        hi: int | None,
-        manifest: str | None,
-        phase: str,
-        files: int,
-        late_files: int,
-        late_rows: int,
-        done: float | None,
-    ) -> dict:
-        offset: dict = {
-            "v": OFFSET_VERSION,
-            "origin": origin,
-            "lo": lo,
-            "hi": hi,
-            "manifest": manifest,
-            "phase": phase,
-            "files": files,
-            "lateFiles": late_files,
-            "lateRows": late_rows,
-        }
-        if lo is not None and hi is not None:
-            offset["range"] = f"[{iso(lo)}, {iso(hi)})"
-        if done is not None:
-            offset["done"] = done
-        return offset
