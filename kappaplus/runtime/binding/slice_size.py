@@ -18,9 +18,8 @@ holds per row:
 - any other job keeps :data:`~kappaplus.slicing.planner.DEFAULT_TARGET_ROWS`.
 
 A binding that sets a slice size (or ``watermarkAhead`` or ``evictBetweenSlices``) keeps its
-choice. The plan is
-read from the job's own DataFrames before any query starts (Spark's analyzed logical plan);
-any operator not known to be stateless or bounded keeps the default.
+choice. The plan is read from the job's own DataFrames before any query starts (Spark's
+analyzed logical plan); any operator not known to be stateless or bounded keeps the default.
 """
 
 from __future__ import annotations
@@ -199,21 +198,19 @@ def with_state_slices(
             chosen = _each_lake(
                 sized or resolved, dropping, ("watermark_ahead", "evict_between_slices")
             )
-        ahead = chosen if "watermark_ahead" in dropping else None
-        evicting = chosen if "evict_between_slices" in dropping else None
         if sized is not None:
             log.info(
                 "slices of about %d rows by default: the job keeps rows in state until the "
                 "watermark passes them; a binding's targetRowsPerTrigger overrides it",
                 ROW_STATE_TARGET_ROWS,
             )
-        if ahead is not None:
+        if chosen is not None and "watermark_ahead" in dropping:
             log.info(
                 "each slice's micro-batch drops what the slice closed: the job keeps rows in "
                 "state, the watermark goes ahead to the end of the slice being read "
                 "(watermarkAhead = false turns it off)"
             )
-        elif evicting is not None:
+        elif chosen is not None:
             log.info(
                 "an eviction micro-batch after each slice: the job keeps rows in state "
                 "(evictBetweenSlices = false turns it off)"
