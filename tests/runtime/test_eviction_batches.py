@@ -92,10 +92,4 @@ def _offset(offset: Any) -> dict[str, Any]:
 
 
 def _marker(batch: Any) -> bool:
-    import json
-
-    for offset in batch.end_offsets:
-        parsed = json.loads(offset) if isinstance(offset, str) else offset
-        if isinstance(parsed, dict) and parsed.get("phase") == "end":
-            return True
-    return False
+    return any(_offset(o).get("phase") == "end" for o in batch.end_offsets)
