@@ -383,6 +383,23 @@ def latencies(home: Path, table: str) -> list[tuple[float, float]]:
     return out
 
 
+def p99_by_minute(rows: list[tuple[float, float]], began: float) -> list[tuple[int, int, float]]:
+    """``(from s, to s, p99)`` of the latencies of ``rows`` (event time, latency) per minute
+    of event time after the first (since ``began``, the producer's start): whether the
+    latency stays level or grows as the run goes on (the embedded broker's topic grows).
+
+    >>> rows = [(100.0 + s, 1.0) for s in range(200)] + [(230.0, 9.0)]
+    >>> p99_by_minute(rows, 100.0)
+    [(60, 120, 1.0), (120, 180, 9.0), (180, 240, 1.0)]
+    """
+    by_minute: dict[int, list[float]] = {}
+    for at, lag in rows:
+        minute = int((at - began) // 60)
+        if minute >= 1:
+            by_minute.setdefault(minute, []).append(lag)
+    return [(60 * m, 60 * (m + 1), quantile(v, 0.99)) for m, v in sorted(by_minute.items())]
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -451,6 +468,13 @@ def render(
                 f"After the first {WARM_UP_S} s (the first micro-batch of a fresh driver; "
                 f"{latency['steady_rows']:,} rows): p50 **{latency['steady_p50']:.2f} s**, "
                 f"p99 **{latency['steady_p99']:.2f} s**."
+            )
+        minutes = latency.get("p99_by_minute") or []
+        if minutes:
+            lines.append(
+                "p99 by minute of event time (s after the producer's start: p99): "
+                + ", ".join(f"{lo}-{hi}: {p99:.2f} s" for lo, hi, p99 in minutes)
+                + "."
             )
     return "\n".join(lines)
 
@@ -545,6 +569,7 @@ def main() -> None:
                     "steady_rows": len(steady),
                     "steady_p50": quantile(steady, 0.5) if steady else None,
                     "steady_p99": quantile(steady, 0.99) if steady else None,
+                    "p99_by_minute": p99_by_minute(rows, step["began"]),
                 }
     finally:
         broker.stop()
