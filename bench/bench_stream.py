@@ -394,9 +394,8 @@ def p99_by_minute(rows: list[tuple[float, float]], began: float) -> list[tuple[i
     """
     by_minute: dict[int, list[float]] = {}
     for at, lag in rows:
-        minute = int((at - began) // 60)
-        if minute >= 1:
-            by_minute.setdefault(minute, []).append(lag)
+        if at - began >= WARM_UP_S:  # the rows the "after the first minute" figures take
+            by_minute.setdefault(int((at - began) // 60), []).append(lag)
     return [(60 * m, 60 * (m + 1), quantile(v, 0.99)) for m, v in sorted(by_minute.items())]
 
 
