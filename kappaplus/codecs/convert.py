@@ -116,145 +116,172 @@ def _json_converter(kind: DataType) -> Converter:
     """
     from pyspark.sql import types as T
 
-    if isinstance(kind, T.StringType):
-
-        def conv_string(v: Any, p: str) -> Any:
-            if v is None or isinstance(v, str):
-                return v
-            raise _mismatch(p, "string", v)
-
-        return conv_string
-    if isinstance(kind, T.BooleanType):
-
-        def conv_bool(v: Any, p: str) -> Any:
-            if v is None or isinstance(v, bool):
-                return v
-            raise _mismatch(p, "boolean", v)
-
-        return conv_bool
-    if isinstance(kind, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        name = kind.simpleString()
-        low, high = _INT_RANGES[name]
-        label = {"tinyint": "tinyint", "smallint": "smallint", "int": "int", "bigint": "long"}[name]
-
-        def conv_int(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise _mismatch(p, label, v)
-            if not low <= v <= high:
-                raise _mismatch(p, label, v, "out of range")
-            return v
-
-        return conv_int
-    if isinstance(kind, T.FloatType | T.DoubleType):
-        label = "float" if isinstance(kind, T.FloatType) else "double"
-
-        def conv_float(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int | float | Decimal):
-                raise _mismatch(p, label, v)
-            return float(v)
-
-        return conv_float
-    if isinstance(kind, T.DecimalType):
-        precision, scale = kind.precision, kind.scale
-        quantum = Decimal(1).scaleb(-scale)
-
-        def conv_decimal(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, bool) or not isinstance(v, int | float | Decimal | str):
-                raise _mismatch(p, kind.simpleString(), v)
-            try:
-                number = Decimal(str(v)) if not isinstance(v, Decimal) else v
-                fitted = number.quantize(quantum)
-            except (InvalidOperation, ValueError):
-                raise _mismatch(p, kind.simpleString(), v) from None
-            if fitted != number:
-                raise _mismatch(p, kind.simpleString(), v, f"more than {scale} decimals")
-            if len(fitted.as_tuple().digits) > precision and fitted != 0:
-                raise _mismatch(p, kind.simpleString(), v, "too many digits")
-            return fitted
-
-        return conv_decimal
-    if isinstance(kind, T.TimestampType | T.TimestampNTZType):
-
-        def conv_ts(v: Any, p: str) -> Any:
-            return None if v is None else _json_timestamp_micros(v, p)
-
-        return conv_ts
-    if isinstance(kind, T.DateType):
-
-        def conv_date(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if not isinstance(v, str):
-                raise _mismatch(p, "date", v)
-            try:
-                return date.fromisoformat(v.strip())
-            except ValueError:
-                raise _mismatch(p, "date", v) from None
-
-        return conv_date
-    if isinstance(kind, T.BinaryType):
-
-        def conv_binary(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if not isinstance(v, str):
-                raise _mismatch(p, "binary (base64 string)", v)
-            try:
-                return base64.b64decode(v, validate=True)
-            except (binascii.Error, ValueError):
-                raise _mismatch(p, "binary (base64 string)", v) from None
-
-        return conv_binary
-    if isinstance(kind, T.ArrayType):
-        item = _json_converter(kind.elementType)
-        contains_null = kind.containsNull
-
-        def conv_array(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if not isinstance(v, list):
-                raise _mismatch(p, "array", v)
-            out = []
-            for i, element in enumerate(v):
-                if element is None and not contains_null:
-                    raise _FieldError(f"field '{p}[{i}]' is null")
-                out.append(item(element, f"{p}[{i}]"))
-            return out
-
-        return conv_array
-    if isinstance(kind, T.MapType):
-        if not isinstance(kind.keyType, T.StringType):
-            key_conv = _json_converter(kind.keyType)
-        else:
-            key_conv = None
-        value_conv = _json_converter(kind.valueType)
-        contains_null = kind.valueContainsNull
-
-        def conv_map(v: Any, p: str) -> Any:
-            if v is None:
-                return None
-            if not isinstance(v, dict):
-                raise _mismatch(p, "object (map)", v)
-            out = []
-            for key, element in v.items():
-                sub = f"{p}[{key!r}]"
-                if element is None and not contains_null:
-                    raise _FieldError(f"field {sub!r} is null")
-                if key_conv is not None:
-                    key = key_conv(_number_or_text(key), sub)
-                out.append((key, value_conv(element, sub)))
-            return out
-
-        return conv_map
+    simple: list[tuple[type | tuple[type, ...], Converter]] = [
+        (T.StringType, _conv_string),
+        (T.BooleanType, _conv_bool),
+        ((T.TimestampType, T.TimestampNTZType), _conv_timestamp),
+        (T.DateType, _conv_date),
+        (T.BinaryType, _conv_binary),
+    ]
+    for types, converter in simple:
+        if isinstance(kind, types):
+            return converter
+    built: list[tuple[type | tuple[type, ...], Callable[[Any], Converter]]] = [
+        ((T.ByteType, T.ShortType, T.IntegerType, T.LongType), _int_converter),
+        ((T.FloatType, T.DoubleType), _float_converter),
+        (T.DecimalType, _decimal_converter),
+        (T.ArrayType, _array_converter),
+        (T.MapType, _map_converter),
+    ]
+    for types, build in built:
+        if isinstance(kind, types):
+            return build(kind)
     if isinstance(kind, T.StructType):
         return _struct_converter(kind, prefix=True)
     raise ConfigError("schema", kind.simpleString(), "unsupported type for JSON decoding")
+
+
+def _conv_string(v: Any, p: str) -> Any:
+    if v is None or isinstance(v, str):
+        return v
+    raise _mismatch(p, "string", v)
+
+
+def _conv_bool(v: Any, p: str) -> Any:
+    if v is None or isinstance(v, bool):
+        return v
+    raise _mismatch(p, "boolean", v)
+
+
+def _conv_timestamp(v: Any, p: str) -> Any:
+    return None if v is None else _json_timestamp_micros(v, p)
+
+
+def _conv_date(v: Any, p: str) -> Any:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _mismatch(p, "date", v)
+    try:
+        return date.fromisoformat(v.strip())
+    except ValueError:
+        raise _mismatch(p, "date", v) from None
+
+
+def _conv_binary(v: Any, p: str) -> Any:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _mismatch(p, "binary (base64 string)", v)
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        raise _mismatch(p, "binary (base64 string)", v) from None
+
+
+def _int_converter(kind: Any) -> Converter:
+    """Whole JSON numbers within the range of ``kind`` (tinyint .. bigint); not booleans."""
+    name = kind.simpleString()
+    low, high = _INT_RANGES[name]
+    label = {"tinyint": "tinyint", "smallint": "smallint", "int": "int", "bigint": "long"}[name]
+
+    def conv_int(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _mismatch(p, label, v)
+        if not low <= v <= high:
+            raise _mismatch(p, label, v, "out of range")
+        return v
+
+    return conv_int
+
+
+def _float_converter(kind: Any) -> Converter:
+    """Any JSON number, as a Python float; not booleans."""
+    from pyspark.sql import types as T
+
+    label = "float" if isinstance(kind, T.FloatType) else "double"
+
+    def conv_float(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float | Decimal):
+            raise _mismatch(p, label, v)
+        return float(v)
+
+    return conv_float
+
+
+def _decimal_converter(kind: Any) -> Converter:
+    """A JSON number or numeric string that fits ``kind``'s precision and scale exactly."""
+    precision, scale = kind.precision, kind.scale
+    quantum = Decimal(1).scaleb(-scale)
+
+    def conv_decimal(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float | Decimal | str):
+            raise _mismatch(p, kind.simpleString(), v)
+        try:
+            number = Decimal(str(v)) if not isinstance(v, Decimal) else v
+            fitted = number.quantize(quantum)
+        except (InvalidOperation, ValueError):
+            raise _mismatch(p, kind.simpleString(), v) from None
+        if fitted != number:
+            raise _mismatch(p, kind.simpleString(), v, f"more than {scale} decimals")
+        if len(fitted.as_tuple().digits) > precision and fitted != 0:
+            raise _mismatch(p, kind.simpleString(), v, "too many digits")
+        return fitted
+
+    return conv_decimal
+
+
+def _array_converter(kind: Any) -> Converter:
+    """A JSON array, each element converted (a null element only where ``kind`` allows)."""
+    item = _json_converter(kind.elementType)
+    contains_null = kind.containsNull
+
+    def conv_array(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, list):
+            raise _mismatch(p, "array", v)
+        out = []
+        for i, element in enumerate(v):
+            if element is None and not contains_null:
+                raise _FieldError(f"field '{p}[{i}]' is null")
+            out.append(item(element, f"{p}[{i}]"))
+        return out
+
+    return conv_array
+
+
+def _map_converter(kind: Any) -> Converter:
+    """A JSON object as ``(key, value)`` pairs; keys of a non-string key type are parsed
+    as JSON first (``"1"`` -> 1)."""
+    from pyspark.sql import types as T
+
+    key_conv = None if isinstance(kind.keyType, T.StringType) else _json_converter(kind.keyType)
+    value_conv = _json_converter(kind.valueType)
+    contains_null = kind.valueContainsNull
+
+    def conv_map(v: Any, p: str) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise _mismatch(p, "object (map)", v)
+        out = []
+        for key, element in v.items():
+            sub = f"{p}[{key!r}]"
+            if element is None and not contains_null:
+                raise _FieldError(f"field {sub!r} is null")
+            if key_conv is not None:
+                key = key_conv(_number_or_text(key), sub)
+            out.append((key, value_conv(element, sub)))
+        return out
+
+    return conv_map
 
 
 def _number_or_text(text: str) -> Any:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.core.errors import ConfigError, OptionNeeded
+from kappaplus.core.errors import ConfigError
 from kappaplus.core.timeutil import iso
-from kappaplus.lake.iceberg_describe import TYPICAL_SLICE_ROWS, _overlaps
+from kappaplus.lake.describing import TYPICAL_SLICE_ROWS, only_timestamp_column, slice_overlaps
 
 
 @dataclass(frozen=True)
@@ -77,34 +77,15 @@ def describe_delta(
     schema = arrow_schema(table)
     if event_time_column is None:
         stamps = [f.name for f in schema if pa.types.is_timestamp(f.type)]
-        if len(stamps) != 1:
-            raise OptionNeeded(
-                "--event-time",
-                f"Delta table {path!r} has {len(stamps)} timestamp columns "
-                f"({', '.join(stamps) or 'none'}): name the event-time column with --event-time",
-            )
-        event_time_column = stamps[0]
+        event_time_column = only_timestamp_column(stamps, f"Delta table {path!r}")
     if event_time_column not in schema.names:
         raise ConfigError(
             "--event-time", event_time_column, f"not a column of Delta table {path!r}"
         )
     adds = add_actions(table)
-    names = adds.column_names
     at = int(table.version())
-
-    def micros(column: str) -> list[int | None]:
-        if column not in names or not pa.types.is_timestamp(adds.column(column).type):
-            return [None] * adds.num_rows
-        values = adds.column(column).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        return list(values.to_pylist())
-
-    lows, highs = micros(f"min.{event_time_column}"), micros(f"max.{event_time_column}")
     records = adds.column("num_records").to_pylist()
-    spans = [
-        (lo, hi + STATS_TRUNCATION_US)
-        for lo, hi in zip(lows, highs, strict=True)
-        if lo is not None and hi is not None
-    ]
+    spans = _file_spans(adds, event_time_column)
     bare = adds.num_rows - len(spans)
     masks: dict[str, Any] = {}
     if has_deletion_vectors(table):
@@ -113,7 +94,7 @@ def describe_delta(
     paths = {_local(file_uri(location, p)) for p in adds.column("path").to_pylist()}
     deleted = sum(int((~m).sum()) for p, m in masks.items() if p in paths)
     rows = sum(int(r) for r in records if r is not None) - deleted
-    slices, median, most = _overlaps(spans, rows, slice_rows, bare)
+    slices, median, most = slice_overlaps(spans, rows, slice_rows, bare)
     config = table.metadata().configuration or {}
     return DeltaDescription(
         table=name or path,
@@ -136,6 +117,28 @@ def describe_delta(
         files_per_slice_median=median,
         files_per_slice_max=most,
     )
+
+
+def _file_spans(adds: Any, column: str) -> list[tuple[int, int]]:
+    """``[min, max]`` of ``column`` (epoch microseconds) of each data file of the log's
+    ``adds`` (a pyarrow table) that has statistics of it; the max widened by the truncation
+    of the statistics' timestamps to milliseconds."""
+    import pyarrow as pa
+
+    from kappaplus.connectors.delta.lister import STATS_TRUNCATION_US
+
+    def micros(name: str) -> list[int | None]:
+        if name not in adds.column_names or not pa.types.is_timestamp(adds.column(name).type):
+            return [None] * adds.num_rows
+        values = adds.column(name).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        return list(values.to_pylist())
+
+    lows, highs = micros(f"min.{column}"), micros(f"max.{column}")
+    return [
+        (lo, hi + STATS_TRUNCATION_US)
+        for lo, hi in zip(lows, highs, strict=True)
+        if lo is not None and hi is not None
+    ]
 
 
 def delta_lines(d: DeltaDescription) -> list[str]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from kappaplus.core.errors import ConfigError, OptionNeeded
+from kappaplus.core.errors import ConfigError
 from kappaplus.core.timeutil import iso
+from kappaplus.lake.describing import only_timestamp_column
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,13 +66,7 @@ def _event_time_column(columns: list[tuple[str, str]], given: str | None, table:
             raise ConfigError("--event-time", given, f"table {table!r} has no such column")
         return given
     stamps = [name for name, kind in columns if kind.startswith("timestamp")]
-    if len(stamps) != 1:
-        raise OptionNeeded(
-            "--event-time",
-            f"table {table!r} has {len(stamps)} timestamp columns ({', '.join(stamps) or '-'}): "
-            "name the event-time column with --event-time",
-        )
-    return stamps[0]
+    return only_timestamp_column(stamps, f"table {table!r}")
 
 
 def describe_table(

@@ -11,15 +11,12 @@ file whose ``[min, max]`` overlaps it.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kappaplus.core.errors import ConfigError, OptionNeeded
+from kappaplus.core.errors import ConfigError
 from kappaplus.core.timeutil import iso
-
-TYPICAL_SLICE_ROWS = 2_000_000
-"""The adaptive slicing's default rows target (the source's ``targetRowsPerTrigger``)."""
+from kappaplus.lake.describing import TYPICAL_SLICE_ROWS, only_timestamp_column, slice_overlaps
 
 
 @dataclass(frozen=True)
@@ -72,13 +69,7 @@ def describe_iceberg(
             for f in schema.fields
             if isinstance(f.field_type, TimestampType | TimestamptzType)
         ]
-        if len(stamps) != 1:
-            raise OptionNeeded(
-                "--event-time",
-                f"table {table_name!r} has {len(stamps)} timestamp columns "
-                f"({', '.join(stamps) or 'none'}): name the event-time column with --event-time",
-            )
-        event_time_column = stamps[0]
+        event_time_column = only_timestamp_column(stamps, f"table {table_name!r}")
     try:
         field = schema.find_field(event_time_column)
     except ValueError:
@@ -113,7 +104,7 @@ def describe_iceberg(
                     spans.append((lo, hi))
     ts_min = min((s[0] for s in spans), default=None)
     ts_max = max((s[1] for s in spans), default=None)
-    slices, median, most = _overlaps(spans, rows, slice_rows, bare)
+    slices, median, most = slice_overlaps(spans, rows, slice_rows, bare)
     return IcebergDescription(
         table=table_name,
         location=str(table.location()),
@@ -134,24 +125,6 @@ def describe_iceberg(
         files_per_slice_median=median,
         files_per_slice_max=most,
     )
-
-
-def _overlaps(
-    spans: list[tuple[int, int]], rows: int, slice_rows: int, bare: int
-) -> tuple[int, float, int]:
-    """Tile the event-time extent into slices of about ``slice_rows`` rows (rows assumed
-    spread evenly over it) and count the files each overlaps (files without bounds
-    overlap every slice)."""
-    if not spans:
-        return 0, float(bare), bare
-    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans) + 1
-    count = max(1, -(-rows // max(1, slice_rows)))
-    width = max(1, -(-(hi - lo) // count))
-    counts = []
-    for k in range(count):
-        a, b = lo + k * width, min(hi, lo + (k + 1) * width)
-        counts.append(sum(1 for s in spans if s[0] < b and s[1] >= a) + bare)
-    return count, float(statistics.median(counts)), max(counts)
 
 
 def iceberg_lines(d: IcebergDescription) -> list[str]:

@@ -104,8 +104,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from kappaplus.config import ResolvedConfig
-    from kappaplus.jobs import Job
+    from kappaplus.jobs import Job, Params
     from kappaplus.runtime.binding.modes import RunMode
+    from kappaplus.runtime.side_outputs.late_rows import LateRowsPlan
+    from kappaplus.runtime.state.identity import RunIdentity
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +201,6 @@ def _prepare(
     mode_dir = prepare_checkpoint(config, run, identity)
     with fresh_start_checked(mode_dir, run.fresh):
         params = job.make_params(dict(resolved.params))
-        delay = resolved.watermark_delay or job.watermark_delay
         trigger = run.effective_trigger(resolved.trigger_interval)
         strategy = run_mode(run.mode)
         drain = DrainSignal.under(mode_dir / "_drain")
@@ -221,39 +222,8 @@ def _prepare(
             late_plans=list(late.values()),
             dead_letters=dead,
         )
-        with resolution_scope():  # each Hive table asked of the catalog once
-            # the connectors' lines of a binding done again would say what the run does not do
-            with held_lines("kappaplus.connectors") as first_binding:
-                inputs: dict[str, BoundInput] = bind(resolved)
-                frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-                larger = (
-                    with_state_slices(resolved, frames, paced=trigger not in (AVAILABLE_NOW, ONCE))
-                    if run.mode.reads_lake
-                    else None
-                )
-                if larger is not None:
-                    first_binding.drop()
-            if larger is not None:  # bound again: the slice size is a source option
-                resolved = larger
-                inputs = bind(resolved)
-                frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
-        plans = {
-            spec.name: plan_output(
-                job.name,
-                run.mode,
-                spec,
-                resolved.outputs[spec.name],
-                mode_dir,
-                identity.as_json(),
-                late.get(spec.name),
-            )
-            for spec in job.outputs
-        }
-        check_sql(spark, plans)
-        claims = check_targets(
-            spark, plans, identity, append=run.append, replace_range=run.replace_range
-        )
-        plans = hold_for_replacement(plans, mode_dir, claims, run)
+        resolved, inputs, frames = _bound_job(job, run, resolved, params, trigger, bind)
+        plans = _checked_plans(spark, job, run, resolved, mode_dir, identity, late)
         record = RunRecord(
             run_id=run.run_id or new_run_id(slug(job.name), run.mode),
             job=job.name,
@@ -270,7 +240,7 @@ def _prepare(
             start=run.start,
             end=run.end,
             cutoff=run.cutoff,
-            watermark_delay=delay,
+            watermark_delay=resolved.watermark_delay or job.watermark_delay,
             params={key: str(value) for key, value in params.items()},
             sources={name: bound.source for name, bound in inputs.items()},
             targets={name: plan.targets() for name, plan in plans.items()},
@@ -290,6 +260,66 @@ def _prepare(
             dead_letter_publishers(dead, frames, plans),
             record,
         )
+
+
+def _bound_job(
+    job: Job,
+    run: RunOptions,
+    resolved: ResolvedConfig,
+    params: Params,
+    trigger: str,
+    bind: Callable[[ResolvedConfig], dict[str, BoundInput]],
+) -> tuple[ResolvedConfig, dict[str, BoundInput], dict[str, DataFrame]]:
+    """Bind the inputs and call the job: the config as bound, the bound inputs, the job's
+    output frames. A backfill of a job that keeps rows in state is bound a second time with
+    the slice size such jobs read (:func:`with_state_slices`: the size is a source option,
+    and whether the job keeps state is known only from the frames it returned)."""
+    with resolution_scope():  # each Hive table asked of the catalog once
+        # the connectors' lines of a binding done again would say what the run does not do
+        with held_lines("kappaplus.connectors") as first_binding:
+            inputs = bind(resolved)
+            frames = job.run({name: bound.df for name, bound in inputs.items()}, params)
+            larger = (
+                with_state_slices(resolved, frames, paced=trigger not in (AVAILABLE_NOW, ONCE))
+                if run.mode.reads_lake
+                else None
+            )
+            if larger is not None:
+                first_binding.drop()
+        if larger is None:
+            return resolved, inputs, frames
+        inputs = bind(larger)
+        return larger, inputs, job.run({name: bound.df for name, bound in inputs.items()}, params)
+
+
+def _checked_plans(
+    spark: SparkSession,
+    job: Job,
+    run: RunOptions,
+    resolved: ResolvedConfig,
+    mode_dir: Path,
+    identity: RunIdentity,
+    late: dict[str, LateRowsPlan],
+) -> dict[str, OutputPlan]:
+    """One plan per output, its SQL checked and its targets claimed for this run (a table
+    another run or range holds is refused here); held back when the run replaces a range."""
+    plans = {
+        spec.name: plan_output(
+            job.name,
+            run.mode,
+            spec,
+            resolved.outputs[spec.name],
+            mode_dir,
+            identity.as_json(),
+            late.get(spec.name),
+        )
+        for spec in job.outputs
+    }
+    check_sql(spark, plans)
+    claims = check_targets(
+        spark, plans, identity, append=run.append, replace_range=run.replace_range
+    )
+    return hold_for_replacement(plans, mode_dir, claims, run)
 
 
 def run_job(

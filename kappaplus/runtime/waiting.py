@@ -102,6 +102,62 @@ def stop_quietly(query: StreamingQuery) -> None:
         log.warning("stopping query %s: %s", query.name, exc)
 
 
+def _stop_now(
+    queries: dict[str, StreamingQuery],
+    record: RunRecord,
+    run: RunOptions,
+    request: StopRequest | None,
+    drain: DrainSignal | None,
+    started: float,
+) -> bool:
+    """Whether a stop request (a signal) or a passed ``--timeout`` ends the run now: at once
+    without a drain signal or on a second signal, else once the queries have drained (the
+    timeout after :data:`TIMEOUT_DRAIN_SECONDS` at the latest)."""
+    if request is not None and request.stopped_by is not None:
+        record.stopped_by = request.stopped_by
+        return drain is None or request.urgent or _drained(queries, drain)
+    if record.stopped_by == "timeout":
+        over = time.monotonic() - started - (run.timeout or 0)
+        return drain is None or over >= TIMEOUT_DRAIN_SECONDS or _drained(queries, drain)
+    return False
+
+
+def _all_ended(
+    queries: dict[str, StreamingQuery], tracker: ProgressTracker, metastore_uri: str | None
+) -> bool:
+    """Whether every query has ended: then their last progress is taken and a failed one
+    raises (it may have failed since the last look, e.g. while the audit was written: a
+    failed run must not be reported as finished)."""
+    if any(q.isActive for q in queries.values()):
+        return False
+    for name, query in queries.items():
+        raise_if_failed(name, query, metastore_uri)
+        # a stopped query's own progress is complete, while the listener's last event may
+        # still be on its way: the final frame must show every batch
+        tracker.update(name, progress_of(query))
+    return True
+
+
+def _timed_out(run: RunOptions, elapsed: float) -> bool:
+    """Whether ``--timeout`` has passed ``elapsed`` seconds into the run."""
+    return run.timeout is not None and elapsed >= run.timeout
+
+
+def _idle(queries: dict[str, StreamingQuery], tracker: ProgressTracker, run: RunOptions) -> bool:
+    """Whether ``until_idle`` ends the run: no query has read a row for that long, each has
+    looked for input at least once, and none is inside a micro-batch."""
+    return (
+        run.until_idle is not None
+        and tracker.idle_for() >= run.until_idle
+        and all(
+            tracker.stats[name].batches > 0 or _looked(query)
+            for name, query in queries.items()
+            if name in tracker.stats
+        )
+        and not any(_busy(q) for q in queries.values())
+    )
+
+
 def wait_for_queries(
     queries: dict[str, StreamingQuery],
     tracker: ProgressTracker,
@@ -137,14 +193,8 @@ def wait_for_queries(
         while True:
             if events is not None:
                 events.arm()  # a query ending from here on cuts the sleep below short
-            if request is not None and request.stopped_by is not None:
-                record.stopped_by = request.stopped_by
-                if drain is None or request.urgent or _drained(queries, drain):
-                    return STOPPED
-            elif record.stopped_by == "timeout":
-                over = time.monotonic() - started - (run.timeout or 0)
-                if drain is None or over >= TIMEOUT_DRAIN_SECONDS or _drained(queries, drain):
-                    return STOPPED
+            if _stop_now(queries, record, run, request, drain, started):
+                return STOPPED
             for name, query in queries.items():
                 progress = events.take(names[name]) if events is not None else progress_of(query)
                 tracker.update(name, progress)
@@ -163,33 +213,12 @@ def wait_for_queries(
                 update_record(record, tracker)
                 record.save()
                 last_saved = now
-            if all(not q.isActive for q in queries.values()):
-                # a query may have failed since the check above (e.g. while the audit was
-                # written): a failed run must not be reported as finished
-                for name, query in queries.items():
-                    raise_if_failed(name, query, metastore_uri)
-                    # a stopped query's own progress is complete, while the listener's last
-                    # event may still be on its way: the final frame must show every batch
-                    tracker.update(name, progress_of(query))
+            if _all_ended(queries, tracker, metastore_uri):
                 return STOPPED if record.stopped_by is not None else FINISHED
-            if (
-                idle_stops
-                and run.until_idle is not None
-                and tracker.idle_for() >= run.until_idle
-                and all(
-                    tracker.stats[name].batches > 0 or _looked(query)
-                    for name, query in queries.items()
-                    if name in tracker.stats
-                )
-                and not any(_busy(q) for q in queries.values())
-            ):
+            if idle_stops and _idle(queries, tracker, run):
                 log.info("no input for %.0f s: stopping", tracker.idle_for())
                 return FINISHED
-            if (
-                run.timeout is not None
-                and now - started >= run.timeout
-                and record.stopped_by is None
-            ):
+            if _timed_out(run, now - started) and record.stopped_by is None:
                 log.warning(
                     "timeout after %s: stopping once the micro-batch under way is committed "
                     "(at most %d s more)",

@@ -49,6 +49,7 @@ from kappaplus.connectors.hive.sink_span import (
     event_time_span,
     observe_event_time,
     observed_span,
+    recorded_span,
     widen,
 )
 from kappaplus.connectors.hive.sink_table import create_or_check
@@ -164,12 +165,32 @@ class HiveTableSink:
             if observation is not None
             else event_time_span(df, opts.event_time_column)
         )
+        record = self._marker_record(fs, location, batch_id, manifest, event_time)
+        fs.write_atomically(marker, json.dumps(record))
+        self._step("committed", batch_id)
+        fs.delete(staging)
+        self._remove_empty_staging(fs, location)
+        spark.catalog.refreshTable(opts.table)
+        self._timing("refreshed", batch_id)
+        return True
+
+    def _marker_record(
+        self,
+        fs: HadoopFs,
+        location: str,
+        batch_id: int,
+        manifest: dict[str, Any],
+        event_time: list[int] | None,
+    ) -> dict[str, Any]:
+        """The commit marker's record of batch ``batch_id``: its slot, partitions, commit
+        time, its rows' event-time span and the query's (:meth:`_query_span`)."""
+        opts = self.options
         record = {
             "query": opts.query_name,
             "batch_id": batch_id,
             "kappa_batch": manifest.get("slot"),
             "visibility": opts.visibility,
-            "partitions": partitions,
+            "partitions": manifest["partitions"],
             "committed_at": time.time(),
             "event_time": event_time,
             "span": self._query_span(fs, location, batch_id, event_time),
@@ -178,13 +199,7 @@ class HiveTableSink:
             record["held"] = True
         if opts.provenance is not None:
             record["provenance"] = opts.provenance
-        fs.write_atomically(marker, json.dumps(record))
-        self._step("committed", batch_id)
-        fs.delete(staging)
-        self._remove_empty_staging(fs, location)
-        spark.catalog.refreshTable(opts.table)
-        self._timing("refreshed", batch_id)
-        return True
+        return record
 
     def _publish_all(
         self,
@@ -225,25 +240,11 @@ class HiveTableSink:
         Recorded in every marker so a later run learns what event times the query's rows
         cover from its last marker alone (a stream has no configured range)."""
         if self._span_before is None or self._span_before[0] != batch_id - 1:
-            self._span_before = (batch_id - 1, self._recorded_span(fs, location, batch_id))
+            commits = f"{location}/{COMMITS_DIR}/{self.options.query_name}"
+            self._span_before = (batch_id - 1, recorded_span(fs, commits, batch_id))
         span = widen(self._span_before[1], batch_span)
         self._span_before = (batch_id, span)
         return span
-
-    def _recorded_span(self, fs: HadoopFs, location: str, batch_id: int) -> list[int] | None:
-        """The span the last marker of this query before ``batch_id`` records."""
-        base = f"{location}/{COMMITS_DIR}/{self.options.query_name}"
-        if not fs.exists(base):
-            return None
-        earlier = [int(n) for n in fs.list_files(base) if n.isdigit() and int(n) < batch_id]
-        if not earlier:
-            return None
-        try:
-            record = json.loads(fs.read_text(f"{base}/{max(earlier)}"))
-        except ValueError:
-            return None
-        span = record.get("span") if isinstance(record, dict) else None
-        return list(span) if isinstance(span, list) and len(span) == 2 else None
 
     def _remove_empty_staging(self, fs: HadoopFs, location: str) -> None:
         """Remove ``_kappa_staging/<query>`` once it holds no batch (one query per name

@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from kappaplus.connectors.hive.sink_options import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from kappaplus.core.table.hadoop_fs import HadoopFs
 
 
 def _is_timestamp(df: DataFrame, column: str) -> bool:
@@ -67,3 +70,19 @@ def widen(span: list[int] | None, other: list[int] | None) -> list[int] | None:
     if other is None:
         return list(span)
     return [min(span[0], other[0]), max(span[1], other[1])]
+
+
+def recorded_span(fs: HadoopFs, commits: str, batch_id: int) -> list[int] | None:
+    """The span the last commit marker before ``batch_id`` under ``commits`` (a query's
+    marker directory) records; None without one (or one that records none)."""
+    if not fs.exists(commits):
+        return None
+    earlier = [int(n) for n in fs.list_files(commits) if n.isdigit() and int(n) < batch_id]
+    if not earlier:
+        return None
+    try:
+        record = json.loads(fs.read_text(f"{commits}/{max(earlier)}"))
+    except ValueError:
+        return None
+    span = record.get("span") if isinstance(record, dict) else None
+    return list(span) if isinstance(span, list) and len(span) == 2 else None
