@@ -4,7 +4,7 @@ fixed driver memory for both.
     .venv/bin/python bench/bench_state.py [--days 7,30,90,365] [--rows-per-day 200000]
         [--rounds 2] [--rounds-of 365=1] [--driver-memory 1g] [--timeout 1800] [--work DIR]
         [--no-docs]
-        [--ways A,B] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
+        [--ways A,B[,D]] [--a2-java-options="-Dspark.sql...=..."] [--a2-hive "key = value"]
         [--memory-profile]
 
 For each day count a Hive table of generated rider app events (the demo's schema,
@@ -20,7 +20,14 @@ machine's load hits both alike):
   over the range, into its Hive backfill table; the whole CLI process is timed;
 - (B) the job's transform as one plain PySpark batch query over the same table and range,
   written to a table (a whole process too, its session built by the same
-  :func:`kappaplus.session.create_session`).
+  :func:`kappaplus.session.create_session`);
+- (D, with ``--ways A,B,D``) the same job as Spark's own streaming query over the table's
+  files: ``readStream.parquet`` with as many files a micro-batch as hold (A)'s 500,000-row
+  slice (the files' modification times set in event-time order first, since that source
+  reads the oldest first), the state store ``kappa run`` gives, a parquet file sink,
+  ``availableNow``. What a streaming query costs without kappaplus: no exactly-once Hive
+  sink, no audit, and no end-of-input micro-batch, so the sessions still open at its end
+  are missing from its output (reported as different).
 
 Both run with ``KAPPA_DRIVER_MEMORY=--driver-memory`` (``spark.driver.memory`` on
 ``local[2]``, the project's default master); a way that fails or passes ``--timeout`` is
@@ -49,6 +56,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,6 +169,59 @@ def child_batch(args: argparse.Namespace) -> None:
     found.write.format("parquet").saveAsTable(args.table)
     Path(args.out).write_text(json.dumps({"table": args.table}))
     stop(spark)
+
+
+def child_filestream(args: argparse.Namespace) -> None:
+    """(D): the same job as Spark's own streaming query over the table's files
+    (``readStream.parquet``, ``maxFilesPerTrigger`` files a micro-batch, the files ordered by
+    their event time beforehand), with the state store ``kappa run`` gives (RocksDB), into a
+    parquet file sink, ``availableNow``. No end-of-input micro-batch: its last sessions stay
+    open in the state, so its output lacks them."""
+    from kappaplus.examples.sessionization import JOB, sessionize
+    from kappaplus.session import create_session
+    from kappaplus.state_store import STATE_STORE_SETTINGS
+
+    spark = create_session("bench-state-filestream", defaults=STATE_STORE_SETTINGS)
+    name = table_name(args.days, args.rows_per_day)
+    schema = spark.table(name).schema
+    stream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", args.files_per_trigger)
+        .parquet(args.location)
+        .withWatermark("event_time", JOB.watermark_delay)
+    )
+    found = sessionize({"rider_events": stream}, JOB.make_params())["sessions"]
+    output = Path(args.checkpoint).parent / f"{args.table}-files"
+    query = (
+        found.writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    spark.sql(f"DROP TABLE IF EXISTS {args.table}")
+    spark.sql(f"CREATE TABLE {args.table} USING parquet LOCATION '{output}'")
+    Path(args.out).write_text(json.dumps({"table": args.table}))
+    stop(spark)
+
+
+def files_in_event_time_order(location: str) -> int:
+    """Give the data files under ``location`` modification times one second apart in the
+    order of their ``dt=``/``hr=`` directories (zero-padded: the text order is the time
+    order), so Spark's file stream source, which reads files oldest first, reads them in
+    event-time order as (A) does; the number of files. Within the last hour, so the
+    source's ``maxFileAge`` (7 days) drops none."""
+    files = sorted(
+        path
+        for path in Path(location).rglob("*.parquet")
+        if not any(part.startswith((".", "_")) for part in path.parts)
+    )
+    first = time.time() - len(files)
+    for i, path in enumerate(files):
+        os.utime(path, (first + i, first + i))
+    return len(files)
 
 
 def child_compare(args: argparse.Namespace) -> None:
@@ -368,6 +429,48 @@ def run_b(args: argparse.Namespace, work: Path, env: dict[str, str], days: int, 
     )
 
 
+def run_d(
+    args: argparse.Namespace, work: Path, env: dict[str, str], days: int, r: int, info: dict
+) -> Way:
+    tag = f"{days}d_r{r}{RUN_TAG[0]}"
+    events = work / "events" / f"D-{tag}"
+    table = f"bench_state_d_{tag}"
+    location = work / "home" / "warehouse" / table_name(days, args.rows_per_day)
+    files = files_in_event_time_order(str(location))
+    per_trigger = max(1, -(-files * D_SLICE_ROWS // max(1, info["rows"])))
+    checkpoint = work / "checkpoints" / f"D-{tag}"
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    shutil.rmtree(checkpoint.parent / f"{table}-files", ignore_errors=True)
+    timed, _ = child_may_fail(
+        "filestream",
+        work,
+        capped_env(env, args, events),
+        __file__,
+        days=days,
+        rows_per_day=args.rows_per_day,
+        timeout=args.timeout,
+        table=table,
+        location=location,
+        files_per_trigger=per_trigger,
+        checkpoint=checkpoint,
+    )
+    return Way(
+        days,
+        "D",
+        r,
+        timed.seconds,
+        timed.peak_pss_mb,
+        timed.returncode,
+        table,
+        spark_side(events),
+        timed_out=timed.seconds >= args.timeout,
+    )
+
+
+D_SLICE_ROWS = 500_000
+"""(D) reads as many files a micro-batch as hold about this many rows: (A)'s slice."""
+
+
 #: A suffix of the output tables: with ``--work`` each run writes new ones.
 RUN_TAG = [""]
 
@@ -403,7 +506,11 @@ def bench_days(args: argparse.Namespace, work: Path, env: dict[str, str], days: 
     for r in range(rounds_of(args, days)):
         before = load()
         pair = [
-            run_a(args, work, env, days, r, way) if way != "B" else run_b(args, work, env, days, r)
+            run_b(args, work, env, days, r)
+            if way == "B"
+            else run_d(args, work, env, days, r, info)
+            if way == "D"
+            else run_a(args, work, env, days, r, way)
             for way in args.ways.split(",")
         ]
         after = load()
@@ -466,27 +573,32 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
             f"| {s.task_cpu_ms / 1000:.1f} / {s.task_gc_ms / 1000:.1f} | {s.batches or '-'} "
             f"| {s.state_rows:,} | {verdict(w)} | {w.load} |"
         )
+    with_d = any(w.way == "D" for w in ways)
     lines += [
         "",
         "| days | A/B time (median of pairs) | A/B peak PSS | A peak PSS / smallest size's "
-        "| B finished |",
-        "|---:|---:|---:|---:|---|",
+        "| B finished |" + (" D/B time | A/D time |" if with_d else ""),
+        "|---:|---:|---:|---:|---|" + ("---:|---:|" if with_d else ""),
     ]
     a_base = None
     for days in sorted({w.days for w in ways}):
-        a = [w for w in ways if w.days == days and w.way == "A"]
-        b = [w for w in ways if w.days == days and w.way == "B"]
-        pairs = [(x, y) for x, y in zip(a, b, strict=False) if x.finished and y.finished]
+        a, b, d = ([w for w in ways if w.days == days and w.way == x] for x in ("A", "B", "D"))
+        ratio = median_ratio(a, b, "seconds")
+        pss = median_ratio(a, b, "peak_pss_mb")
         a_pss = statistics.median([w.peak_pss_mb for w in a if w.finished] or [0])
         a_base = a_base or a_pss
-        ratio = statistics.median([x.seconds / y.seconds for x, y in pairs]) if pairs else None
-        pss = (
-            statistics.median([x.peak_pss_mb / y.peak_pss_mb for x, y in pairs]) if pairs else None
-        )
         lines.append(
             f"| {days} | {f'**{ratio:.2f}x**' if ratio else '-'} | "
             f"{f'{pss:.2f}x' if pss else '-'} | {a_pss / a_base:.2f}x | "
             f"{sum(w.finished for w in b)} of {len(b)} |"
+            + (
+                "".join(
+                    f" {f'{r:.2f}x' if r else '-'} |"
+                    for r in (median_ratio(d, b, "seconds"), median_ratio(a, d, "seconds"))
+                )
+                if with_d
+                else ""
+            )
         )
     lines += ["", "Where (A)'s micro-batch time went (`durationMs` summed, s; first round):", ""]
     lines += [
@@ -504,6 +616,15 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
                 f"| {s.state_removals_ms / 1000:.1f} |"
             )
     return "\n".join(lines)
+
+
+def median_ratio(tops: list[Way], bottoms: list[Way], figure: str) -> float | None:
+    """The median over the rounds of ``figure`` of a way in ``tops`` over the same round's
+    way in ``bottoms``, where both finished; None without such a round."""
+    pairs = [(x, y) for x, y in zip(tops, bottoms, strict=False) if x.finished and y.finished]
+    if not pairs:
+        return None
+    return statistics.median(getattr(x, figure) / getattr(y, figure) for x, y in pairs)
 
 
 PHASES = (
@@ -541,7 +662,11 @@ def main() -> None:
         default=[],
         help="a `kappa run` option of A and A2, e.g. --run-arg='--trigger=1 second'",
     )
-    parser.add_argument("--ways", default="A,B", help="A, B and A2, in each round's order")
+    parser.add_argument(
+        "--ways",
+        default="A,B",
+        help="A, A2, B and D (Spark's own file stream source), in each round's order",
+    )
     parser.add_argument(
         "--a2-java-options",
         default="",
@@ -558,12 +683,18 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--table", help=argparse.SUPPRESS)
+    parser.add_argument("--location", help=argparse.SUPPRESS)
+    parser.add_argument("--files-per-trigger", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.days = int(args.days) if str(args.days).isdigit() else args.days
-        {"generate": child_generate, "batch": child_batch, "compare": child_compare}[args.child](
-            args
-        )
+        {
+            "generate": child_generate,
+            "batch": child_batch,
+            "filestream": child_filestream,
+            "compare": child_compare,
+        }[args.child](args)
         return
     if args.work:
         RUN_TAG[0] = f"_{int(datetime.now(tz=UTC).timestamp())}"

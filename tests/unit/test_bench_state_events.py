@@ -70,3 +70,26 @@ def test_spill_memory_and_state_come_from_every_event_file(tmp_path: Path) -> No
 
 def test_no_event_log_is_all_zero(tmp_path: Path) -> None:
     assert bench_state.spark_side(tmp_path) == bench_state.SparkSide()
+
+
+def way(name: str, round_: int, seconds: float, status: int = 0) -> bench_state.Way:
+    return bench_state.Way(7, name, round_, seconds, 1.0, status, "t", bench_state.SparkSide())
+
+
+def test_ratios_pair_each_round_and_skip_a_round_that_did_not_finish() -> None:
+    tops = [way("D", 0, 30.0), way("D", 1, 45.0), way("D", 2, 99.0)]
+    bottoms = [way("B", 0, 20.0), way("B", 1, 20.0), way("B", 2, 10.0, status=1)]
+    assert bench_state.median_ratio(tops, bottoms, "seconds") == (1.5 + 2.25) / 2
+    assert bench_state.median_ratio(tops[2:], bottoms[2:], "seconds") is None
+
+
+def test_the_file_stream_way_reads_files_in_event_time_order(tmp_path: Path) -> None:
+    # written in another order than their hours, as a generator's tasks finish
+    hours = ["dt=2024-03-02/hr=00", "dt=2024-03-01/hr=23", "dt=2024-03-01/hr=09"]
+    for i, hour in enumerate(hours):
+        (tmp_path / hour).mkdir(parents=True)
+        (tmp_path / hour / f"part-{i}.parquet").write_bytes(b"x")
+    (tmp_path / "_SUCCESS").write_bytes(b"")
+    assert bench_state.files_in_event_time_order(str(tmp_path)) == 3
+    files = sorted(tmp_path.rglob("*.parquet"), key=lambda p: p.stat().st_mtime)
+    assert [str(p.parent.relative_to(tmp_path)) for p in files] == sorted(hours)
