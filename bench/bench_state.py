@@ -192,6 +192,8 @@ def child_filestream(args: argparse.Namespace) -> None:
     )
     found = sessionize({"rider_events": stream}, JOB.make_params())["sessions"]
     output = Path(args.checkpoint).parent / f"{args.table}-files"
+    for fresh in (output, Path(args.checkpoint)):  # a run of its own, not a resumed one
+        shutil.rmtree(fresh, ignore_errors=True)
     query = (
         found.writeStream.format("parquet")
         .option("path", str(output))
@@ -403,46 +405,45 @@ def run_a(
 
 
 def run_b(args: argparse.Namespace, work: Path, env: dict[str, str], days: int, r: int) -> Way:
-    tag = f"{days}d_r{r}{RUN_TAG[0]}"
-    events = work / "events" / f"B-{tag}"
-    table = f"bench_state_b_{tag}"
-    timed, _ = child_may_fail(
-        "batch",
-        work,
-        capped_env(env, args, events),
-        __file__,
-        days=days,
-        rows_per_day=args.rows_per_day,
-        timeout=args.timeout,
-        table=table,
-    )
-    return Way(
-        days,
-        "B",
-        r,
-        timed.seconds,
-        timed.peak_pss_mb,
-        timed.returncode,
-        table,
-        spark_side(events),
-        timed_out=timed.seconds >= args.timeout,
-    )
+    return run_child_way(args, work, env, days, r, "B", "batch")
 
 
 def run_d(
     args: argparse.Namespace, work: Path, env: dict[str, str], days: int, r: int, info: dict
 ) -> Way:
-    tag = f"{days}d_r{r}{RUN_TAG[0]}"
-    events = work / "events" / f"D-{tag}"
-    table = f"bench_state_d_{tag}"
     location = work / "home" / "warehouse" / table_name(days, args.rows_per_day)
     files = files_in_event_time_order(str(location))
-    per_trigger = max(1, -(-files * D_SLICE_ROWS // max(1, info["rows"])))
-    checkpoint = work / "checkpoints" / f"D-{tag}"
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(checkpoint.parent / f"{table}-files", ignore_errors=True)
-    timed, _ = child_may_fail(
+    return run_child_way(
+        args,
+        work,
+        env,
+        days,
+        r,
+        "D",
         "filestream",
+        location=location,
+        files_per_trigger=max(1, -(-files * D_SLICE_ROWS // max(1, info["rows"]))),
+        checkpoint=work / "checkpoints" / f"D-{days}d_r{r}{RUN_TAG[0]}",
+    )
+
+
+def run_child_way(
+    args: argparse.Namespace,
+    work: Path,
+    env: dict[str, str],
+    days: int,
+    r: int,
+    way: str,
+    role: str,
+    **options: Any,
+) -> Way:
+    """(B) or (D): the bench's own child ``role`` in a process of its own, under the cap and
+    with its event log, writing table ``bench_state_<way>_<days>d_r<round>``."""
+    tag = f"{days}d_r{r}{RUN_TAG[0]}"
+    events = work / "events" / f"{way}-{tag}"
+    table = f"bench_state_{way.lower()}_{tag}"
+    timed, _ = child_may_fail(
+        role,
         work,
         capped_env(env, args, events),
         __file__,
@@ -450,13 +451,11 @@ def run_d(
         rows_per_day=args.rows_per_day,
         timeout=args.timeout,
         table=table,
-        location=location,
-        files_per_trigger=per_trigger,
-        checkpoint=checkpoint,
+        **options,
     )
     return Way(
         days,
-        "D",
+        way,
         r,
         timed.seconds,
         timed.peak_pss_mb,
@@ -589,7 +588,7 @@ def render(ways: list[Way], args: argparse.Namespace, info: str) -> str:
         a_base = a_base or a_pss
         lines.append(
             f"| {days} | {f'**{ratio:.2f}x**' if ratio else '-'} | "
-            f"{f'{pss:.2f}x' if pss else '-'} | {a_pss / a_base:.2f}x | "
+            f"{f'{pss:.2f}x' if pss else '-'} | {f'{a_pss / a_base:.2f}x' if a_base else '-'} | "
             f"{sum(w.finished for w in b)} of {len(b)} |"
             + (
                 "".join(

@@ -93,3 +93,24 @@ def test_the_file_stream_way_reads_files_in_event_time_order(tmp_path: Path) -> 
     assert bench_state.files_in_event_time_order(str(tmp_path)) == 3
     files = sorted(tmp_path.rglob("*.parquet"), key=lambda p: p.stat().st_mtime)
     assert [str(p.parent.relative_to(tmp_path)) for p in files] == sorted(hours)
+
+
+def test_the_report_of_a_run_without_a_gives_d_against_b() -> None:
+    import argparse
+
+    ways = [way("B", 0, 20.0), way("D", 0, 25.0)]
+    for w in ways:
+        w.compared = {
+            "sessions": 10,
+            "events": 40,
+            "missing": 0 if w.way == "B" else 2,
+            "extra": 0,
+            "reference": "B",
+            "expected_sessions": 10,
+            "expected_events": 40,
+        }
+    args = argparse.Namespace(driver_memory="1g", rows_per_day=100_000, timeout=60.0)
+    text = bench_state.render(ways, args, "2 CPUs")
+    summary = next(line for line in text.splitlines() if line.startswith("| 7 | -"))
+    assert summary.endswith("| 1 of 1 | 1.25x | - |"), summary
+    assert "DIFFERENT (2 missing, 0 extra)" in text
