@@ -18,6 +18,7 @@ from functools import cached_property
 import pyarrow.fs as pafs
 
 from kappaplus.core.errors import ReplayError
+from kappaplus.core.temp_names import temporary_name
 from kappaplus.slicing.files import DataFile, RowGroupStats
 
 
@@ -97,7 +98,8 @@ class ManifestStore:
         if self.fs.get_file_info(path).type == pafs.FileType.File:
             return digest
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
+        folder, name = path.rsplit("/", 1)
+        tmp = f"{folder}/{temporary_name(name)}"
         with self.fs.open_output_stream(tmp) as out:
             out.write(manifest.to_json().encode())
         self.fs.move(tmp, path)

@@ -6,12 +6,12 @@ delta-rs has no catalog client; this map is the catalog of the state directory."
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 from kappaplus.core.errors import ConfigError, TableNameTaken
 from kappaplus.core.settings import state_dir
+from kappaplus.core.temp_names import temporary_name
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 """A registered name: ``db.table`` (dotted, like a Hive or Iceberg table name)."""
@@ -42,7 +42,7 @@ def register_delta_name(
     tables[name] = location
     path = _registry(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp = path.with_name(temporary_name(path.name))
     tmp.write_text(json.dumps(tables, indent=2, sort_keys=True))
     tmp.replace(path)
 

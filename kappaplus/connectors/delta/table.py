@@ -39,6 +39,7 @@ from kappaplus.connectors.lake.options import range_options
 from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import ConfigError, DataError
 from kappaplus.core.settings import state_dir
+from kappaplus.core.temp_names import temporary_name
 
 if TYPE_CHECKING:
     from kappaplus.connectors.lake.jvm_reader import LakeStream
@@ -91,7 +92,7 @@ def pin_version(
             )
         pinned = current if version is None else version
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        tmp = path.with_name(temporary_name(path.name))
         tmp.write_text(json.dumps({"version": pinned, "location": location}))
         tmp.replace(path)
     table = latest if pinned == current else open_delta(location, storage_options, pinned)

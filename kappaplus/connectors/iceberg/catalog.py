@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from kappaplus.connectors.lake.options import range_options
 from kappaplus.connectors.lake.stream import LakeFormat, open_lake_stream
 from kappaplus.core.errors import ConfigError, TableError, TableNotFound
 from kappaplus.core.settings import state_dir
+from kappaplus.core.temp_names import temporary_name
 
 if TYPE_CHECKING:
     from kappaplus.connectors.lake.jvm_reader import LakeStream
@@ -205,7 +205,7 @@ def pin_snapshot(
             raise ConfigError("snapshot", snapshot_id, f"not a snapshot of {table_name!r}")
         snap_id, location = snapshot_id, str(table.metadata_location)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        tmp = path.with_name(temporary_name(path.name))
         tmp.write_text(json.dumps({"snapshot_id": snap_id, "metadata_location": location}))
         tmp.replace(path)
     newer = _committed_after(table, snap_id)
