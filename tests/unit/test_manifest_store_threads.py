@@ -18,17 +18,20 @@ def test_threads_storing_the_same_manifest_at_once_all_succeed(tmp_path: Path) -
     store = ManifestStore(str(tmp_path))
     threads_per_manifest, manifests = 6, 40
     failures: list[BaseException] = []
+
+    def put(m: SliceManifest, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            store.put(m)
+        except BaseException as exc:  # noqa: BLE001 - what the test counts
+            failures.append(exc)
+
     for lo in range(manifests):
         start = threading.Barrier(threads_per_manifest)
-
-        def put(m: SliceManifest = manifest(lo), start: threading.Barrier = start) -> None:
-            start.wait()
-            try:
-                store.put(m)
-            except BaseException as exc:  # noqa: BLE001 - what the test counts
-                failures.append(exc)
-
-        threads = [threading.Thread(target=put) for _ in range(threads_per_manifest)]
+        threads = [
+            threading.Thread(target=put, args=(manifest(lo), start))
+            for _ in range(threads_per_manifest)
+        ]
         for t in threads:
             t.start()
         for t in threads:
