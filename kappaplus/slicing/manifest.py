@@ -97,8 +97,8 @@ class ManifestStore:
         path = self._path(digest)
         if self.fs.get_file_info(path).type == pafs.FileType.File:
             return digest
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         folder, name = path.rsplit("/", 1)
+        self.fs.create_dir(folder, recursive=True)
         tmp = f"{folder}/{temporary_name(name)}"
         with self.fs.open_output_stream(tmp) as out:
             out.write(manifest.to_json().encode())
